@@ -1,0 +1,247 @@
+package safetensors
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"math/bits"
+	"sort"
+	"unicode/utf8"
+)
+
+// MaxHeaderSize is the reference reader's limit on the JSON header length.
+const MaxHeaderSize = 100_000_000
+
+// MetadataKey is the reserved header key holding string metadata.
+const MetadataKey = "__metadata__"
+
+// Tensor is one tensor entry of a header. Begin and End are relative to the
+// start of the data section, as in the file.
+type Tensor struct {
+	Name  string
+	DType DType
+	Shape []int64
+	Begin int64
+	End   int64
+}
+
+// Len is the tensor's byte length.
+func (t Tensor) Len() int64 { return t.End - t.Begin }
+
+// Elements is the product of the shape (1 for a scalar).
+func (t Tensor) Elements() int64 {
+	n, _ := elements(t.Shape)
+	return n
+}
+
+// Header is a parsed and validated safetensors header.
+type Header struct {
+	Metadata map[string]string
+	// Tensors in data order (ascending Begin).
+	Tensors []Tensor
+	// DataStart is the absolute file offset of the data section (8 + N).
+	DataStart int64
+}
+
+// An Error says why a header is invalid; Tensor is set when one entry is at fault.
+type Error struct {
+	Tensor string
+	Reason string
+}
+
+func (e *Error) Error() string {
+	if e.Tensor != "" {
+		return fmt.Sprintf("tensor %q: %s", e.Tensor, e.Reason)
+	}
+	return e.Reason
+}
+
+func errorf(tensor, format string, args ...any) error {
+	return &Error{Tensor: tensor, Reason: fmt.Sprintf(format, args...)}
+}
+
+// ReadHeader reads and validates the header of a safetensors file of the
+// given size. It never allocates more than the header length, which is
+// checked against the file size and MaxHeaderSize first.
+func ReadHeader(r io.ReaderAt, size int64) (*Header, error) {
+	if size < 8 {
+		return nil, errorf("", "file is %d bytes, shorter than the 8-byte header length", size)
+	}
+	var lenBuf [8]byte
+	if _, err := r.ReadAt(lenBuf[:], 0); err != nil {
+		return nil, fmt.Errorf("reading header length: %w", err)
+	}
+	n := binary.LittleEndian.Uint64(lenBuf[:])
+	if n > MaxHeaderSize {
+		return nil, errorf("", "header length %d exceeds the %d-byte limit", n, MaxHeaderSize)
+	}
+	if int64(n) > size-8 {
+		return nil, errorf("", "header length %d runs past the end of the %d-byte file", n, size)
+	}
+	buf := make([]byte, n)
+	if _, err := r.ReadAt(buf, 8); err != nil {
+		return nil, fmt.Errorf("reading header: %w", err)
+	}
+	return ParseHeader(buf, size)
+}
+
+// ParseHeader validates the JSON header buf of a file of the given size
+// (size < 0 skips the check that the data section fills the file exactly).
+func ParseHeader(buf []byte, size int64) (*Header, error) {
+	if !utf8.Valid(buf) {
+		return nil, errorf("", "header is not valid UTF-8")
+	}
+	dec := json.NewDecoder(bytes.NewReader(buf))
+	dec.UseNumber()
+	tok, err := dec.Token()
+	if err != nil {
+		return nil, errorf("", "header JSON: %v", err)
+	}
+	if d, ok := tok.(json.Delim); !ok || d != '{' {
+		return nil, errorf("", "header JSON is not an object")
+	}
+	h := &Header{DataStart: 8 + int64(len(buf))}
+	seen := make(map[string]bool)
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, errorf("", "header JSON: %v", err)
+		}
+		name := tok.(string) // object keys are always strings
+		if seen[name] {
+			return nil, errorf(name, "duplicate key")
+		}
+		seen[name] = true
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			return nil, errorf(name, "header JSON: %v", err)
+		}
+		if name == MetadataKey {
+			if err := json.Unmarshal(raw, &h.Metadata); err != nil {
+				return nil, errorf("", "__metadata__ must map strings to strings")
+			}
+			continue
+		}
+		t, err := parseEntry(name, raw)
+		if err != nil {
+			return nil, err
+		}
+		h.Tensors = append(h.Tensors, t)
+	}
+	if _, err := dec.Token(); err != nil {
+		return nil, errorf("", "header JSON: %v", err)
+	}
+	if rest := bytes.TrimSpace(buf[dec.InputOffset():]); len(rest) != 0 {
+		return nil, errorf("", "header JSON has trailing data")
+	}
+	if err := h.validate(size); err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+type entryJSON struct {
+	DType       *string  `json:"dtype"`
+	Shape       []int64  `json:"shape"`
+	DataOffsets []uint64 `json:"data_offsets"`
+}
+
+func parseEntry(name string, raw json.RawMessage) (Tensor, error) {
+	var e entryJSON
+	if err := json.Unmarshal(raw, &e); err != nil {
+		return Tensor{}, errorf(name, "entry does not parse: %v", err)
+	}
+	if e.DType == nil || e.Shape == nil || len(e.DataOffsets) != 2 {
+		return Tensor{}, errorf(name, "entry needs dtype, shape and two data_offsets")
+	}
+	d := DType(*e.DType)
+	if !d.Known() {
+		return Tensor{}, errorf(name, "unknown dtype %q", *e.DType)
+	}
+	for _, s := range e.Shape {
+		if s < 0 {
+			return Tensor{}, errorf(name, "negative dimension in shape %v", e.Shape)
+		}
+	}
+	b, en := e.DataOffsets[0], e.DataOffsets[1]
+	if b > math.MaxInt64/2 || en > math.MaxInt64/2 {
+		return Tensor{}, errorf(name, "data_offsets %v out of range", e.DataOffsets)
+	}
+	return Tensor{Name: name, DType: d, Shape: e.Shape, Begin: int64(b), End: int64(en)}, nil
+}
+
+func elements(shape []int64) (int64, bool) {
+	n := uint64(1)
+	for _, s := range shape {
+		hi, lo := bits.Mul64(n, uint64(s))
+		if hi != 0 || lo > math.MaxInt64/8 {
+			return 0, false
+		}
+		n = lo
+	}
+	return int64(n), true
+}
+
+// ByteLen returns the byte length of a tensor of dtype d and the given shape.
+func ByteLen(d DType, shape []int64) (int64, error) {
+	n, ok := elements(shape)
+	if !ok {
+		return 0, errors.New("shape overflows")
+	}
+	b := n * int64(d.Bits())
+	if b%8 != 0 {
+		return 0, fmt.Errorf("%d elements of %s do not fill whole bytes", n, d)
+	}
+	return b / 8, nil
+}
+
+func (h *Header) validate(size int64) error {
+	sort.SliceStable(h.Tensors, func(i, j int) bool {
+		a, b := h.Tensors[i], h.Tensors[j]
+		if a.Begin != b.Begin {
+			return a.Begin < b.Begin
+		}
+		return a.End < b.End
+	})
+	var end int64
+	for _, t := range h.Tensors {
+		if t.Begin != end {
+			if t.Begin < end {
+				return errorf(t.Name, "data_offsets [%d, %d] overlap the previous tensor ending at %d", t.Begin, t.End, end)
+			}
+			return errorf(t.Name, "data_offsets [%d, %d] leave a gap after offset %d", t.Begin, t.End, end)
+		}
+		if t.End < t.Begin {
+			return errorf(t.Name, "data_offsets [%d, %d] end before they begin", t.Begin, t.End)
+		}
+		want, err := ByteLen(t.DType, t.Shape)
+		if err != nil {
+			return errorf(t.Name, "shape %v: %v", t.Shape, err)
+		}
+		if want != t.Len() {
+			return errorf(t.Name, "shape %v of %s needs %d bytes, data_offsets give %d", t.Shape, t.DType, want, t.Len())
+		}
+		end = t.End
+	}
+	if size >= 0 && h.DataStart+end != size {
+		if h.DataStart+end > size {
+			return errorf("", "tensor data ends at %d, past the end of the %d-byte file", h.DataStart+end, size)
+		}
+		return errorf("", "tensor data ends at %d but the file is %d bytes (trailing bytes not indexed)", h.DataStart+end, size)
+	}
+	return nil
+}
+
+// Find returns the tensor with the given name.
+func (h *Header) Find(name string) (Tensor, bool) {
+	for _, t := range h.Tensors {
+		if t.Name == name {
+			return t, true
+		}
+	}
+	return Tensor{}, false
+}
