@@ -135,7 +135,9 @@ func ParseHeader(buf []byte, size int64) (*Header, error) {
 	if _, err := dec.Token(); err != nil {
 		return nil, errorf("", "header JSON: %v", err)
 	}
-	if rest := bytes.TrimSpace(buf[dec.InputOffset():]); len(rest) != 0 {
+	// Only JSON whitespace may follow, as in the reference reader (serde_json);
+	// bytes.TrimSpace would also accept Unicode spaces such as U+00A0.
+	if rest := bytes.Trim(buf[dec.InputOffset():], " \t\r\n"); len(rest) != 0 {
 		return nil, errorf("", "header JSON has trailing data")
 	}
 	if err := h.validate(size); err != nil {
@@ -192,11 +194,16 @@ func ByteLen(d DType, shape []int64) (int64, error) {
 	if !ok {
 		return 0, errors.New("shape overflows")
 	}
-	b := n * int64(d.Bits())
+	// elements bounds n by MaxInt64/8, which a 64-bit dtype can still
+	// overflow; a wrapped product would accept a tiny range for a huge shape.
+	hi, b := bits.Mul64(uint64(n), uint64(d.Bits()))
+	if hi != 0 || b > math.MaxInt64 {
+		return 0, errors.New("shape overflows")
+	}
 	if b%8 != 0 {
 		return 0, fmt.Errorf("%d elements of %s do not fill whole bytes", n, d)
 	}
-	return b / 8, nil
+	return int64(b / 8), nil
 }
 
 func (h *Header) validate(size int64) error {

@@ -115,6 +115,6 @@ func NewLayout(meta []Meta, specs []Spec) (*Layout, error) {
 func writeString(buf *bytes.Buffer, s string) {
 	enc := json.NewEncoder(buf)
 	enc.SetEscapeHTML(false)
-	enc.Encode(s) // a string always encodes
+	enc.Encode(s)               // a string always encodes
 	buf.Truncate(buf.Len() - 1) // Encode appends a newline
 }

@@ -1,0 +1,216 @@
+// Package blockcache holds computed blocks of virtual files in memory under a
+// byte budget. Each block is computed at most once however many readers ask
+// for it at the same time, a computation stops when every reader waiting for
+// it has gone, and sequential readers can have the next blocks computed
+// ahead of time on a bounded worker pool.
+package blockcache
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+
+	lru "github.com/hashicorp/golang-lru/v2/simplelru"
+)
+
+// Key names one block: ID names the derived data (view, file, tensor), Block
+// its index.
+type Key struct {
+	ID    string
+	Block int64
+}
+
+// Compute fills dst (len n) with a block's bytes.
+type Compute func(ctx context.Context, dst []byte) error
+
+// Stats are cumulative counters; they are read by the status files.
+type Stats struct {
+	Hits      int64 `json:"hits"`
+	Misses    int64 `json:"misses"`
+	Computed  int64 `json:"blocks_computed"`
+	Shared    int64 `json:"waits_shared"` // a reader joined a computation already running
+	ReadAhead int64 `json:"read_ahead"`
+	Canceled  int64 `json:"canceled"`
+	Errors    int64 `json:"errors"`
+	Bytes     int64 `json:"cached_bytes"`
+	Budget    int64 `json:"budget_bytes"`
+	Blocks    int64 `json:"cached_blocks"`
+	InFlight  int64 `json:"in_flight"`
+}
+
+// Cache is an LRU of computed blocks with a byte budget.
+type Cache struct {
+	budget int64
+
+	mu      sync.Mutex
+	lru     *lru.LRU[Key, []byte]
+	used    int64
+	flights map[Key]*flight
+
+	workers chan struct{} // read-ahead slots
+	wg      sync.WaitGroup
+	ctx     context.Context // cancelled by Close
+	stop    context.CancelFunc
+
+	hits, misses, computed, shared, readAhead, canceled, errs atomic.Int64
+}
+
+type flight struct {
+	done    chan struct{}
+	data    []byte
+	err     error
+	waiters int // readers still interested; guarded by Cache.mu
+	cancel  context.CancelFunc
+}
+
+// New returns a cache holding at most budget bytes of blocks, computing
+// read-ahead on at most workers goroutines at a time.
+func New(budget int64, workers int) *Cache {
+	if workers < 1 {
+		workers = 1
+	}
+	c := &Cache{budget: budget, flights: make(map[Key]*flight), workers: make(chan struct{}, workers)}
+	// The count bound is never reached: the byte budget evicts first.
+	c.lru, _ = lru.NewLRU[Key, []byte](1<<30, nil)
+	c.ctx, c.stop = context.WithCancel(context.Background())
+	return c
+}
+
+// Get returns the n-byte block named by k, computing it if it is not cached.
+// The returned slice is shared and must not be modified. If ctx ends before
+// the block is ready, Get returns ctx's error; the computation itself stops
+// only when no other reader waits for it.
+func (c *Cache) Get(ctx context.Context, k Key, n int, compute Compute) ([]byte, error) {
+	c.mu.Lock()
+	if b, ok := c.lru.Get(k); ok {
+		c.mu.Unlock()
+		c.hits.Add(1)
+		return b, nil
+	}
+	f, running := c.flights[k]
+	if running {
+		f.waiters++
+		c.shared.Add(1)
+	} else {
+		f = c.start(k, n, compute, 1)
+	}
+	c.mu.Unlock()
+	c.misses.Add(1)
+
+	select {
+	case <-f.done:
+		return f.data, f.err
+	case <-ctx.Done():
+		c.mu.Lock()
+		f.waiters--
+		if f.waiters == 0 {
+			// Nobody wants the block any more: stop the work, and let the
+			// next reader start afresh rather than join a dying flight.
+			f.cancel()
+			if c.flights[k] == f {
+				delete(c.flights, k)
+			}
+		}
+		c.mu.Unlock()
+		return nil, ctx.Err()
+	}
+}
+
+// Prefetch computes block k in the background if it is neither cached nor
+// running and a worker is free; otherwise it does nothing, so a reader
+// never waits on read-ahead.
+func (c *Cache) Prefetch(k Key, n int, compute Compute) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ctx.Err() != nil || c.lru.Contains(k) || c.flights[k] != nil {
+		return
+	}
+	select {
+	case c.workers <- struct{}{}:
+	default:
+		return
+	}
+	c.readAhead.Add(1)
+	// A read-ahead has no reader; it counts as one waiter that never leaves,
+	// so readers joining it cannot cancel it.
+	f := c.start(k, n, compute, 1)
+	go func() {
+		<-f.done
+		<-c.workers
+	}()
+}
+
+// start launches the computation of k; c.mu is held.
+func (c *Cache) start(k Key, n int, compute Compute, waiters int) *flight {
+	ctx, cancel := context.WithCancel(c.ctx)
+	f := &flight{done: make(chan struct{}), waiters: waiters, cancel: cancel}
+	c.flights[k] = f
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		defer cancel()
+		buf := make([]byte, n)
+		err := compute(ctx, buf)
+		if err == nil && ctx.Err() != nil {
+			err = ctx.Err()
+		}
+		c.mu.Lock()
+		if c.flights[k] == f {
+			delete(c.flights, k)
+		}
+		if err == nil {
+			f.data = buf
+			c.add(k, buf)
+		}
+		f.err = err
+		c.mu.Unlock()
+		switch {
+		case err == nil:
+			c.computed.Add(1)
+		case errors.Is(err, context.Canceled):
+			c.canceled.Add(1)
+		default:
+			c.errs.Add(1)
+		}
+		close(f.done)
+	}()
+	return f
+}
+
+// add inserts a block and evicts the least recently used ones until the
+// budget holds; c.mu is held. A block larger than the whole budget is
+// served but not kept.
+func (c *Cache) add(k Key, b []byte) {
+	if int64(len(b)) > c.budget {
+		return
+	}
+	c.lru.Add(k, b)
+	c.used += int64(len(b))
+	for c.used > c.budget {
+		_, old, ok := c.lru.RemoveOldest()
+		if !ok {
+			break
+		}
+		c.used -= int64(len(old))
+	}
+}
+
+// Stats returns a snapshot of the counters.
+func (c *Cache) Stats() Stats {
+	c.mu.Lock()
+	used, blocks, inflight := c.used, int64(c.lru.Len()), int64(len(c.flights))
+	c.mu.Unlock()
+	return Stats{
+		Hits: c.hits.Load(), Misses: c.misses.Load(), Computed: c.computed.Load(),
+		Shared: c.shared.Load(), ReadAhead: c.readAhead.Load(), Canceled: c.canceled.Load(),
+		Errors: c.errs.Load(), Bytes: used, Budget: c.budget, Blocks: blocks, InFlight: inflight,
+	}
+}
+
+// Close cancels every computation and waits for them to return, so no
+// goroutine outlives the cache.
+func (c *Cache) Close() {
+	c.stop()
+	c.wg.Wait()
+}

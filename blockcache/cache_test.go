@@ -1,0 +1,197 @@
+package blockcache
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+func fill(v byte) Compute {
+	return func(ctx context.Context, dst []byte) error {
+		for i := range dst {
+			dst[i] = v
+		}
+		return nil
+	}
+}
+
+func TestOneComputationForConcurrentReaders(t *testing.T) {
+	c := New(1<<20, 2)
+	defer c.Close()
+	var calls atomic.Int64
+	release := make(chan struct{})
+	compute := func(ctx context.Context, dst []byte) error {
+		calls.Add(1)
+		<-release
+		copy(dst, "block")
+		return nil
+	}
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			b, err := c.Get(context.Background(), Key{"x", 3}, 5, compute)
+			if err != nil || string(b) != "block" {
+				t.Errorf("Get = %q, %v", b, err)
+			}
+		}()
+	}
+	for c.Stats().Shared < 15 {
+		time.Sleep(time.Millisecond)
+	}
+	close(release)
+	wg.Wait()
+	if n := calls.Load(); n != 1 {
+		t.Fatalf("computed %d times, want 1", n)
+	}
+	if _, err := c.Get(context.Background(), Key{"x", 3}, 5, compute); err != nil || c.Stats().Hits != 1 {
+		t.Fatalf("second Get: err %v, stats %+v", err, c.Stats())
+	}
+}
+
+func TestBudgetEvictsLeastRecentlyUsed(t *testing.T) {
+	tests := []struct {
+		name    string
+		budget  int64
+		reads   []int64 // block numbers, each 100 bytes
+		present []int64
+		absent  []int64
+	}{
+		{"fits", 300, []int64{1, 2, 3}, []int64{1, 2, 3}, nil},
+		{"evicts oldest", 300, []int64{1, 2, 3, 4}, []int64{2, 3, 4}, []int64{1}},
+		{"recent use protects", 300, []int64{1, 2, 3, 1, 4}, []int64{1, 3, 4}, []int64{2}},
+		{"larger than budget not kept", 50, []int64{1}, nil, []int64{1}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := New(tt.budget, 1)
+			defer c.Close()
+			for _, b := range tt.reads {
+				if _, err := c.Get(context.Background(), Key{"t", b}, 100, fill(byte(b))); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if s := c.Stats(); s.Bytes > tt.budget {
+				t.Fatalf("cached %d bytes over budget %d", s.Bytes, tt.budget)
+			}
+			for _, b := range tt.present {
+				if !c.lru.Contains(Key{"t", b}) {
+					t.Errorf("block %d evicted, want kept", b)
+				}
+			}
+			for _, b := range tt.absent {
+				if c.lru.Contains(Key{"t", b}) {
+					t.Errorf("block %d kept, want evicted", b)
+				}
+			}
+		})
+	}
+}
+
+func TestAbandonedComputationStops(t *testing.T) {
+	c := New(1<<20, 1)
+	defer c.Close()
+	stopped := make(chan struct{})
+	compute := func(ctx context.Context, dst []byte) error {
+		<-ctx.Done()
+		close(stopped)
+		return ctx.Err()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { time.Sleep(10 * time.Millisecond); cancel() }()
+	if _, err := c.Get(ctx, Key{"a", 0}, 8, compute); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Get = %v, want context.Canceled", err)
+	}
+	select {
+	case <-stopped:
+	case <-time.After(5 * time.Second):
+		t.Fatal("computation kept running after its only reader left")
+	}
+	// The next reader computes afresh and is not handed the canceled result.
+	b, err := c.Get(context.Background(), Key{"a", 0}, 8, fill(7))
+	if err != nil || !bytes.Equal(b, bytes.Repeat([]byte{7}, 8)) {
+		t.Fatalf("Get after cancel = %v, %v", b, err)
+	}
+}
+
+func TestComputationContinuesWhileAnotherWaits(t *testing.T) {
+	c := New(1<<20, 1)
+	defer c.Close()
+	release := make(chan struct{})
+	var canceled atomic.Bool
+	compute := func(ctx context.Context, dst []byte) error {
+		select {
+		case <-release:
+			dst[0] = 1
+			return nil
+		case <-ctx.Done():
+			canceled.Store(true)
+			return ctx.Err()
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { _, err := c.Get(ctx, Key{"b", 0}, 1, compute); errc <- err }()
+	done := make(chan []byte, 1)
+	go func() {
+		for c.Stats().InFlight == 0 {
+			time.Sleep(time.Millisecond)
+		}
+		b, _ := c.Get(context.Background(), Key{"b", 0}, 1, compute)
+		done <- b
+	}()
+	for c.Stats().Shared == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	<-errc
+	close(release)
+	if b := <-done; len(b) != 1 || b[0] != 1 || canceled.Load() {
+		t.Fatalf("second reader got %v (canceled %v)", b, canceled.Load())
+	}
+}
+
+func TestErrorsAreNotCached(t *testing.T) {
+	c := New(1<<20, 1)
+	defer c.Close()
+	bad := errors.New("source changed")
+	if _, err := c.Get(context.Background(), Key{"e", 0}, 4, func(context.Context, []byte) error { return bad }); !errors.Is(err, bad) {
+		t.Fatalf("Get = %v", err)
+	}
+	if b, err := c.Get(context.Background(), Key{"e", 0}, 4, fill(1)); err != nil || b[0] != 1 {
+		t.Fatalf("retry = %v, %v", b, err)
+	}
+	if s := c.Stats(); s.Errors != 1 || s.Computed != 1 {
+		t.Fatalf("stats %+v", s)
+	}
+}
+
+func TestPrefetchIsBoundedAndShared(t *testing.T) {
+	c := New(1<<20, 2)
+	release := make(chan struct{})
+	var calls atomic.Int64
+	compute := func(ctx context.Context, dst []byte) error {
+		calls.Add(1)
+		<-release
+		return nil
+	}
+	for i := range int64(10) {
+		c.Prefetch(Key{"p", i}, 1, compute)
+	}
+	if n := c.Stats().ReadAhead; n != 2 {
+		t.Fatalf("started %d read-aheads with 2 workers", n)
+	}
+	close(release)
+	if _, err := c.Get(context.Background(), Key{"p", 0}, 1, compute); err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	if n := calls.Load(); n != 2 {
+		t.Fatalf("computed %d blocks, want 2 (the reader joins the read-ahead)", n)
+	}
+}

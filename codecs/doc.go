@@ -1,0 +1,13 @@
+// Package codecs holds the byte-level transforms of dsfs: element formats
+// (E2M1, E4M3, E8M0, BF16, FP16), the lossless MXFP4 -> NVFP4 scale
+// transcode and the FP8 -> FP4 Engram row codec. Every function is pure and
+// allocation-free: the caller passes the destination, and a run of whole rows
+// in gives the same rows out, so a view can compute any block of rows on its
+// own. The rules are those of FORMATS.md.
+package codecs
+
+// Version is the codec version written into view headers ("dsfs.codec") and
+// cache keys. Any change to a byte this package produces (a rounding rule, a
+// clamp, the choice of a global exponent, a table entry) must bump it, or
+// caches would serve bytes made under the old rule.
+const Version = "1"
