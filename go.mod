@@ -9,3 +9,5 @@ require (
 	golang.org/x/sync v0.25.0
 	golang.org/x/sys v0.28.0
 )
+
+require github.com/edsrzf/mmap-go v1.2.0 // indirect

@@ -5,6 +5,16 @@
 package manifest
 
 import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/dsfs/dsfs/safetensors"
@@ -18,6 +28,7 @@ const (
 	RoleRoutedExpert Role = "routed_expert"
 	RoleMTPExpert    Role = "mtp_expert"
 	RoleSharedExpert Role = "shared_expert"
+	RoleDense        Role = "dense" // the FFN projections of a dense (non-MoE) layer
 	RoleAttention    Role = "attention"
 	RoleRouter       Role = "router"
 	RoleEngram       Role = "engram"
@@ -32,17 +43,19 @@ const (
 // Format is the official storage format of a tensor, scale tensors included.
 type Format string
 
-// The formats the catalog recognises.
+// The formats the catalog recognises. A tensor is mxfp4 or fp8 only when it
+// is paired with a scale that fits it (Tensor.Scale is then set), so a view
+// that transcodes by format never meets a weight it cannot decode.
 const (
-	FormatMXFP4     Format = "mxfp4"      // I8 packed E2M1 with a 1x32 E8M0 scale
+	FormatMXFP4      Format = "mxfp4"       // I8 packed E2M1 with a 1x32 E8M0 scale
 	FormatMXFP4Scale Format = "mxfp4_scale" // the E8M0 scale of an MXFP4 weight
-	FormatFP8       Format = "fp8"        // F8_E4M3 with a block scale (see Tensor.Block)
-	FormatFP8Scale  Format = "fp8_scale"  // an E8M0 or F32 block scale of an FP8 weight
-	FormatE8M0      Format = "e8m0"       // an E8M0 tensor that pairs with no weight
-	FormatBF16      Format = "bf16"
-	FormatF16       Format = "f16"
-	FormatF32       Format = "f32"
-	FormatOther     Format = "other"
+	FormatFP8        Format = "fp8"         // F8_E4M3 with a block scale (see Tensor.Block)
+	FormatFP8Scale   Format = "fp8_scale"   // an E8M0 or F32 block scale of an FP8 weight
+	FormatE8M0       Format = "e8m0"        // an E8M0 tensor that pairs with no weight
+	FormatBF16       Format = "bf16"
+	FormatF16        Format = "f16"
+	FormatF32        Format = "f32"
+	FormatOther      Format = "other"
 )
 
 // Tensor is one tensor of the checkpoint, with its place in its shard and
@@ -58,32 +71,41 @@ type Tensor struct {
 	Role   Role
 	Format Format
 	// Block is the FP8 scale block [rows, cols] inferred from the scale
-	// shape (e.g. 128x128 for V3, 32x32 for V4.1; 1x32 for Engram tables).
+	// shape (e.g. 128x128 for V3, 32x32 for V4.1; 1x32 for Engram tables),
+	// set on an FP8 weight and on its scale.
 	Block [2]int64
 	// Scale is the scale tensor of a quantised weight; ScaleOf is the
 	// weight of a scale tensor.
 	Scale, ScaleOf *Tensor
 
-	// Position in the model: -1 where not applicable.
+	// Position in the model, -1 where not applicable. Layer is the index
+	// in a layers.L name; MTP is the multi-token-prediction block, from an
+	// mtp.M name (Layer -1) or from a layers.L name with L at or past the
+	// config's layer count (DeepSeek-V3's model.layers.61: Layer 61, MTP 0).
 	Layer, Expert, MTP int
-	// Proj is the expert projection: "w1", "w2" or "w3" (empty otherwise).
+	// Proj is the FFN projection of a routed, shared or dense expert
+	// matrix: "w1" (gate_proj), "w2" (down_proj) or "w3" (up_proj); empty
+	// otherwise.
 	Proj string
 }
 
-// Shard is one opened, valid safetensors file of the checkpoint.
+// Shard is one opened, valid safetensors file of the checkpoint. It keeps
+// its file open until Close.
 type Shard struct {
-	Name    string // relative to the checkpoint dir, as the index names it
-	Path    string // resolved path
+	Name    string // relative to the checkpoint dir, slash-separated, as the index names it
+	Path    string // the checkpoint dir joined with Name; symbolic links are followed on open
 	Size    int64
 	ModTime time.Time
 	Header  *safetensors.Header
-	Tensors []*Tensor // data order
+	Tensors []*Tensor // data order; tensors left out of the catalog are left out here too
+
+	f *os.File
 }
 
-// File is a non-safetensors file of the checkpoint directory (config,
-// tokenizer, README, ...), served unchanged by the views.
+// File is a non-shard file of the checkpoint directory (config, tokenizer,
+// README, index, ...), served unchanged by the views unless they rewrite it.
 type File struct {
-	Name string // relative path
+	Name string // relative path, slash-separated
 	Path string
 	Size int64
 }
@@ -100,4 +122,411 @@ func (p Problem) String() string {
 		return p.File + ": tensor " + p.Tensor + ": " + p.Reason
 	}
 	return p.File + ": " + p.Reason
+}
+
+// Names of the files the catalog reads itself.
+const (
+	ConfigName = "config.json"
+	IndexName  = "model.safetensors.index.json"
+	singleName = "model.safetensors"
+	shardExt   = ".safetensors"
+)
+
+// Catalog is an opened checkpoint directory.
+type Catalog struct {
+	Dir string // absolute path of the checkpoint directory
+	// Config is never nil: its fields are zero (and Raw nil) when
+	// config.json is absent or does not parse.
+	Config      *Config
+	ConfigBytes []byte // config.json as read; nil when absent
+	IndexBytes  []byte // the index as read; nil when absent
+	Shards      []*Shard
+	Tensors     []*Tensor // sorted by name, each name once
+	// Files is every other regular file under Dir (symbolic links
+	// followed, hidden directories such as .cache skipped), config.json and
+	// the index included, sorted by name. Files the index names as shards
+	// are not here, valid or not, so a view never serves a bad shard as an
+	// ordinary file.
+	Files []File
+	// Problems lists every fault found, sorted by file, then tensor.
+	Problems []Problem
+}
+
+// Open catalogs the checkpoint in dir. It fails only when dir itself is
+// unusable: missing, unreadable, or holding neither config.json nor any
+// safetensors file. Every other fault becomes a Problem and the good parts
+// are catalogued.
+func Open(dir string) (*Catalog, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, err
+	}
+	fi, err := os.Stat(abs)
+	if err != nil {
+		return nil, err
+	}
+	if !fi.IsDir() {
+		return nil, fmt.Errorf("%s: not a directory", abs)
+	}
+	c := &Catalog{Dir: abs, Config: &Config{}}
+	o := opener{c: c}
+	files, broken, err := o.walk()
+	if err != nil {
+		return nil, err
+	}
+	top := make(map[string]bool)
+	for _, f := range files {
+		if !strings.Contains(f.Name, "/") {
+			top[f.Name] = true
+		}
+	}
+	o.readConfig(top[ConfigName])
+	names, idx := o.shardNames(top, files)
+	if !top[ConfigName] && !top[IndexName] && len(names) == 0 {
+		return nil, fmt.Errorf("%s: no %s and no safetensors files", abs, ConfigName)
+	}
+	if !top[ConfigName] {
+		o.problem(ConfigName, "", "missing")
+	}
+
+	shards := o.openShards(names, idx)
+	o.catalog(shards, idx)
+	classify(c.Tensors, c.Config, o.problem)
+
+	isShard := make(map[string]bool, len(names))
+	for _, n := range names {
+		isShard[n] = true
+	}
+	for _, f := range files {
+		if !isShard[f.Name] {
+			c.Files = append(c.Files, f)
+		}
+	}
+	for _, b := range broken {
+		if !isShard[b] {
+			o.problem(b, "", "broken symbolic link")
+		}
+	}
+	sort.SliceStable(c.Problems, func(i, j int) bool {
+		a, b := c.Problems[i], c.Problems[j]
+		if a.File != b.File {
+			return a.File < b.File
+		}
+		return a.Tensor < b.Tensor
+	})
+	return c, nil
+}
+
+// Tensor returns the catalogued tensor with the given name, or nil.
+func (c *Catalog) Tensor(name string) *Tensor {
+	return findTensor(c.Tensors, name, "")
+}
+
+// Shard returns the valid shard with the given name, or nil.
+func (c *Catalog) Shard(name string) *Shard {
+	i := sort.Search(len(c.Shards), func(i int) bool { return c.Shards[i].Name >= name })
+	if i < len(c.Shards) && c.Shards[i].Name == name {
+		return c.Shards[i]
+	}
+	return nil
+}
+
+// Close closes every shard.
+func (c *Catalog) Close() error {
+	var errs []error
+	for _, s := range c.Shards {
+		if err := s.Close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// findTensor finds the tensor named prefix+suffix in ts (sorted by name)
+// without building the name.
+func findTensor(ts []*Tensor, prefix, suffix string) *Tensor {
+	i := sort.Search(len(ts), func(i int) bool { return compareJoined(ts[i].Name, prefix, suffix) >= 0 })
+	if i < len(ts) && compareJoined(ts[i].Name, prefix, suffix) == 0 {
+		return ts[i]
+	}
+	return nil
+}
+
+// compareJoined compares s with a+b.
+func compareJoined(s, a, b string) int {
+	if len(s) < len(a) {
+		if c := strings.Compare(s, a[:len(s)]); c != 0 {
+			return c
+		}
+		return -1 // s is a proper prefix of a+b
+	}
+	if c := strings.Compare(s[:len(a)], a); c != 0 {
+		return c
+	}
+	return strings.Compare(s[len(a):], b)
+}
+
+// opener holds the state of one Open.
+type opener struct {
+	c *Catalog
+}
+
+func (o *opener) problem(file, tensor, reason string) {
+	o.c.Problems = append(o.c.Problems, Problem{File: file, Tensor: tensor, Reason: reason})
+}
+
+// walk lists the regular files under the directory, following symbolic
+// links to files (a Hugging Face snapshot links every file into ../../blobs)
+// but not to directories, and skipping hidden directories. broken lists the
+// links that lead nowhere.
+func (o *opener) walk() (files []File, broken []string, err error) {
+	root := o.c.Dir
+	err = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if p == root {
+			return err // an unreadable root makes the directory unusable
+		}
+		rel, _ := filepath.Rel(root, p)
+		rel = filepath.ToSlash(rel)
+		if err != nil {
+			o.problem(rel, "", "unreadable: "+pathErrReason(err))
+			if d != nil && d.IsDir() {
+				return fs.SkipDir
+			}
+			return nil
+		}
+		if d.IsDir() {
+			if strings.HasPrefix(d.Name(), ".") {
+				return fs.SkipDir
+			}
+			return nil
+		}
+		var fi fs.FileInfo
+		switch {
+		case d.Type().IsRegular():
+			fi, err = d.Info()
+		case d.Type()&fs.ModeSymlink != 0:
+			fi, err = os.Stat(p)
+			if errors.Is(err, fs.ErrNotExist) {
+				broken = append(broken, rel)
+				return nil
+			}
+		default:
+			return nil // sockets, devices and pipes are no part of a checkpoint
+		}
+		if err != nil {
+			o.problem(rel, "", "unreadable: "+pathErrReason(err))
+			return nil
+		}
+		if fi.Mode().IsRegular() {
+			files = append(files, File{Name: rel, Path: p, Size: fi.Size()})
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	slices.SortFunc(files, func(a, b File) int { return strings.Compare(a.Name, b.Name) })
+	return files, broken, nil
+}
+
+func (o *opener) readConfig(present bool) {
+	if !present {
+		return
+	}
+	b, err := os.ReadFile(filepath.Join(o.c.Dir, ConfigName))
+	if err != nil {
+		o.problem(ConfigName, "", "unreadable: "+pathErrReason(err))
+		return
+	}
+	o.c.ConfigBytes = b
+	cfg, errs := parseConfig(b)
+	o.c.Config = cfg
+	for _, e := range errs {
+		o.problem(ConfigName, "", e.Error())
+	}
+}
+
+// shardNames returns the shard files to open, sorted, and the parsed
+// index (nil when there is none or it is unusable): the index's entries,
+// else a lone model.safetensors, else every *.safetensors at the top.
+func (o *opener) shardNames(top map[string]bool, files []File) ([]string, *index) {
+	if top[IndexName] {
+		b, err := os.ReadFile(filepath.Join(o.c.Dir, IndexName))
+		if err != nil {
+			o.problem(IndexName, "", "unreadable: "+pathErrReason(err))
+		} else {
+			o.c.IndexBytes = b
+			idx, err := parseIndex(b)
+			if err == nil {
+				o.c.Problems = append(o.c.Problems, idx.problems...)
+				return idx.shards, idx
+			}
+			o.problem(IndexName, "", err.Error()+"; opening every *.safetensors file instead")
+		}
+	}
+	if top[singleName] {
+		return []string{singleName}, nil
+	}
+	var names []string
+	for _, f := range files {
+		if top[f.Name] && strings.HasSuffix(f.Name, shardExt) {
+			names = append(names, f.Name)
+		}
+	}
+	return names, nil
+}
+
+// openShards opens the named shards in parallel; a shard that fails is
+// reported and comes back nil.
+func (o *opener) openShards(names []string, idx *index) []*Shard {
+	shards := make([]*Shard, len(names))
+	errs := make([]error, len(names))
+	work := make(chan int)
+	var wg sync.WaitGroup
+	for range min(runtime.GOMAXPROCS(0), len(names)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range work {
+				shards[i], errs[i] = openShard(o.c.Dir, names[i])
+			}
+		}()
+	}
+	for i := range names {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+	for i, err := range errs {
+		if err == nil {
+			continue
+		}
+		var herr *safetensors.Error
+		switch {
+		case errors.As(err, &herr):
+			o.problem(names[i], herr.Tensor, herr.Reason)
+		case errors.Is(err, fs.ErrNotExist):
+			reason := "missing"
+			if idx != nil {
+				reason = fmt.Sprintf("missing (the index puts %d tensors in it)", idx.count[names[i]])
+			}
+			o.problem(names[i], "", reason)
+		default:
+			o.problem(names[i], "", pathErrReason(err))
+		}
+	}
+	return shards
+}
+
+// candidate is a header tensor that may enter the catalog: slab i of the
+// valid shards, entry j.
+type candidate struct {
+	t       *Tensor
+	i, j    int
+	indexed bool // the index places it in this shard (always true without an index)
+}
+
+// catalog builds the tensor list from the valid shards, checking it
+// against the index.
+func (o *opener) catalog(shards []*Shard, idx *index) {
+	var (
+		cands   []candidate
+		slabs   [][]Tensor
+		dropped [][]bool
+		listed  []int // per valid shard: tensors the index places there that its header has
+	)
+	for _, s := range shards {
+		if s == nil {
+			continue
+		}
+		i := len(o.c.Shards)
+		o.c.Shards = append(o.c.Shards, s)
+		slab := make([]Tensor, len(s.Header.Tensors))
+		slabs = append(slabs, slab)
+		dropped = append(dropped, make([]bool, len(slab)))
+		listed = append(listed, 0)
+		for j, ht := range s.Header.Tensors {
+			t := &slab[j]
+			*t = Tensor{
+				Name: ht.Name, Shard: s, DType: ht.DType, Shape: ht.Shape,
+				Offset: s.Header.DataStart + ht.Begin, Size: ht.Len(),
+				Layer: -1, Expert: -1, MTP: -1,
+			}
+			indexed := true
+			if idx != nil {
+				where, ok := idx.weightMap[ht.Name]
+				switch {
+				case !ok:
+					indexed = false
+				case where != s.Name:
+					o.problem(s.Name, ht.Name, fmt.Sprintf("the index places it in %s; this copy is ignored", where))
+					dropped[i][j] = true
+					continue
+				default:
+					listed[i]++
+				}
+			}
+			cands = append(cands, candidate{t, i, j, indexed})
+		}
+	}
+	// Of several copies the indexed one wins, then the first shard by name
+	// (the shards are in name order).
+	slices.SortFunc(cands, func(a, b candidate) int {
+		if c := strings.Compare(a.t.Name, b.t.Name); c != 0 {
+			return c
+		}
+		if a.indexed != b.indexed {
+			if a.indexed {
+				return -1
+			}
+			return 1
+		}
+		return a.i - b.i
+	})
+	o.c.Tensors = make([]*Tensor, 0, len(cands))
+	for k, cd := range cands {
+		if k > 0 && cands[k-1].t.Name == cd.t.Name {
+			first := o.c.Tensors[len(o.c.Tensors)-1]
+			o.problem(cd.t.Shard.Name, cd.t.Name, fmt.Sprintf("also in %s; this copy is ignored", first.Shard.Name))
+			dropped[cd.i][cd.j] = true
+			continue
+		}
+		if !cd.indexed {
+			o.problem(cd.t.Shard.Name, cd.t.Name, "in the shard but not in the index")
+		}
+		o.c.Tensors = append(o.c.Tensors, cd.t)
+	}
+	for i, s := range o.c.Shards {
+		s.Tensors = make([]*Tensor, 0, len(slabs[i]))
+		for j := range slabs[i] {
+			if !dropped[i][j] {
+				s.Tensors = append(s.Tensors, &slabs[i][j])
+			}
+		}
+	}
+	if idx == nil {
+		return
+	}
+	for i, s := range o.c.Shards {
+		if listed[i] == idx.count[s.Name] {
+			continue
+		}
+		for name, where := range idx.weightMap {
+			if where == s.Name {
+				if t := o.c.Tensor(name); t == nil || t.Shard != s {
+					o.problem(s.Name, name, "listed in the index but not in the shard")
+				}
+			}
+		}
+	}
+}
+
+// pathErrReason drops the path from an *fs.PathError: the Problem names the
+// file already.
+func pathErrReason(err error) string {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err.Error()
+	}
+	return err.Error()
 }

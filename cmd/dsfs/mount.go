@@ -1,0 +1,127 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"runtime"
+	"runtime/debug"
+	"strings"
+	"syscall"
+
+	"github.com/dsfs/dsfs/blockcache"
+	"github.com/dsfs/dsfs/manifest"
+	"github.com/dsfs/dsfs/vfs"
+	"github.com/dsfs/dsfs/views"
+)
+
+// source is an opened checkpoint with its views.
+type source struct {
+	cat *manifest.Catalog
+	set *views.Set
+}
+
+// openSource opens the checkpoint at dir, logs one line per problem found
+// and builds the views.
+func openSource(dir string, viewNames []string) (*source, error) {
+	cat, err := manifest.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range cat.Problems {
+		slog.Warn("bad input", "file", p.File, "tensor", p.Tensor, "reason", p.Reason)
+	}
+	set, err := views.Build(cat, viewNames)
+	if err != nil {
+		cat.Close()
+		return nil, err
+	}
+	return &source{cat: cat, set: set}, nil
+}
+
+func (s *source) Close() {
+	s.set.Close()
+	s.cat.Close()
+}
+
+func splitList(s string) []string {
+	if s == "" {
+		return nil
+	}
+	return strings.Split(s, ",")
+}
+
+func runMount(args []string) error {
+	fs := flags("mount")
+	cacheMB := fs.Int("cache-mb", 1024, "memory budget of the block cache, MiB")
+	viewList := fs.String("views", "", "comma-separated views to serve (default all: "+strings.Join(views.Names(), ",")+")")
+	allowOther := fs.Bool("allow-other", false, "let other users read the mount")
+	debugFuse := fs.Bool("debug", false, "log every FUSE request")
+	pos, err := parse(fs, args, 2, 2)
+	if err != nil {
+		return err
+	}
+	src, err := openSource(pos[0], splitList(*viewList))
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	budget := int64(*cacheMB) << 20
+	// Freed blocks go back to the OS soon after eviction, so anonymous
+	// memory tracks the cache budget rather than the GC's high-water mark.
+	debug.SetMemoryLimit(budget + 64<<20)
+	cache := blockcache.New(budget, runtime.NumCPU())
+	defer cache.Close()
+	m, err := vfs.Serve(pos[1], src.set.Root, cache, vfs.Options{
+		AllowOther: *allowOther,
+		Debug:      *debugFuse,
+		Status: func() map[string]any {
+			return map[string]any{
+				"source":   src.cat.Dir,
+				"views":    viewNamesOf(src.set.Root),
+				"shards":   len(src.cat.Shards),
+				"tensors":  len(src.cat.Tensors),
+				"problems": src.cat.Problems,
+			}
+		},
+	})
+	if err != nil {
+		return err
+	}
+	slog.Info("mounted", "source", src.cat.Dir, "mount", m.Dir, "shards", len(src.cat.Shards),
+		"tensors", len(src.cat.Tensors), "problems", len(src.cat.Problems), "cache_mb", *cacheMB)
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+	go func() {
+		s := <-sig
+		slog.Info("unmounting", "signal", s.String())
+		if err := m.Unmount(); err != nil {
+			slog.Error("unmount failed", "mount", m.Dir, "err", err)
+		}
+	}()
+	m.Wait()
+	signal.Stop(sig)
+	slog.Info("unmounted", "mount", m.Dir)
+	return nil
+}
+
+func viewNamesOf(root *views.Node) []string {
+	var names []string
+	for _, c := range root.Children {
+		names = append(names, c.Name)
+	}
+	return names
+}
+
+func runUmount(args []string) error {
+	pos, err := parse(flags("umount"), args, 1, 1)
+	if err != nil {
+		return err
+	}
+	if err := vfs.Unmount(pos[0]); err != nil {
+		return err
+	}
+	fmt.Println("unmounted", pos[0])
+	return nil
+}

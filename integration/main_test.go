@@ -1,0 +1,208 @@
+// Package integration mounts synthesized checkpoints for real (FUSE, as
+// root) and reads them with separate processes: cmp, sha256sum, a child
+// that mmaps a view shard.
+package integration
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/dsfs/dsfs/synth"
+	"github.com/edsrzf/mmap-go"
+)
+
+var (
+	// dsfsBin is the dsfs binary built for the tests.
+	dsfsBin string
+	// tinySrc is a v41-tiny checkpoint shared by the read-only tests.
+	tinySrc string
+	// skip says why the tests cannot mount here.
+	skip string
+)
+
+func TestMain(m *testing.M) {
+	if path := os.Getenv("DSFS_MMAP_SHA256"); path != "" {
+		os.Exit(mmapSHA256(path))
+	}
+	if os.Geteuid() != 0 {
+		skip = "integration tests mount with mount(2) and need root"
+	} else if _, err := os.Stat("/dev/fuse"); err != nil {
+		skip = "no /dev/fuse"
+	}
+	tmp, err := os.MkdirTemp("", "dsfs-integration-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := func() int {
+		defer os.RemoveAll(tmp)
+		if skip != "" {
+			return m.Run()
+		}
+		dsfsBin = filepath.Join(tmp, "dsfs")
+		if out, err := exec.Command("go", "build", "-o", dsfsBin, "../cmd/dsfs").CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "building dsfs: %v\n%s", err, out)
+			return 1
+		}
+		tinySrc = filepath.Join(tmp, "tiny")
+		if err := synth.Write("v41-tiny", tinySrc); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		return m.Run()
+	}()
+	os.Exit(code)
+}
+
+// mmapSHA256 is the child process of TestMmapFromAnotherProcess: it maps a
+// file and prints the SHA-256 of the mapped bytes.
+func mmapSHA256(path string) int {
+	f, err := os.Open(path)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer f.Close()
+	m, err := mmap.Map(f, mmap.RDONLY, 0)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer m.Unmap()
+	sum := sha256.Sum256(m)
+	fmt.Println(hex.EncodeToString(sum[:]))
+	return 0
+}
+
+func needMount(t *testing.T) {
+	t.Helper()
+	if skip != "" {
+		t.Skip(skip)
+	}
+}
+
+// mount is a running `dsfs mount` process.
+type mount struct {
+	dir    string
+	cmd    *exec.Cmd
+	log    *syncBuffer
+	done   chan struct{}
+	exited error
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// startMount mounts src with `dsfs mount` and waits until .dsfs/stats.json
+// can be read; the mount is undone when the test ends.
+func startMount(t *testing.T, src string, args ...string) *mount {
+	t.Helper()
+	needMount(t)
+	m := &mount{dir: t.TempDir(), log: &syncBuffer{}, done: make(chan struct{})}
+	m.cmd = exec.Command(dsfsBin, append(append([]string{"mount"}, args...), src, m.dir)...)
+	m.cmd.Stdout, m.cmd.Stderr = m.log, m.log
+	if err := m.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { m.exited = m.cmd.Wait(); close(m.done) }()
+	t.Cleanup(func() { m.stop(t) })
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if _, err := os.Stat(filepath.Join(m.dir, ".dsfs", "stats.json")); err == nil {
+			return m
+		}
+		select {
+		case <-m.done:
+			t.Fatalf("dsfs mount exited before it was ready: %v\n%s", m.exited, m.log)
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("mount not ready after 30 s\n%s", m.log)
+		}
+	}
+}
+
+// stop unmounts with SIGTERM, as a service manager would, and checks that
+// the process exits cleanly.
+func (m *mount) stop(t *testing.T) {
+	select {
+	case <-m.done:
+		return
+	default:
+	}
+	m.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-m.done:
+		if m.exited != nil {
+			t.Errorf("dsfs mount exited with %v after SIGTERM\n%s", m.exited, m.log)
+		}
+	case <-time.After(30 * time.Second):
+		m.cmd.Process.Kill()
+		syscall.Unmount(m.dir, syscall.MNT_DETACH)
+		t.Errorf("dsfs mount did not exit after SIGTERM\n%s", m.log)
+	}
+}
+
+func (m *mount) path(parts ...string) string {
+	return filepath.Join(append([]string{m.dir}, parts...)...)
+}
+
+// run runs a command and returns its combined output, failing the test on
+// a non-zero exit.
+func run(t *testing.T, name string, args ...string) string {
+	t.Helper()
+	out, err := exec.Command(name, args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// export writes a view with `dsfs export` and returns its directory.
+func export(t *testing.T, view, src string) string {
+	t.Helper()
+	out := t.TempDir()
+	run(t, dsfsBin, "export", view, src, out)
+	return out
+}
+
+// files lists the regular files below dir, relative.
+func files(t *testing.T, dir string) []string {
+	t.Helper()
+	var names []string
+	err := filepath.Walk(dir, func(p string, fi os.FileInfo, err error) error {
+		if err == nil && fi.Mode().IsRegular() {
+			rel, _ := filepath.Rel(dir, p)
+			names = append(names, rel)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return names
+}

@@ -1,0 +1,117 @@
+package manifest
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path"
+	"sort"
+	"strings"
+	"unicode/utf8"
+)
+
+// index is a parsed model.safetensors.index.json.
+type index struct {
+	// weightMap maps each tensor to its shard (a cleaned, accepted entry).
+	weightMap map[string]string
+	shards    []string       // the distinct accepted shards, sorted
+	count     map[string]int // tensors per accepted shard
+	problems  []Problem      // refused entries
+}
+
+// parseIndex parses an index. It fails when the document is unusable as a
+// whole (not JSON, no weight_map); a bad entry is a problem and is dropped.
+// A shard entry must be a relative, slash-separated path without ".."
+// components: it is refused, never opened, otherwise.
+func parseIndex(data []byte) (*index, error) {
+	var doc struct {
+		WeightMap map[string]any `json:"weight_map"`
+	}
+	if err := json.Unmarshal(data, &doc); err != nil {
+		return nil, fmt.Errorf("does not parse: %v", err)
+	}
+	if doc.WeightMap == nil {
+		return nil, errors.New("has no weight_map object")
+	}
+	idx := &index{
+		weightMap: make(map[string]string, len(doc.WeightMap)),
+		count:     make(map[string]int),
+	}
+	refused := make(map[string]string) // entry -> reason
+	// Clean once per distinct entry; there are thousands of tensors per shard.
+	cleaned := make(map[string]string)
+	for name, v := range doc.WeightMap {
+		entry, ok := v.(string)
+		if !ok {
+			idx.problems = append(idx.problems, Problem{File: IndexName, Tensor: name,
+				Reason: fmt.Sprintf("weight_map value %s is not a file name", jsonText(v))})
+			continue
+		}
+		if _, bad := refused[entry]; bad {
+			continue
+		}
+		shard, ok := cleaned[entry]
+		if !ok {
+			if err := checkEntry(entry); err != nil {
+				refused[entry] = err.Error()
+				continue
+			}
+			shard = path.Clean(entry)
+			cleaned[entry] = shard
+		}
+		idx.weightMap[name] = shard
+		idx.count[shard]++
+	}
+	for shard := range idx.count {
+		idx.shards = append(idx.shards, shard)
+	}
+	sort.Strings(idx.shards)
+	for entry, reason := range refused {
+		idx.problems = append(idx.problems, Problem{File: IndexName,
+			Reason: fmt.Sprintf("shard entry %q %s; refused", entry, reason)})
+	}
+	sort.Slice(idx.problems, func(i, j int) bool {
+		a, b := idx.problems[i], idx.problems[j]
+		if a.Tensor != b.Tensor {
+			return a.Tensor < b.Tensor
+		}
+		return a.Reason < b.Reason
+	})
+	return idx, nil
+}
+
+// checkEntry says why an index entry may not name a shard: only relative
+// paths inside the checkpoint directory are opened. Symbolic links met on
+// the way are followed later (the entry, not the target, is constrained).
+func checkEntry(entry string) error {
+	switch {
+	case entry == "":
+		return errors.New("is empty")
+	case strings.ContainsRune(entry, 0):
+		return errors.New("holds a NUL byte")
+	case path.IsAbs(entry):
+		return errors.New("is an absolute path")
+	}
+	for _, c := range strings.Split(entry, "/") {
+		if c == ".." {
+			return errors.New("has a .. component")
+		}
+	}
+	if path.Clean(entry) == "." {
+		return errors.New("names the checkpoint directory itself")
+	}
+	return nil
+}
+
+// jsonText renders a decoded JSON value for a message, shortened.
+func jsonText(v any) string {
+	b, _ := json.Marshal(v) // decoded JSON always re-encodes
+	n := 40
+	if len(b) <= n {
+		return string(b)
+	}
+	for n > 0 && !utf8.RuneStart(b[n]) {
+		n--
+	}
+	return string(b[:n]) + "..."
+}

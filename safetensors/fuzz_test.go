@@ -1,0 +1,153 @@
+package safetensors
+
+import (
+	"bytes"
+	"fmt"
+	"math/big"
+	"runtime"
+	"sort"
+	"strings"
+	"testing"
+)
+
+// FuzzParseHeader reads arbitrary files. A header that parses must satisfy
+// the format's invariants and lay out again, through NewLayout, to a file
+// that parses to the same tensors; reading must never allocate much more
+// than the input, whatever lengths the input claims.
+func FuzzParseHeader(f *testing.F) {
+	f.Fuzz(func(t *testing.T, file []byte) {
+		before := allocated()
+		h, err := ReadHeader(bytes.NewReader(file), int64(len(file)))
+		checkAllocated(t, before, len(file))
+		if err == nil {
+			checkHeader(t, h, int64(len(file)))
+		}
+		// The same bytes as a bare header, so that mutations which break
+		// the length prefix still reach the JSON parser.
+		if len(file) >= 8 {
+			before := allocated()
+			h, err := ParseHeader(file[8:], -1)
+			checkAllocated(t, before, len(file))
+			if err == nil {
+				checkHeader(t, h, -1)
+			}
+		}
+	})
+}
+
+func allocated() uint64 {
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.TotalAlloc
+}
+
+// checkAllocated fails if more was allocated since before than a JSON
+// decode of n bytes can explain.
+func checkAllocated(t *testing.T, before uint64, n int) {
+	t.Helper()
+	if got, limit := allocated()-before, uint64(64*n+1<<20); got > limit {
+		t.Fatalf("allocated %d bytes reading %d input bytes (limit %d)", got, n, limit)
+	}
+}
+
+// checkHeader checks the invariants of a parsed header of a file of the
+// given size (-1: unknown) and its round trip through NewLayout.
+func checkHeader(t *testing.T, h *Header, size int64) {
+	t.Helper()
+	var end int64
+	names := make(map[string]bool)
+	for i, ts := range h.Tensors {
+		if ts.Begin != end || ts.End < ts.Begin {
+			t.Fatalf("tensor %d %q at [%d, %d]: not contiguous after %d", i, ts.Name, ts.Begin, ts.End, end)
+		}
+		end = ts.End
+		if ts.Name == MetadataKey || names[ts.Name] {
+			t.Fatalf("tensor %q reserved or repeated", ts.Name)
+		}
+		names[ts.Name] = true
+		// The byte length, computed independently with big integers.
+		n := big.NewInt(int64(ts.DType.Bits()))
+		for _, d := range ts.Shape {
+			if d < 0 {
+				t.Fatalf("tensor %q: negative dimension in %v", ts.Name, ts.Shape)
+			}
+			n.Mul(n, big.NewInt(d))
+		}
+		if !ts.DType.Known() || n.Cmp(big.NewInt(ts.Len()*8)) != 0 {
+			t.Fatalf("tensor %q: %s %v is %v bits, data_offsets give %d bytes", ts.Name, ts.DType, ts.Shape, n, ts.Len())
+		}
+	}
+	if size >= 0 && h.DataStart+end != size {
+		t.Fatalf("data ends at %d in a %d-byte file", h.DataStart+end, size)
+	}
+
+	var meta []Meta
+	for k, v := range h.Metadata {
+		meta = append(meta, Meta{k, v})
+	}
+	sort.Slice(meta, func(i, j int) bool { return meta[i].Key < meta[j].Key })
+	specs := make([]Spec, len(h.Tensors))
+	for i, ts := range h.Tensors {
+		specs[i] = Spec{ts.Name, ts.DType, ts.Shape}
+	}
+	l, err := NewLayout(meta, specs)
+	if err != nil {
+		t.Fatalf("NewLayout of a parsed header: %v", err)
+	}
+	if len(l.Header)%8 != 0 || l.Size != l.DataStart()+end {
+		t.Fatalf("layout: header %d bytes, file %d bytes for %d data bytes", len(l.Header), l.Size, end)
+	}
+	h2, err := ReadHeader(bytes.NewReader(l.Header), int64(len(l.Header)))
+	if err == nil && end != 0 {
+		t.Fatalf("a layout header without its data parsed")
+	}
+	h2, err = ParseHeader(l.Header[8:], l.Size)
+	if err != nil {
+		t.Fatalf("laid-out header does not parse: %v\n%s", err, l.Header[8:])
+	}
+	if got, want := tensorSet(h2), tensorSet(h); got != want {
+		t.Fatalf("round trip changed the tensors:\n%s\nwant\n%s", got, want)
+	}
+	if fmt.Sprint(h2.Metadata) != fmt.Sprint(h.Metadata) { // fmt sorts keys; nil and empty print alike
+		t.Fatalf("round trip changed the metadata: %v, want %v", h2.Metadata, h.Metadata)
+	}
+	if fmt.Sprint(h2.Tensors) != fmt.Sprint(l.Tensors) {
+		t.Fatalf("layout places tensors at %v, its header says %v", l.Tensors, h2.Tensors)
+	}
+}
+
+// tensorSet renders the tensors without their offsets, in name order.
+func tensorSet(h *Header) string {
+	lines := make([]string, len(h.Tensors))
+	for i, ts := range h.Tensors {
+		lines[i] = fmt.Sprintf("%q %s %v %d", ts.Name, ts.DType, ts.Shape, ts.Len())
+	}
+	sort.Strings(lines)
+	return fmt.Sprint(lines)
+}
+
+// TestParseHeaderRegressions pins the bugs fuzzing found.
+func TestParseHeaderRegressions(t *testing.T) {
+	tests := []struct {
+		header string
+		size   int64
+		want   string
+	}{
+		// 2^59 F64 elements are 2^65 bits: the product wrapped to 0 and
+		// the tensor parsed as empty.
+		{`{"a":{"dtype":"F64","shape":[576460752303423488],"data_offsets":[0,0]}}`, -1, "shape overflows"},
+		{`{"a":{"dtype":"C64","shape":[288230376151711744,2],"data_offsets":[0,0]}}`, -1, "shape overflows"},
+		// serde_json allows only JSON whitespace after the object.
+		{"{}\u00a0", -1, "trailing data"},
+		{"{}\u2003", -1, "trailing data"},
+	}
+	for _, tt := range tests {
+		_, err := ParseHeader([]byte(tt.header), tt.size)
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("ParseHeader(%q) = %v, want an error saying %q", tt.header, err, tt.want)
+		}
+	}
+	if _, err := ParseHeader([]byte("{} \t\r\n"), 8+6); err != nil {
+		t.Errorf("JSON whitespace after the header: %v", err)
+	}
+}

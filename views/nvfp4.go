@@ -1,0 +1,245 @@
+package views
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/dsfs/dsfs/codecs"
+	"github.com/dsfs/dsfs/manifest"
+	"github.com/dsfs/dsfs/safetensors"
+	"golang.org/x/sync/errgroup"
+)
+
+// blockTarget is the size a derived block aims for: large enough that the
+// per-block overhead vanishes, small enough to cache well.
+const blockTarget = 1 << 20
+
+// rowBlocks returns derived data of rows rows of rowBytes bytes each, cut
+// into blocks of whole rows; compute fills rows [lo, hi).
+func rowBlocks(id string, rows, rowBytes int64, compute func(ctx context.Context, lo, hi int64, dst []byte) error) *Blocks {
+	per := max(1, blockTarget/rowBytes)
+	return &Blocks{ID: id, N: rows * rowBytes, BlockLen: per * rowBytes,
+		Compute: func(ctx context.Context, i int64, dst []byte) error {
+			lo := i * per
+			return compute(ctx, lo, lo+int64(len(dst))/rowBytes, dst)
+		}}
+}
+
+// readTensor reads bytes [off, off+len(p)) of a source tensor.
+func readTensor(t *manifest.Tensor, p []byte, off int64) error {
+	if _, err := t.Shard.ReadAt(p, t.Offset+off); err != nil {
+		return fmt.Errorf("%s: tensor %s: %w", t.Shard.Name, t.Name, err)
+	}
+	return nil
+}
+
+// nvfp4 transcodes MXFP4 expert matrices to NVFP4 (FORMATS.md "nvfp4/").
+type nvfp4 struct {
+	set     *Set
+	experts []*manifest.Tensor // the weights it transcodes, by name
+
+	mu     sync.Mutex
+	groups map[string]*nvGroup // by group name
+}
+
+// nvGroup is the set of matrices that share one global exponent: w1 and w3
+// of one expert, or w2 alone.
+type nvGroup struct {
+	scales []*manifest.Tensor
+	g      func() (int, error)
+}
+
+func nvfp4Rewriter(s *Set) (Rewriter, error) {
+	n := &nvfp4{set: s, groups: make(map[string]*nvGroup)}
+	for _, t := range s.Cat.Tensors {
+		if isNVFP4Expert(t) {
+			n.experts = append(n.experts, t)
+		}
+	}
+	return n, nil
+}
+
+func (n *nvfp4) String() string { return "nvfp4" }
+
+// isNVFP4Expert reports whether t is an expert weight this view transcodes.
+func isNVFP4Expert(t *manifest.Tensor) bool {
+	return (t.Role == manifest.RoleRoutedExpert || t.Role == manifest.RoleMTPExpert) &&
+		t.Format == manifest.FormatMXFP4 && t.Scale != nil
+}
+
+// groupName names the global-exponent group of an expert weight.
+func groupName(t *manifest.Tensor) string {
+	b := base(t.Name)
+	if t.Proj == "w3" {
+		return strings.TrimSuffix(b, "w3") + "w1"
+	}
+	return b
+}
+
+// group returns the memoised global-exponent group of an expert weight.
+func (n *nvfp4) group(t *manifest.Tensor) *nvGroup {
+	name := groupName(t)
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if g, ok := n.groups[name]; ok {
+		return g
+	}
+	g := &nvGroup{scales: []*manifest.Tensor{t.Scale}}
+	if t.Proj == "w1" || t.Proj == "w3" {
+		other := "w3"
+		if t.Proj == "w3" {
+			other = "w1"
+		}
+		partner := n.set.Cat.Tensor(strings.TrimSuffix(base(t.Name), t.Proj) + other + ".weight")
+		if partner != nil && isNVFP4Expert(partner) {
+			g.scales = append(g.scales, partner.Scale)
+		}
+	}
+	sort.Slice(g.scales, func(i, j int) bool { return g.scales[i].Name < g.scales[j].Name })
+	g.g = sync.OnceValues(func() (int, error) {
+		bufs := make([][]byte, len(g.scales))
+		for i, sc := range g.scales {
+			bufs[i] = make([]byte, sc.Size)
+			if err := readTensor(sc, bufs[i], 0); err != nil {
+				return 0, err
+			}
+		}
+		return codecs.GlobalExponent(bufs...), nil
+	})
+	n.groups[name] = g
+	return g
+}
+
+func (n *nvfp4) Rewrite(t *manifest.Tensor) ([]Out, bool) {
+	if t.ScaleOf != nil && isNVFP4Expert(t.ScaleOf) {
+		return nil, true // the scale is replaced by the weight's outputs
+	}
+	if !isNVFP4Expert(t) {
+		return nil, false
+	}
+	rows, cols := t.Shape[0], t.Shape[1] // [out, in/2] bytes
+	g := n.group(t)
+	b := base(t.Name)
+	scaleRow := t.Scale.Shape[1]
+	scale := rowBlocks("nvfp4/"+b+".weight_scale", rows, 2*scaleRow, func(ctx context.Context, lo, hi int64, dst []byte) error {
+		ge, err := g.g()
+		if err != nil {
+			return err
+		}
+		src := make([]byte, (hi-lo)*scaleRow)
+		if err := readTensor(t.Scale, src, lo*scaleRow); err != nil {
+			return err
+		}
+		codecs.NVFP4WeightScale(dst, src, ge)
+		return nil
+	})
+	global := &Blocks{ID: "nvfp4/" + b + ".weight_scale_2", N: 4, BlockLen: 4,
+		Compute: func(ctx context.Context, _ int64, dst []byte) error {
+			ge, err := g.g()
+			if err != nil {
+				return err
+			}
+			putF32(dst, codecs.WeightScale2(ge))
+			return nil
+		}}
+	return []Out{
+		{Name: b + ".weight", DType: safetensors.U8, Shape: []int64{rows, cols}, Data: Range{R: t.Shard, Off: t.Offset, N: t.Size}},
+		{Name: b + ".weight_scale", DType: safetensors.F8E4M3, Shape: []int64{rows, 2 * scaleRow}, Data: scale},
+		{Name: b + ".weight_scale_2", DType: safetensors.F32, Shape: []int64{}, Data: global},
+	}, true
+}
+
+func (n *nvfp4) ConfigPatch() map[string]any {
+	return map[string]any{"quantization_config.expert_dtype": "nvfp4"}
+}
+
+func (n *nvfp4) Files() map[string]*Node {
+	return map[string]*Node{
+		"TRANSCODE.json":       jsonDoc(n.report),
+		"hf_quant_config.json": {File: NewFile(Bytes(n.hfQuantConfig()))},
+	}
+}
+
+// nvReport is one row of nvfp4/TRANSCODE.json.
+type nvReport struct {
+	Tensor string `json:"tensor"`
+	Shard  string `json:"shard"`
+	G      int    `json:"g"`
+	codecs.NVFP4Counts
+}
+
+// report counts clamped and lossy blocks of every expert; it reads every
+// expert weight once, in parallel.
+func (n *nvfp4) report(ctx context.Context) (any, error) {
+	rows := make([]nvReport, len(n.experts))
+	eg, ctx := errgroup.WithContext(ctx)
+	eg.SetLimit(workers())
+	for i, t := range n.experts {
+		eg.Go(func() error {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			g, err := n.group(t).g()
+			if err != nil {
+				return err
+			}
+			w := make([]byte, t.Size)
+			sc := make([]byte, t.Scale.Size)
+			if err := readTensor(t, w, 0); err != nil {
+				return err
+			}
+			if err := readTensor(t.Scale, sc, 0); err != nil {
+				return err
+			}
+			rows[i] = nvReport{Tensor: base(t.Name), Shard: t.Shard.Name, G: g, NVFP4Counts: codecs.CountNVFP4(w, sc, g)}
+			return nil
+		})
+	}
+	if err := eg.Wait(); err != nil {
+		return nil, err
+	}
+	var total codecs.NVFP4Counts
+	for _, r := range rows {
+		total.Add(r.NVFP4Counts)
+	}
+	return struct {
+		View    string             `json:"view"`
+		Codec   string             `json:"codec_version"`
+		Experts int                `json:"experts"`
+		Totals  codecs.NVFP4Counts `json:"totals"`
+		Tensors []nvReport         `json:"tensors"`
+	}{"nvfp4", codecs.Version, len(rows), total, rows}, nil
+}
+
+// hfQuantConfig is the ModelOpt description of the view: W4A16 NVFP4
+// experts (no activation calibration exists, so no input_scale), every
+// other module excluded.
+func (n *nvfp4) hfQuantConfig() []byte {
+	quant := make(map[string]bool, len(n.experts))
+	for _, t := range n.experts {
+		quant[base(t.Name)] = true
+	}
+	exclude := []string{}
+	seen := make(map[string]bool)
+	for _, t := range n.set.Cat.Tensors {
+		m := base(t.Name)
+		if quant[m] || (t.ScaleOf != nil && quant[base(t.ScaleOf.Name)]) || seen[m] || !strings.HasSuffix(t.Name, ".weight") {
+			continue
+		}
+		seen[m] = true
+		exclude = append(exclude, m)
+	}
+	sort.Strings(exclude)
+	return mustJSON(map[string]any{
+		"producer": map[string]any{"name": "dsfs", "version": codecs.Version},
+		"quantization": map[string]any{
+			"quant_algo":          "W4A16_NVFP4",
+			"kv_cache_quant_algo": nil,
+			"group_size":          16,
+			"exclude_modules":     exclude,
+		},
+	})
+}

@@ -1,0 +1,318 @@
+package views
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path"
+	"sort"
+	"strings"
+
+	"github.com/dsfs/dsfs/codecs"
+	"github.com/dsfs/dsfs/manifest"
+	"github.com/dsfs/dsfs/safetensors"
+)
+
+// View is a named tree of virtual files built from a catalog.
+type View struct {
+	Name string
+	// About is one line for --help and the README.
+	About string
+	build func(s *Set, name string) (*Node, error)
+}
+
+// registry lists every view; a new view is one file plus one line here.
+var registry = []View{
+	{"source", "the checkpoint as it is, served unchanged", buildSource},
+	{"nvfp4", "routed and MTP experts MXFP4 -> NVFP4 (lossless), everything else as is", safetensorsView(nvfp4Rewriter)},
+	{"engram-fp4", "Engram tables FP8 -> FP4 with block-32 E8M0 scales, everything else as is", safetensorsView(engramRewriter)},
+	{"nvfp4+engram-fp4", "both transcodes at once (the seed script's default output)", safetensorsView(nvfp4Rewriter, engramRewriter)},
+}
+
+// Names lists the registered views in order.
+func Names() []string {
+	names := make([]string, len(registry))
+	for i, v := range registry {
+		names[i] = v.Name
+	}
+	return names
+}
+
+// All returns the registered views.
+func All() []View { return append([]View(nil), registry...) }
+
+// Set is the views of one catalog. It owns the source files it opened.
+type Set struct {
+	Cat   *manifest.Catalog
+	Root  *Node
+	files map[string]*os.File
+}
+
+// Build builds the named views (all when names is empty) of cat under one
+// root directory.
+func Build(cat *manifest.Catalog, names []string) (*Set, error) {
+	s := &Set{Cat: cat, files: make(map[string]*os.File)}
+	want := make(map[string]bool)
+	for _, n := range names {
+		want[n] = true
+	}
+	var dirs []*Node
+	for _, v := range registry {
+		if len(want) > 0 && !want[v.Name] {
+			continue
+		}
+		delete(want, v.Name)
+		n, err := v.build(s, v.Name)
+		if err != nil {
+			s.Close()
+			return nil, fmt.Errorf("view %s: %w", v.Name, err)
+		}
+		n.Name = v.Name
+		dirs = append(dirs, n)
+	}
+	for n := range want {
+		s.Close()
+		return nil, fmt.Errorf("unknown view %q (have %s)", n, strings.Join(Names(), ", "))
+	}
+	s.Root = Dir("", dirs...)
+	return s, nil
+}
+
+// Close closes the source files the views opened.
+func (s *Set) Close() error {
+	var first error
+	for _, f := range s.files {
+		if err := f.Close(); err != nil && first == nil {
+			first = err
+		}
+	}
+	s.files = nil
+	return first
+}
+
+// open returns the shared open handle of a source file.
+func (s *Set) open(p string) (*os.File, error) {
+	if f, ok := s.files[p]; ok {
+		return f, nil
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		return nil, err
+	}
+	s.files[p] = f
+	return f, nil
+}
+
+// sourceFile is a file of the checkpoint served unchanged.
+func (s *Set) sourceFile(name, p string, size int64) (*Node, error) {
+	f, err := s.open(p)
+	if err != nil {
+		return nil, err
+	}
+	file := NewFile(Range{R: f, Off: 0, N: size})
+	file.Source = p
+	return &Node{Name: name, File: file}, nil
+}
+
+// tree places file nodes at their slash-separated paths under a directory.
+func tree(name string, files map[string]*Node) *Node {
+	root := Dir(name)
+	paths := make([]string, 0, len(files))
+	for p := range files {
+		paths = append(paths, p)
+	}
+	sort.Strings(paths)
+	for _, p := range paths {
+		dir := root
+		parts := strings.Split(p, "/")
+		for _, d := range parts[:len(parts)-1] {
+			c := dir.Child(d)
+			if c == nil {
+				c = Dir(d)
+				dir.Children = append(dir.Children, c)
+				sort.Slice(dir.Children, func(i, j int) bool { return dir.Children[i].Name < dir.Children[j].Name })
+			}
+			dir = c
+		}
+		n := files[p]
+		n.Name = parts[len(parts)-1]
+		dir.Children = append(dir.Children, n)
+		sort.Slice(dir.Children, func(i, j int) bool { return dir.Children[i].Name < dir.Children[j].Name })
+	}
+	return root
+}
+
+func buildSource(s *Set, _ string) (*Node, error) {
+	files := make(map[string]*Node)
+	for _, sh := range s.Cat.Shards {
+		n, err := s.sourceFile(sh.Name, sh.Path, sh.Size)
+		if err != nil {
+			return nil, err
+		}
+		files[sh.Name] = n
+	}
+	for _, f := range s.Cat.Files {
+		n, err := s.sourceFile(f.Name, f.Path, f.Size)
+		if err != nil {
+			return nil, err
+		}
+		files[f.Name] = n
+	}
+	return tree("source", files), nil
+}
+
+// Out is one tensor of a virtual safetensors file.
+type Out struct {
+	Name  string
+	DType safetensors.DType
+	Shape []int64
+	Data  Segment
+}
+
+// A Rewriter changes some tensors of a checkpoint. Rewrite returns the
+// tensors that replace t (none to drop it) and true, or false to leave t to
+// the next rewriter and finally to pass it through unchanged.
+type Rewriter interface {
+	Rewrite(t *manifest.Tensor) ([]Out, bool)
+	// ConfigPatch lists the config.json keys the view sets.
+	ConfigPatch() map[string]any
+	// Files are the view's own files (reports, quantisation configs).
+	Files() map[string]*Node
+}
+
+// safetensorsView returns a view builder that rewrites the checkpoint's
+// tensors with the given rewriters, shard by shard, and passes every other
+// file through (config.json patched, the index rewritten).
+func safetensorsView(makers ...func(s *Set) (Rewriter, error)) func(s *Set, name string) (*Node, error) {
+	return func(s *Set, name string) (*Node, error) {
+		var rws []Rewriter
+		for _, m := range makers {
+			rw, err := m(s)
+			if err != nil {
+				return nil, err
+			}
+			rws = append(rws, rw)
+		}
+		return s.rewrite(name, rws)
+	}
+}
+
+func (s *Set) rewrite(view string, rws []Rewriter) (*Node, error) {
+	files := make(map[string]*Node)
+	weightMap := make(map[string]string)
+	var total int64
+	for _, sh := range s.Cat.Shards {
+		var outs []Out
+		for _, t := range sh.Tensors {
+			outs = append(outs, rewriteTensor(rws, t)...)
+		}
+		if len(outs) == 0 {
+			continue
+		}
+		f, err := SafetensorsFile(view, outs)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", sh.Name, err)
+		}
+		files[sh.Name] = &Node{File: f}
+		for _, o := range outs {
+			weightMap[o.Name] = sh.Name
+			total += o.Data.Len()
+		}
+	}
+	config := s.Cat.ConfigBytes
+	for _, rw := range rws {
+		for k, v := range rw.ConfigPatch() {
+			b, err := manifest.PatchConfig(config, strings.Split(k, "."), v)
+			if err != nil {
+				return nil, fmt.Errorf("config.json: %w", err)
+			}
+			config = b
+		}
+		for name, n := range rw.Files() {
+			files[name] = n
+		}
+	}
+	for _, f := range s.Cat.Files {
+		switch {
+		case f.Name == "model.safetensors.index.json":
+			continue
+		case f.Name == "config.json" && !bytes.Equal(config, s.Cat.ConfigBytes):
+			files[f.Name] = &Node{File: NewFile(Bytes(config))}
+		default:
+			n, err := s.sourceFile(f.Name, f.Path, f.Size)
+			if err != nil {
+				return nil, err
+			}
+			files[f.Name] = n
+		}
+	}
+	if len(weightMap) > 0 {
+		files["model.safetensors.index.json"] = &Node{File: NewFile(Bytes(indexJSON(total, weightMap)))}
+	}
+	return tree("", files), nil
+}
+
+func rewriteTensor(rws []Rewriter, t *manifest.Tensor) []Out {
+	for _, rw := range rws {
+		if outs, ok := rw.Rewrite(t); ok {
+			return outs
+		}
+	}
+	return []Out{passthrough(t)}
+}
+
+// passthrough serves a source tensor unchanged.
+func passthrough(t *manifest.Tensor) Out {
+	return Out{Name: t.Name, DType: t.DType, Shape: t.Shape, Data: Range{R: t.Shard, Off: t.Offset, N: t.Size}}
+}
+
+// SafetensorsFile lays out tensors as a safetensors file (FORMATS.md
+// "Virtual safetensors files") whose data comes from their segments.
+func SafetensorsFile(view string, outs []Out) (*File, error) {
+	specs := make([]safetensors.Spec, len(outs))
+	byName := make(map[string]Segment, len(outs))
+	for i, o := range outs {
+		specs[i] = safetensors.Spec{Name: o.Name, DType: o.DType, Shape: o.Shape}
+		byName[o.Name] = o.Data
+	}
+	l, err := safetensors.NewLayout([]safetensors.Meta{
+		{Key: "format", Value: "pt"}, {Key: "dsfs.view", Value: view}, {Key: "dsfs.codec", Value: codecs.Version},
+	}, specs)
+	if err != nil {
+		return nil, err
+	}
+	f := NewFile(Bytes(l.Header))
+	for _, t := range l.Tensors {
+		seg := byName[t.Name]
+		if seg.Len() != t.Len() {
+			return nil, fmt.Errorf("tensor %s: data is %d bytes, %s %v needs %d", t.Name, seg.Len(), t.DType, t.Shape, t.Len())
+		}
+		f.Append(seg)
+	}
+	return f, nil
+}
+
+func indexJSON(total int64, weightMap map[string]string) []byte {
+	b, _ := json.MarshalIndent(struct {
+		Metadata  map[string]int64  `json:"metadata"`
+		WeightMap map[string]string `json:"weight_map"`
+	}{map[string]int64{"total_size": total}, weightMap}, "", "  ")
+	return append(b, '\n')
+}
+
+// jsonDoc is a generated JSON document.
+func jsonDoc(gen func(ctx context.Context) (any, error)) *Node {
+	return &Node{Doc: NewDoc(func(ctx context.Context) ([]byte, error) {
+		v, err := gen(ctx)
+		if err != nil {
+			return nil, err
+		}
+		b, err := json.MarshalIndent(v, "", "  ")
+		return append(b, '\n'), err
+	})}
+}
+
+// base strips a tensor name's last component (".weight", ".scale").
+func base(name string) string { return strings.TrimSuffix(name, path.Ext(name)) }

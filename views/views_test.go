@@ -1,0 +1,290 @@
+package views
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/dsfs/dsfs/blockcache"
+	"github.com/dsfs/dsfs/codecs"
+	"github.com/dsfs/dsfs/manifest"
+	"github.com/dsfs/dsfs/safetensors"
+	"github.com/dsfs/dsfs/synth"
+)
+
+// tinyDir holds a v41-tiny checkpoint written once for the package's tests.
+var tinyDir string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "dsfs-views-test-")
+	if err == nil {
+		err = synth.Write("v41-tiny", dir)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "writing v41-tiny:", err)
+		os.Exit(1)
+	}
+	tinyDir = dir
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// tinySet builds every view of a v41-tiny checkpoint written once per test
+// binary.
+func tinySet(t *testing.T) (*Set, *blockcache.Cache) {
+	t.Helper()
+	cat, err := manifest.Open(tinyDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cat.Problems) > 0 {
+		t.Fatalf("v41-tiny has problems: %v", cat.Problems)
+	}
+	s, err := Build(cat, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cache := blockcache.New(64<<20, 2)
+	t.Cleanup(func() { cache.Close(); s.Close(); cat.Close() })
+	return s, cache
+}
+
+func readAll(t *testing.T, n *Node, cache Cache) []byte {
+	t.Helper()
+	if n.Doc != nil {
+		b, err := n.Doc.Bytes(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	b, err := io.ReadAll(io.NewSectionReader(NewReader(n.File, cache), 0, n.File.Size()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// parsed is a virtual safetensors file read whole and parsed.
+type parsed struct {
+	h    *safetensors.Header
+	data []byte
+}
+
+func (p parsed) tensor(name string) ([]byte, safetensors.Tensor, bool) {
+	tt, ok := p.h.Find(name)
+	if !ok {
+		return nil, tt, false
+	}
+	return p.data[p.h.DataStart+tt.Begin : p.h.DataStart+tt.End], tt, true
+}
+
+// viewTensors reads every safetensors file of a view and checks that the
+// index names each tensor's file.
+func viewTensors(t *testing.T, view *Node, cache Cache) map[string]parsed {
+	t.Helper()
+	files := make(map[string]parsed)
+	var index struct {
+		Metadata struct {
+			TotalSize int64 `json:"total_size"`
+		} `json:"metadata"`
+		WeightMap map[string]string `json:"weight_map"`
+	}
+	if err := json.Unmarshal(readAll(t, view.Child("model.safetensors.index.json"), cache), &index); err != nil {
+		t.Fatal(err)
+	}
+	var total int64
+	seen := 0
+	for _, c := range view.Children {
+		if !strings.HasSuffix(c.Name, ".safetensors") {
+			continue
+		}
+		b := readAll(t, c, cache)
+		h, err := safetensors.ReadHeader(bytes.NewReader(b), int64(len(b)))
+		if err != nil {
+			t.Fatalf("%s/%s: %v", view.Name, c.Name, err)
+		}
+		files[c.Name] = parsed{h, b}
+		for _, tt := range h.Tensors {
+			if index.WeightMap[tt.Name] != c.Name {
+				t.Errorf("%s: index puts %s in %q", c.Name, tt.Name, index.WeightMap[tt.Name])
+			}
+			total += tt.Len()
+			seen++
+		}
+	}
+	if seen != len(index.WeightMap) || total != index.Metadata.TotalSize {
+		t.Errorf("%s: files hold %d tensors / %d bytes, index says %d / %d", view.Name, seen, total, len(index.WeightMap), index.Metadata.TotalSize)
+	}
+	return files
+}
+
+func find(files map[string]parsed, name string) ([]byte, safetensors.Tensor, bool) {
+	for _, p := range files {
+		if b, tt, ok := p.tensor(name); ok {
+			return b, tt, true
+		}
+	}
+	return nil, safetensors.Tensor{}, false
+}
+
+func sourceBytes(t *testing.T, tt *manifest.Tensor) []byte {
+	t.Helper()
+	b := make([]byte, tt.Size)
+	if _, err := tt.Shard.ReadAt(b, tt.Offset); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestNVFP4View(t *testing.T) {
+	s, cache := tinySet(t)
+	view := s.Root.Child("nvfp4")
+	files := viewTensors(t, view, cache)
+	experts := 0
+	for _, src := range s.Cat.Tensors {
+		switch {
+		case isNVFP4Expert(src):
+			experts++
+			b := base(src.Name)
+			w, wt, ok := find(files, b+".weight")
+			if !ok || wt.DType != safetensors.U8 || !bytes.Equal(w, sourceBytes(t, src)) {
+				t.Fatalf("%s.weight: missing, not U8 or not the source bytes", b)
+			}
+			ws, wst, _ := find(files, b+".weight_scale")
+			g2, g2t, _ := find(files, b+".weight_scale_2")
+			if wst.DType != safetensors.F8E4M3 || len(g2t.Shape) != 0 || g2t.DType != safetensors.F32 {
+				t.Fatalf("%s: weight_scale %v %v, weight_scale_2 %v %v", b, wst.DType, wst.Shape, g2t.DType, g2t.Shape)
+			}
+			sc := sourceBytes(t, src.Scale)
+			want := make([]byte, 2*len(sc))
+			g := codecs.GlobalExponent(sc)
+			if partner := s.Cat.Tensor(strings.Replace(src.Name, ".w1.", ".w3.", 1)); src.Proj == "w1" && partner != nil {
+				g = codecs.GlobalExponent(sc, sourceBytes(t, partner.Scale))
+			} else if partner := s.Cat.Tensor(strings.Replace(src.Name, ".w3.", ".w1.", 1)); src.Proj == "w3" && partner != nil {
+				g = codecs.GlobalExponent(sc, sourceBytes(t, partner.Scale))
+			}
+			codecs.NVFP4WeightScale(want, sc, g)
+			if !bytes.Equal(ws, want) {
+				t.Fatalf("%s.weight_scale differs from the codec's output for g=%d", b, g)
+			}
+			var g2want [4]byte
+			putF32(g2want[:], codecs.WeightScale2(g))
+			if !bytes.Equal(g2, g2want[:]) {
+				t.Fatalf("%s.weight_scale_2 = %v, want 2^%d", b, g2, g)
+			}
+			if _, _, ok := find(files, src.Scale.Name); ok {
+				t.Fatalf("%s: the source scale was not dropped", src.Scale.Name)
+			}
+		case src.ScaleOf != nil && isNVFP4Expert(src.ScaleOf):
+		default:
+			got, _, ok := find(files, src.Name)
+			if !ok || !bytes.Equal(got, sourceBytes(t, src)) {
+				t.Fatalf("%s: not passed through unchanged", src.Name)
+			}
+		}
+	}
+	if experts == 0 {
+		t.Fatal("v41-tiny has no MXFP4 experts")
+	}
+	// w1 and w3 of one expert share their global scale: loaders fuse them.
+	w1, _, _ := find(files, "layers.1.ffn.experts.0.w1.weight_scale_2")
+	w3, _, _ := find(files, "layers.1.ffn.experts.0.w3.weight_scale_2")
+	if !bytes.Equal(w1, w3) {
+		t.Fatalf("w1 and w3 global scales differ: %v %v", w1, w3)
+	}
+
+	var cfg struct {
+		Q map[string]any `json:"quantization_config"`
+	}
+	if err := json.Unmarshal(readAll(t, view.Child("config.json"), cache), &cfg); err != nil || cfg.Q["expert_dtype"] != "nvfp4" {
+		t.Fatalf("config.json quantization_config = %v (%v)", cfg.Q, err)
+	}
+	var hq struct {
+		Quantization struct {
+			Algo    string   `json:"quant_algo"`
+			KV      *string  `json:"kv_cache_quant_algo"`
+			Group   int      `json:"group_size"`
+			Exclude []string `json:"exclude_modules"`
+		} `json:"quantization"`
+	}
+	if err := json.Unmarshal(readAll(t, view.Child("hf_quant_config.json"), cache), &hq); err != nil {
+		t.Fatal(err)
+	}
+	q := hq.Quantization
+	if q.Algo != "W4A16_NVFP4" || q.KV != nil || q.Group != 16 || len(q.Exclude) == 0 {
+		t.Fatalf("hf_quant_config.json %+v", q)
+	}
+	for _, m := range q.Exclude {
+		if strings.Contains(m, ".experts.") {
+			t.Fatalf("expert module %s excluded", m)
+		}
+	}
+	var rep struct {
+		Experts int                `json:"experts"`
+		Totals  codecs.NVFP4Counts `json:"totals"`
+	}
+	if err := json.Unmarshal(readAll(t, view.Child("TRANSCODE.json"), cache), &rep); err != nil || rep.Experts != experts || rep.Totals.Blocks == 0 {
+		t.Fatalf("TRANSCODE.json experts %d blocks %d (%v), want %d experts", rep.Experts, rep.Totals.Blocks, err, experts)
+	}
+}
+
+func TestEngramView(t *testing.T) {
+	s, cache := tinySet(t)
+	view := s.Root.Child("engram-fp4")
+	files := viewTensors(t, view, cache)
+	tables := 0
+	for _, src := range s.Cat.Tensors {
+		if !isEngramTable(src) {
+			continue
+		}
+		tables++
+		w, wt, _ := find(files, src.Name)
+		sc, st, _ := find(files, src.Scale.Name)
+		rows, cols := src.Shape[0], src.Shape[1]
+		if wt.DType != safetensors.I8 || wt.Shape[0] != rows || wt.Shape[1] != cols/2 ||
+			st.DType != safetensors.F8E8M0 || st.Shape[1] != cols/codecs.MXBlock {
+			t.Fatalf("%s: %v %v / %v %v", src.Name, wt.DType, wt.Shape, st.DType, st.Shape)
+		}
+		wantW := make([]byte, len(w))
+		wantS := make([]byte, len(sc))
+		codecs.EngramFP4(wantW, wantS, sourceBytes(t, src), sourceBytes(t, src.Scale))
+		if !bytes.Equal(w, wantW) || !bytes.Equal(sc, wantS) {
+			t.Fatalf("%s: view differs from the codec applied to the whole table", src.Name)
+		}
+	}
+	if tables != 2 {
+		t.Fatalf("%d Engram tables, want 2", tables)
+	}
+	var rep struct {
+		Tables []engramReport `json:"tables"`
+	}
+	if err := json.Unmarshal(readAll(t, view.Child("TRANSCODE.json"), cache), &rep); err != nil || len(rep.Tables) != 2 {
+		t.Fatalf("TRANSCODE.json: %v, %d tables", err, len(rep.Tables))
+	}
+	for _, r := range rep.Tables {
+		if r.MeanCosine < 0.95 || r.MeanCosine > 1 || r.Blocks != r.Rows*8 {
+			t.Fatalf("report %+v", r)
+		}
+	}
+}
+
+func TestSourceViewIsTheCheckpoint(t *testing.T) {
+	s, _ := tinySet(t)
+	view := s.Root.Child("source")
+	for _, sh := range s.Cat.Shards {
+		n, err := view.Lookup(sh.Name)
+		if err != nil || n.File.Size() != sh.Size || n.File.Source != sh.Path {
+			t.Fatalf("source/%s: %v", sh.Name, err)
+		}
+	}
+	if _, err := Build(s.Cat, []string{"nope"}); err == nil {
+		t.Fatal("an unknown view name was accepted")
+	}
+}
