@@ -43,17 +43,24 @@ func Names() []string {
 // All returns the registered views.
 func All() []View { return append([]View(nil), registry...) }
 
+// Options are the settings views take from the command line.
+type Options struct {
+	// Views names the views to build; empty means all.
+	Views []string
+}
+
 // Set is the views of one catalog. It owns the source files it opened.
 type Set struct {
 	Cat   *manifest.Catalog
 	Root  *Node
+	Opt   Options
 	files map[string]*os.File
 }
 
-// Build builds the named views (all when names is empty) of cat under one
-// root directory.
-func Build(cat *manifest.Catalog, names []string) (*Set, error) {
-	s := &Set{Cat: cat, files: make(map[string]*os.File)}
+// Build builds the views of cat chosen by opt under one root directory.
+func Build(cat *manifest.Catalog, opt Options) (*Set, error) {
+	names := opt.Views
+	s := &Set{Cat: cat, Opt: opt, files: make(map[string]*os.File)}
 	want := make(map[string]bool)
 	for _, n := range names {
 		want[n] = true

@@ -46,7 +46,7 @@ func tinySet(t *testing.T) (*Set, *blockcache.Cache) {
 	if len(cat.Problems) > 0 {
 		t.Fatalf("v41-tiny has problems: %v", cat.Problems)
 	}
-	s, err := Build(cat, nil)
+	s, err := Build(cat, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -284,7 +284,7 @@ func TestSourceViewIsTheCheckpoint(t *testing.T) {
 			t.Fatalf("source/%s: %v", sh.Name, err)
 		}
 	}
-	if _, err := Build(s.Cat, []string{"nope"}); err == nil {
+	if _, err := Build(s.Cat, Options{Views: []string{"nope"}}); err == nil {
 		t.Fatal("an unknown view name was accepted")
 	}
 }

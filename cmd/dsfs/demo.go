@@ -18,6 +18,7 @@ import (
 	"github.com/dsfs/dsfs/check"
 	"github.com/dsfs/dsfs/synth"
 	"github.com/dsfs/dsfs/vfs"
+	"github.com/dsfs/dsfs/views"
 )
 
 const demoPreset = "v41-tiny"
@@ -82,7 +83,7 @@ func runDemo(args []string) error {
 // demoCheck verifies the mounted views against an in-process export and
 // the codecs.
 func demoCheck(src, mnt, tmp string) error {
-	s, err := openSource(src, nil)
+	s, err := openSource(src, views.Options{})
 	if err != nil {
 		return err
 	}

@@ -21,7 +21,7 @@ func runExport(args []string) error {
 	if err != nil {
 		return err
 	}
-	src, err := openSource(pos[1], []string{pos[0]})
+	src, err := openSource(pos[1], views.Options{Views: []string{pos[0]}})
 	if err != nil {
 		return err
 	}

@@ -24,7 +24,7 @@ type source struct {
 
 // openSource opens the checkpoint at dir, logs one line per problem found
 // and builds the views.
-func openSource(dir string, viewNames []string) (*source, error) {
+func openSource(dir string, opt views.Options) (*source, error) {
 	cat, err := manifest.Open(dir)
 	if err != nil {
 		return nil, err
@@ -32,7 +32,7 @@ func openSource(dir string, viewNames []string) (*source, error) {
 	for _, p := range cat.Problems {
 		slog.Warn("bad input", "file", p.File, "tensor", p.Tensor, "reason", p.Reason)
 	}
-	set, err := views.Build(cat, viewNames)
+	set, err := views.Build(cat, opt)
 	if err != nil {
 		cat.Close()
 		return nil, err
@@ -62,7 +62,7 @@ func runMount(args []string) error {
 	if err != nil {
 		return err
 	}
-	src, err := openSource(pos[0], splitList(*viewList))
+	src, err := openSource(pos[0], views.Options{Views: splitList(*viewList)})
 	if err != nil {
 		return err
 	}

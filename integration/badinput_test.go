@@ -1,0 +1,348 @@
+package integration
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/dsfs/dsfs/synth"
+)
+
+const (
+	goodShard = "model-00001-of-00004.safetensors"
+	badShard  = "model-00004-of-00004.safetensors"
+)
+
+// copyTiny copies the shared v41-tiny checkpoint into a fresh directory.
+func copyTiny(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	run(t, "cp", "-a", tinySrc+"/.", dir)
+	return dir
+}
+
+// rewriteHeader rewrites a shard's header JSON with edit and keeps its data.
+func rewriteHeader(t *testing.T, path string, edit func(h map[string]map[string]any)) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := binary.LittleEndian.Uint64(b)
+	var h map[string]map[string]any
+	if err := json.Unmarshal(b[8:8+n], &h); err != nil {
+		t.Fatal(err)
+	}
+	edit(h)
+	hj, _ := json.Marshal(h)
+	out := binary.LittleEndian.AppendUint64(nil, uint64(len(hj)))
+	out = append(append(out, hj...), b[8+n:]...)
+	if err := os.WriteFile(path, out, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// lastTensor returns the name of the tensor whose data ends the shard.
+func lastTensor(h map[string]map[string]any) string {
+	var name string
+	var end float64 = -1
+	for k, v := range h {
+		if k == "__metadata__" {
+			continue
+		}
+		if e := v["data_offsets"].([]any)[1].(float64); e > end {
+			name, end = k, e
+		}
+	}
+	return name
+}
+
+func patchBytes(t *testing.T, path string, off int64, b []byte) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteAt(b, off); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestBadInput plants each bad input of FORMATS.md in a copy of v41-tiny and
+// checks that the mount logs exactly one line naming the file and the
+// reason, keeps serving the good shards, and leaves the bad one out of the
+// derived views.
+func TestBadInput(t *testing.T) {
+	needMount(t)
+	tests := []struct {
+		name   string
+		file   string // the file the one log line names
+		reason string // a phrase of the reason
+		plant  func(t *testing.T, dir string)
+		absent bool // the bad shard is left out of nvfp4/
+	}{
+		{"header length beyond the file", badShard, "past the end", func(t *testing.T, dir string) {
+			patchBytes(t, filepath.Join(dir, badShard), 0, binary.LittleEndian.AppendUint64(nil, 90_000_000))
+		}, true},
+		{"header over 100 MB", badShard, "limit", func(t *testing.T, dir string) {
+			patchBytes(t, filepath.Join(dir, badShard), 0, binary.LittleEndian.AppendUint64(nil, 200_000_000))
+		}, true},
+		{"JSON that does not parse", badShard, "JSON", func(t *testing.T, dir string) {
+			patchBytes(t, filepath.Join(dir, badShard), 9, []byte("#"))
+		}, true},
+		{"unknown dtype", badShard, "dtype", func(t *testing.T, dir string) {
+			rewriteHeader(t, filepath.Join(dir, badShard), func(h map[string]map[string]any) {
+				h[lastTensor(h)]["dtype"] = "Q7"
+			})
+		}, true},
+		{"shape does not match byte range", badShard, "needs", func(t *testing.T, dir string) {
+			rewriteHeader(t, filepath.Join(dir, badShard), func(h map[string]map[string]any) {
+				sh := h[lastTensor(h)]["shape"].([]any)
+				sh[0] = sh[0].(float64) + 1
+			})
+		}, true},
+		{"overlapping ranges", badShard, "overlap", func(t *testing.T, dir string) {
+			rewriteHeader(t, filepath.Join(dir, badShard), func(h map[string]map[string]any) {
+				off := h[lastTensor(h)]["data_offsets"].([]any)
+				off[0], off[1] = off[0].(float64)-8, off[1].(float64)-8
+			})
+		}, true},
+		{"gap between ranges", badShard, "gap", func(t *testing.T, dir string) {
+			rewriteHeader(t, filepath.Join(dir, badShard), func(h map[string]map[string]any) {
+				off := h[lastTensor(h)]["data_offsets"].([]any)
+				off[0], off[1] = off[0].(float64)+8, off[1].(float64)+8
+			})
+		}, true},
+		{"data past the end", badShard, "past the end", func(t *testing.T, dir string) {
+			p := filepath.Join(dir, badShard)
+			fi, _ := os.Stat(p)
+			os.Truncate(p, fi.Size()-100)
+		}, true},
+		{"index entry outside the checkpoint", "model.safetensors.index.json", "..", func(t *testing.T, dir string) {
+			editIndex(t, dir, func(m map[string]string) {
+				for k, v := range m {
+					if v == badShard {
+						m[k] = "../" + badShard
+						break
+					}
+				}
+			})
+		}, false},
+		{"absolute index entry", "model.safetensors.index.json", "absolute", func(t *testing.T, dir string) {
+			editIndex(t, dir, func(m map[string]string) {
+				for k, v := range m {
+					if v == badShard {
+						m[k] = "/etc/" + badShard
+						break
+					}
+				}
+			})
+		}, false},
+		{"missing shard", badShard, "missing", func(t *testing.T, dir string) {
+			os.Remove(filepath.Join(dir, badShard))
+		}, true},
+		{"scale shape not matching its weight", badShard, "scale", func(t *testing.T, dir string) {
+			rewriteHeader(t, filepath.Join(dir, badShard), func(h map[string]map[string]any) {
+				for k, v := range h {
+					if strings.Contains(k, ".experts.") && strings.HasSuffix(k, ".scale") {
+						sh := v["shape"].([]any)
+						sh[0], sh[1] = sh[0].(float64)/2, sh[1].(float64)*2
+						return
+					}
+				}
+				t.Fatal("no expert scale in the shard")
+			})
+		}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			src := copyTiny(t)
+			tt.plant(t, src)
+			m := startMount(t, src)
+			var lines []string
+			for _, l := range strings.Split(m.log.String(), "\n") {
+				if strings.Contains(l, "bad input") {
+					lines = append(lines, l)
+				}
+			}
+			if len(lines) != 1 || !strings.Contains(lines[0], tt.file) || !strings.Contains(lines[0], tt.reason) {
+				t.Fatalf("want one line naming %s and %q, got:\n%s", tt.file, tt.reason, strings.Join(lines, "\n"))
+			}
+			// The good parts are served.
+			good, err := os.ReadFile(m.path("nvfp4", goodShard))
+			if err != nil || len(good) == 0 {
+				t.Fatalf("reading a good shard: %v", err)
+			}
+			run(t, "cat", m.path("nvfp4", "model.safetensors.index.json"))
+			if _, err := os.Stat(m.path("nvfp4", badShard)); tt.absent && !errors.Is(err, os.ErrNotExist) {
+				t.Fatalf("bad shard still in nvfp4/: %v", err)
+			}
+		})
+	}
+}
+
+func editIndex(t *testing.T, dir string, edit func(map[string]string)) {
+	t.Helper()
+	p := filepath.Join(dir, "model.safetensors.index.json")
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ix struct {
+		Metadata  map[string]any    `json:"metadata"`
+		WeightMap map[string]string `json:"weight_map"`
+	}
+	if err := json.Unmarshal(b, &ix); err != nil {
+		t.Fatal(err)
+	}
+	edit(ix.WeightMap)
+	b, _ = json.Marshal(ix)
+	if err := os.WriteFile(p, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestNaNScale plants a NaN block scale: it is transcoded as NaN (E4M3
+// 0x7F, twice), counted in the report, and nothing else changes.
+func TestNaNScale(t *testing.T) {
+	needMount(t)
+	src := copyTiny(t)
+	const name = "layers.1.ffn.experts.2.w3"
+	if err := synth.PatchTensor(src, name+".scale", func(b []byte) { b[5] = 255 }); err != nil {
+		t.Fatal(err)
+	}
+	m := startMount(t, src)
+	var rep struct {
+		Tensors []struct {
+			Tensor string `json:"tensor"`
+			NaN    int64  `json:"nan"`
+		} `json:"tensors"`
+	}
+	b, err := os.ReadFile(m.path("nvfp4", "TRANSCODE.json"))
+	if err != nil || json.Unmarshal(b, &rep) != nil {
+		t.Fatalf("TRANSCODE.json: %v", err)
+	}
+	nan := 0
+	for _, r := range rep.Tensors {
+		if r.NaN != 0 {
+			nan++
+			if r.Tensor != name || r.NaN != 1 {
+				t.Fatalf("report row %+v", r)
+			}
+		}
+	}
+	if nan != 1 {
+		t.Fatalf("%d tensors report NaN blocks, want 1", nan)
+	}
+	out := export(t, "nvfp4", src)
+	for _, f := range files(t, out) {
+		run(t, "cmp", m.path("nvfp4", f), filepath.Join(out, f))
+	}
+}
+
+// TestSourceChangesUnderTheMount changes and truncates a shard while
+// mounted: derived reads fail with EIO (never mixed bytes, never a crash)
+// and the mount keeps serving everything else.
+func TestSourceChangesUnderTheMount(t *testing.T) {
+	needMount(t)
+	src := copyTiny(t)
+	m := startMount(t, src)
+	view := m.path("engram-fp4", badShard)
+	if _, err := os.ReadFile(view); err != nil {
+		t.Fatal(err)
+	}
+	// Drop what the kernel cached of the view so reads reach dsfs again.
+	shard := filepath.Join(src, badShard)
+	fi, _ := os.Stat(shard)
+	for _, change := range []struct {
+		name string
+		do   func()
+	}{
+		{"rewritten", func() { patchBytes(t, shard, fi.Size()-1, []byte{1}) }},
+		{"truncated", func() { os.Truncate(shard, fi.Size()/2) }},
+	} {
+		change.do()
+		dropCaches(t)
+		_, err := os.ReadFile(view)
+		if !errors.Is(err, syscall.EIO) {
+			t.Fatalf("%s source: reading the view gave %v, want EIO", change.name, err)
+		}
+	}
+	if !strings.Contains(m.log.String(), badShard) {
+		t.Fatalf("the log does not name the changed shard:\n%s", m.log)
+	}
+	if _, err := os.ReadFile(m.path("engram-fp4", goodShard)); err != nil {
+		t.Fatalf("good shard after a bad read: %v", err)
+	}
+	if _, err := os.ReadFile(m.path(".dsfs", "stats.json")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func dropCaches(t *testing.T) {
+	t.Helper()
+	if err := os.WriteFile("/proc/sys/vm/drop_caches", []byte("1"), 0); err != nil {
+		t.Skipf("cannot drop the page cache: %v", err)
+	}
+}
+
+// TestWritesAreRefused tries every kind of modification.
+func TestWritesAreRefused(t *testing.T) {
+	m := startMount(t, tinySrc)
+	f := m.path("nvfp4", goodShard)
+	tests := []struct {
+		name string
+		do   func() error
+	}{
+		{"open for writing", func() error { _, err := os.OpenFile(f, os.O_WRONLY, 0); return err }},
+		{"truncate", func() error { return os.Truncate(f, 0) }},
+		{"create", func() error { _, err := os.Create(m.path("nvfp4", "new")); return err }},
+		{"mkdir", func() error { return os.Mkdir(m.path("nvfp4", "d"), 0o755) }},
+		{"chmod", func() error { return os.Chmod(f, 0o777) }},
+		{"rename", func() error { return os.Rename(f, m.path("nvfp4", "x")) }},
+		{"unlink", func() error { return os.Remove(f) }},
+		{"rmdir", func() error { return os.Remove(m.path("source")) }},
+		{"symlink", func() error { return os.Symlink("x", m.path("nvfp4", "l")) }},
+		{"link", func() error { return os.Link(f, m.path("nvfp4", "l")) }},
+	}
+	for _, tt := range tests {
+		if err := tt.do(); !errors.Is(err, syscall.EROFS) {
+			t.Errorf("%s: %v, want EROFS", tt.name, err)
+		}
+	}
+	if _, err := os.Stat(f); err != nil {
+		t.Fatalf("file gone after refused writes: %v", err)
+	}
+}
+
+// TestMountLifecycle: a second mount on the same point fails clearly, and
+// `dsfs umount` ends the first.
+func TestMountLifecycle(t *testing.T) {
+	m := startMount(t, tinySrc)
+	out, err := exec.Command(dsfsBin, "mount", tinySrc, m.dir).CombinedOutput()
+	if err == nil || !bytes.Contains(out, []byte("already a mount point")) {
+		t.Fatalf("second mount: %v\n%s", err, out)
+	}
+	if lines := strings.Count(strings.TrimSpace(string(out)), "\n"); lines != 0 {
+		t.Fatalf("second mount printed %d lines, want one:\n%s", lines+1, out)
+	}
+	run(t, dsfsBin, "umount", m.dir)
+	<-m.done
+	if m.exited != nil {
+		t.Fatalf("mount exited with %v after umount\n%s", m.exited, m.log)
+	}
+	if _, err := os.Stat(filepath.Join(m.dir, ".dsfs")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("still mounted after dsfs umount: %v", err)
+	}
+	if out, err := exec.Command(dsfsBin, "umount", m.dir).CombinedOutput(); err == nil {
+		t.Fatalf("umount of a plain directory succeeded: %s", out)
+	}
+}
