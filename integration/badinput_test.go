@@ -11,6 +11,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/dsfs/dsfs/synth"
 )
@@ -344,5 +345,78 @@ func TestMountLifecycle(t *testing.T) {
 	}
 	if out, err := exec.Command(dsfsBin, "umount", m.dir).CombinedOutput(); err == nil {
 		t.Fatalf("umount of a plain directory succeeded: %s", out)
+	}
+}
+
+// TestMountAsNormalUser mounts through fusermount3 as user nobody, reads
+// as that user, and unmounts with `dsfs umount`.
+func TestMountAsNormalUser(t *testing.T) {
+	needMount(t)
+	if _, err := exec.LookPath("fusermount3"); err != nil {
+		t.Skip("fusermount3 not installed (apt-get install fuse3)")
+	}
+	setpriv, err := exec.LookPath("setpriv")
+	if err != nil {
+		t.Skip("setpriv not installed")
+	}
+	// Debian ships /dev/fuse world-writable; some sandboxes do not.
+	fi, err := os.Stat("/dev/fuse")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode().Perm()&0o006 != 0o006 {
+		if err := os.Chmod("/dev/fuse", fi.Mode().Perm()|0o666); err != nil {
+			t.Skipf("/dev/fuse is not usable by other users: %v", err)
+		}
+		t.Cleanup(func() { os.Chmod("/dev/fuse", fi.Mode().Perm()) })
+	}
+	base := t.TempDir()
+	os.Chmod(base, 0o755)
+	os.Chmod(filepath.Dir(base), 0o755) // t.TempDir makes its parent private
+	src := filepath.Join(base, "src")
+	run(t, "cp", "-a", tinySrc, src)
+	run(t, "chmod", "-R", "a+rX", src)
+	mnt := filepath.Join(base, "mnt")
+	os.Mkdir(mnt, 0o755)
+	os.Chown(mnt, 65534, 65534)
+	os.Chmod(filepath.Dir(dsfsBin), 0o755)
+	as := []string{"--reuid=65534", "--regid=65534", "--clear-groups"}
+	cmd := exec.Command(setpriv, append(as, dsfsBin, "mount", src, mnt)...)
+	var log syncBuffer
+	cmd.Stdout, cmd.Stderr = &log, &log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		select {
+		case <-done:
+		default:
+			cmd.Process.Kill()
+			syscall.Unmount(mnt, syscall.MNT_DETACH)
+		}
+	})
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if exec.Command(setpriv, append(as, "test", "-e", filepath.Join(mnt, ".dsfs/stats.json"))...).Run() == nil {
+			break
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("mount as nobody exited: %v\n%s", err, log.String())
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("mount as nobody not ready\n%s", log.String())
+		}
+	}
+	out := run(t, setpriv, append(as, "sha256sum", filepath.Join(mnt, "nvfp4", goodShard))...)
+	if len(strings.Fields(out)) == 0 {
+		t.Fatal("no hash read as nobody")
+	}
+	run(t, setpriv, append(as, dsfsBin, "umount", mnt)...)
+	if err := <-done; err != nil {
+		t.Fatalf("mount as nobody exited with %v\n%s", err, log.String())
 	}
 }

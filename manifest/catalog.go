@@ -7,6 +7,7 @@ package manifest
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -64,9 +65,9 @@ type Tensor struct {
 	Name   string
 	Shard  *Shard
 	DType  safetensors.DType
-	Shape  []int64
-	Offset int64 // absolute offset of the data in the shard file
-	Size   int64 // bytes
+	Shape  []int64 // shared with the shard's header: do not modify
+	Offset int64   // absolute offset of the data in the shard file
+	Size   int64   // bytes
 
 	Role   Role
 	Format Format
@@ -117,6 +118,7 @@ type Problem struct {
 	Reason string `json:"reason"`
 }
 
+// String renders the problem as one line: file, tensor, reason.
 func (p Problem) String() string {
 	if p.Tensor != "" {
 		return p.File + ": tensor " + p.Tensor + ": " + p.Reason
@@ -132,7 +134,8 @@ const (
 	shardExt   = ".safetensors"
 )
 
-// Catalog is an opened checkpoint directory.
+// Catalog is an opened checkpoint directory. It does not change after
+// Open, and its shards may be read concurrently.
 type Catalog struct {
 	Dir string // absolute path of the checkpoint directory
 	// Config is never nil: its fields are zero (and Raw nil) when
@@ -169,8 +172,7 @@ func Open(dir string) (*Catalog, error) {
 		return nil, fmt.Errorf("%s: not a directory", abs)
 	}
 	c := &Catalog{Dir: abs, Config: &Config{}}
-	o := opener{c: c}
-	files, broken, err := o.walk()
+	files, broken, err := c.walk()
 	if err != nil {
 		return nil, err
 	}
@@ -180,18 +182,18 @@ func Open(dir string) (*Catalog, error) {
 			top[f.Name] = true
 		}
 	}
-	o.readConfig(top[ConfigName])
-	names, idx := o.shardNames(top, files)
+	c.readConfig(top[ConfigName])
+	names, idx := c.shardNames(top, files)
 	if !top[ConfigName] && !top[IndexName] && len(names) == 0 {
 		return nil, fmt.Errorf("%s: no %s and no safetensors files", abs, ConfigName)
 	}
 	if !top[ConfigName] {
-		o.problem(ConfigName, "", "missing")
+		c.problem(ConfigName, "", "missing")
 	}
 
-	shards := o.openShards(names, idx)
-	o.catalog(shards, idx)
-	classify(c.Tensors, c.Config, o.problem)
+	shards := c.openShards(names, idx)
+	c.catalog(shards, idx)
+	classify(c.Tensors, c.Config, c.problem)
 
 	isShard := make(map[string]bool, len(names))
 	for _, n := range names {
@@ -204,7 +206,7 @@ func Open(dir string) (*Catalog, error) {
 	}
 	for _, b := range broken {
 		if !isShard[b] {
-			o.problem(b, "", "broken symbolic link")
+			c.problem(b, "", "broken symbolic link")
 		}
 	}
 	sort.SliceStable(c.Problems, func(i, j int) bool {
@@ -266,21 +268,21 @@ func compareJoined(s, a, b string) int {
 	return strings.Compare(s[len(a):], b)
 }
 
-// opener holds the state of one Open.
-type opener struct {
-	c *Catalog
-}
-
-func (o *opener) problem(file, tensor, reason string) {
-	o.c.Problems = append(o.c.Problems, Problem{File: file, Tensor: tensor, Reason: reason})
+func (c *Catalog) problem(file, tensor, reason string) {
+	c.Problems = append(c.Problems, Problem{File: file, Tensor: tensor, Reason: reason})
 }
 
 // walk lists the regular files under the directory, following symbolic
 // links to files (a Hugging Face snapshot links every file into ../../blobs)
 // but not to directories, and skipping hidden directories. broken lists the
 // links that lead nowhere.
-func (o *opener) walk() (files []File, broken []string, err error) {
-	root := o.c.Dir
+func (c *Catalog) walk() (files []File, broken []string, err error) {
+	// WalkDir does not enter a root that is itself a link; walk its target
+	// but name everything under Dir.
+	root, err := filepath.EvalSymlinks(c.Dir)
+	if err != nil {
+		return nil, nil, err
+	}
 	err = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if p == root {
 			return err // an unreadable root makes the directory unusable
@@ -288,7 +290,7 @@ func (o *opener) walk() (files []File, broken []string, err error) {
 		rel, _ := filepath.Rel(root, p)
 		rel = filepath.ToSlash(rel)
 		if err != nil {
-			o.problem(rel, "", "unreadable: "+pathErrReason(err))
+			c.problem(rel, "", "unreadable: "+pathErrReason(err))
 			if d != nil && d.IsDir() {
 				return fs.SkipDir
 			}
@@ -314,11 +316,11 @@ func (o *opener) walk() (files []File, broken []string, err error) {
 			return nil // sockets, devices and pipes are no part of a checkpoint
 		}
 		if err != nil {
-			o.problem(rel, "", "unreadable: "+pathErrReason(err))
+			c.problem(rel, "", "unreadable: "+pathErrReason(err))
 			return nil
 		}
 		if fi.Mode().IsRegular() {
-			files = append(files, File{Name: rel, Path: p, Size: fi.Size()})
+			files = append(files, File{Name: rel, Path: filepath.Join(c.Dir, filepath.FromSlash(rel)), Size: fi.Size()})
 		}
 		return nil
 	})
@@ -329,39 +331,39 @@ func (o *opener) walk() (files []File, broken []string, err error) {
 	return files, broken, nil
 }
 
-func (o *opener) readConfig(present bool) {
+func (c *Catalog) readConfig(present bool) {
 	if !present {
 		return
 	}
-	b, err := os.ReadFile(filepath.Join(o.c.Dir, ConfigName))
+	b, err := readJSONFile(filepath.Join(c.Dir, ConfigName))
 	if err != nil {
-		o.problem(ConfigName, "", "unreadable: "+pathErrReason(err))
+		c.problem(ConfigName, "", "unreadable: "+pathErrReason(err))
 		return
 	}
-	o.c.ConfigBytes = b
+	c.ConfigBytes = b
 	cfg, errs := parseConfig(b)
-	o.c.Config = cfg
+	c.Config = cfg
 	for _, e := range errs {
-		o.problem(ConfigName, "", e.Error())
+		c.problem(ConfigName, "", e.Error())
 	}
 }
 
 // shardNames returns the shard files to open, sorted, and the parsed
 // index (nil when there is none or it is unusable): the index's entries,
 // else a lone model.safetensors, else every *.safetensors at the top.
-func (o *opener) shardNames(top map[string]bool, files []File) ([]string, *index) {
+func (c *Catalog) shardNames(top map[string]bool, files []File) ([]string, *index) {
 	if top[IndexName] {
-		b, err := os.ReadFile(filepath.Join(o.c.Dir, IndexName))
+		b, err := readJSONFile(filepath.Join(c.Dir, IndexName))
 		if err != nil {
-			o.problem(IndexName, "", "unreadable: "+pathErrReason(err))
+			c.problem(IndexName, "", "unreadable: "+pathErrReason(err))
 		} else {
-			o.c.IndexBytes = b
+			c.IndexBytes = b
 			idx, err := parseIndex(b)
 			if err == nil {
-				o.c.Problems = append(o.c.Problems, idx.problems...)
+				c.Problems = append(c.Problems, idx.problems...)
 				return idx.shards, idx
 			}
-			o.problem(IndexName, "", err.Error()+"; opening every *.safetensors file instead")
+			c.problem(IndexName, "", err.Error()+"; opening every *.safetensors file instead")
 		}
 	}
 	if top[singleName] {
@@ -378,7 +380,7 @@ func (o *opener) shardNames(top map[string]bool, files []File) ([]string, *index
 
 // openShards opens the named shards in parallel; a shard that fails is
 // reported and comes back nil.
-func (o *opener) openShards(names []string, idx *index) []*Shard {
+func (c *Catalog) openShards(names []string, idx *index) []*Shard {
 	shards := make([]*Shard, len(names))
 	errs := make([]error, len(names))
 	work := make(chan int)
@@ -388,7 +390,7 @@ func (o *opener) openShards(names []string, idx *index) []*Shard {
 		go func() {
 			defer wg.Done()
 			for i := range work {
-				shards[i], errs[i] = openShard(o.c.Dir, names[i])
+				shards[i], errs[i] = openShard(c.Dir, names[i])
 			}
 		}()
 	}
@@ -404,15 +406,15 @@ func (o *opener) openShards(names []string, idx *index) []*Shard {
 		var herr *safetensors.Error
 		switch {
 		case errors.As(err, &herr):
-			o.problem(names[i], herr.Tensor, herr.Reason)
+			c.problem(names[i], herr.Tensor, herr.Reason)
 		case errors.Is(err, fs.ErrNotExist):
 			reason := "missing"
 			if idx != nil {
-				reason = fmt.Sprintf("missing (the index puts %d tensors in it)", idx.count[names[i]])
+				reason = fmt.Sprintf("missing (index entries: %d)", idx.count[names[i]])
 			}
-			o.problem(names[i], "", reason)
+			c.problem(names[i], "", reason)
 		default:
-			o.problem(names[i], "", pathErrReason(err))
+			c.problem(names[i], "", pathErrReason(err))
 		}
 	}
 	return shards
@@ -421,26 +423,35 @@ func (o *opener) openShards(names []string, idx *index) []*Shard {
 // candidate is a header tensor that may enter the catalog: slab i of the
 // valid shards, entry j.
 type candidate struct {
-	t       *Tensor
-	i, j    int
-	indexed bool // the index places it in this shard (always true without an index)
+	t    *Tensor
+	i, j int
+	// indexed: the index places it in this shard (always, without an
+	// index); unlisted: the index does not name it at all.
+	indexed, unlisted bool
 }
 
 // catalog builds the tensor list from the valid shards, checking it
 // against the index.
-func (o *opener) catalog(shards []*Shard, idx *index) {
+func (c *Catalog) catalog(shards []*Shard, idx *index) {
 	var (
 		cands   []candidate
 		slabs   [][]Tensor
 		dropped [][]bool
 		listed  []int // per valid shard: tensors the index places there that its header has
 	)
+	n := 0
+	for _, s := range shards {
+		if s != nil {
+			n += len(s.Header.Tensors)
+		}
+	}
+	cands = make([]candidate, 0, n)
 	for _, s := range shards {
 		if s == nil {
 			continue
 		}
-		i := len(o.c.Shards)
-		o.c.Shards = append(o.c.Shards, s)
+		i := len(c.Shards)
+		c.Shards = append(c.Shards, s)
 		slab := make([]Tensor, len(s.Header.Tensors))
 		slabs = append(slabs, slab)
 		dropped = append(dropped, make([]bool, len(slab)))
@@ -452,28 +463,30 @@ func (o *opener) catalog(shards []*Shard, idx *index) {
 				Offset: s.Header.DataStart + ht.Begin, Size: ht.Len(),
 				Layer: -1, Expert: -1, MTP: -1,
 			}
-			indexed := true
+			indexed, unlisted := true, false
 			if idx != nil {
 				where, ok := idx.weightMap[ht.Name]
 				switch {
 				case !ok:
-					indexed = false
+					indexed, unlisted = false, true
+				case where == "":
+					indexed = false // its entry was refused, and reported
 				case where != s.Name:
-					o.problem(s.Name, ht.Name, fmt.Sprintf("the index places it in %s; this copy is ignored", where))
+					c.problem(s.Name, ht.Name, fmt.Sprintf("the index places it in %s; this copy is ignored", where))
 					dropped[i][j] = true
 					continue
 				default:
 					listed[i]++
 				}
 			}
-			cands = append(cands, candidate{t, i, j, indexed})
+			cands = append(cands, candidate{t, i, j, indexed, unlisted})
 		}
 	}
 	// Of several copies the indexed one wins, then the first shard by name
 	// (the shards are in name order).
 	slices.SortFunc(cands, func(a, b candidate) int {
-		if c := strings.Compare(a.t.Name, b.t.Name); c != 0 {
-			return c
+		if n := strings.Compare(a.t.Name, b.t.Name); n != 0 {
+			return n
 		}
 		if a.indexed != b.indexed {
 			if a.indexed {
@@ -483,20 +496,20 @@ func (o *opener) catalog(shards []*Shard, idx *index) {
 		}
 		return a.i - b.i
 	})
-	o.c.Tensors = make([]*Tensor, 0, len(cands))
+	c.Tensors = make([]*Tensor, 0, len(cands))
 	for k, cd := range cands {
 		if k > 0 && cands[k-1].t.Name == cd.t.Name {
-			first := o.c.Tensors[len(o.c.Tensors)-1]
-			o.problem(cd.t.Shard.Name, cd.t.Name, fmt.Sprintf("also in %s; this copy is ignored", first.Shard.Name))
+			first := c.Tensors[len(c.Tensors)-1]
+			c.problem(cd.t.Shard.Name, cd.t.Name, fmt.Sprintf("also in %s; this copy is ignored", first.Shard.Name))
 			dropped[cd.i][cd.j] = true
 			continue
 		}
-		if !cd.indexed {
-			o.problem(cd.t.Shard.Name, cd.t.Name, "in the shard but not in the index")
+		if cd.unlisted {
+			c.problem(cd.t.Shard.Name, cd.t.Name, "in the shard but not in the index")
 		}
-		o.c.Tensors = append(o.c.Tensors, cd.t)
+		c.Tensors = append(c.Tensors, cd.t)
 	}
-	for i, s := range o.c.Shards {
+	for i, s := range c.Shards {
 		s.Tensors = make([]*Tensor, 0, len(slabs[i]))
 		for j := range slabs[i] {
 			if !dropped[i][j] {
@@ -507,18 +520,39 @@ func (o *opener) catalog(shards []*Shard, idx *index) {
 	if idx == nil {
 		return
 	}
-	for i, s := range o.c.Shards {
+	for i, s := range c.Shards {
 		if listed[i] == idx.count[s.Name] {
 			continue
 		}
 		for name, where := range idx.weightMap {
 			if where == s.Name {
-				if t := o.c.Tensor(name); t == nil || t.Shard != s {
-					o.problem(s.Name, name, "listed in the index but not in the shard")
+				if t := c.Tensor(name); t == nil || t.Shard != s {
+					c.problem(s.Name, name, "listed in the index but not in the shard")
 				}
 			}
 		}
 	}
+}
+
+// maxJSONSize bounds what is read of config.json and the index; the index
+// of a 100k-tensor checkpoint is under 10 MB.
+const maxJSONSize = 256 << 20
+
+// readJSONFile reads a JSON file of at most maxJSONSize bytes.
+func readJSONFile(p string) ([]byte, error) {
+	f, err := os.Open(p)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxJSONSize+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > maxJSONSize {
+		return nil, fmt.Errorf("larger than %d bytes", maxJSONSize)
+	}
+	return b, nil
 }
 
 // pathErrReason drops the path from an *fs.PathError: the Problem names the

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -65,6 +66,7 @@ func TestBadInput(t *testing.T) {
 		tensor     string
 		reason     string
 		goodShards int
+		setup      func(t *testing.T, dir string)
 	}{
 		{name: "header length beyond the file", shard3: lengthPrefixed(1000, `{}`), file: shard3, reason: "runs past the end"},
 		{name: "header over 100 MB", shard3: lengthPrefixed(100_000_001, `{}`), file: shard3, reason: "exceeds the 100000000-byte limit"},
@@ -81,7 +83,10 @@ func TestBadInput(t *testing.T) {
 		{name: "index entry absolute", entries: map[string]string{"evil": filepath.Join(outside, "evil.safetensors")}, file: IndexName, reason: "is an absolute path; refused"},
 		{name: "index entry with ..", entries: map[string]string{"evil": "../" + filepath.Base(outside) + "/evil.safetensors"}, file: IndexName, reason: "has a .. component; refused"},
 		{name: "index entry with inner ..", entries: map[string]string{"evil": "sub/../../evil.safetensors"}, file: IndexName, reason: "has a .. component; refused"},
-		{name: "missing shard", entries: map[string]string{"x": shard3}, file: shard3, reason: "missing (the index puts 1 tensors in it)"},
+		// The shard stays listed for its other tensors: the one entry is the
+		// only fault, and the tensor is still found where it is.
+		{name: "index entry with .. for one tensor of a good shard", entries: map[string]string{"embed.weight": "../" + shard1}, file: IndexName, reason: "has a .. component; refused"},
+		{name: "missing shard", entries: map[string]string{"x": shard3}, file: shard3, reason: "missing (index entries: 1)"},
 		{name: "scale shape mismatch", shard3: string(shardBytes(t, spec("w.weight", e4m3, 64, 64), spec("w.scale", e8m0, 3, 2))),
 			entries: map[string]string{"w.weight": shard3, "w.scale": shard3}, file: shard3, tensor: "w.scale", reason: "does not fit weight w.weight", goodShards: 3},
 		{name: "index tensor missing from its shard", shard3: string(shardBytes(t, spec("y", f32, 1))), entries: map[string]string{"x": shard3, "y": shard3},
@@ -90,7 +95,15 @@ func TestBadInput(t *testing.T) {
 			file: shard3, tensor: "stray", reason: "in the shard but not in the index", goodShards: 3},
 		{name: "tensor the index puts elsewhere", shard3: string(shardBytes(t, spec("x", f32, 1), spec("embed.weight", bf16, 16, 64))), entries: map[string]string{"x": shard3},
 			file: shard3, tensor: "embed.weight", reason: "the index places it in " + shard1, goodShards: 3},
-		{name: "shard is a directory", entries: map[string]string{"x": "sub"}, file: "sub", reason: "not a regular file"},
+		{name: "shard is a directory", entries: map[string]string{"x": "sub"}, file: "sub", reason: "not a regular file",
+			setup: func(t *testing.T, dir string) { os.Mkdir(filepath.Join(dir, "sub"), 0o755) }},
+		// Opening a pipe for reading would block until a writer came.
+		{name: "shard is a named pipe", entries: map[string]string{"x": "pipe.safetensors"}, file: "pipe.safetensors", reason: "not a regular file",
+			setup: func(t *testing.T, dir string) {
+				if err := syscall.Mkfifo(filepath.Join(dir, "pipe.safetensors"), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -102,8 +115,8 @@ func TestBadInput(t *testing.T) {
 					wm["x"] = shard3
 				}
 			}
-			if tt.name == "shard is a directory" {
-				os.Mkdir(filepath.Join(dir, "sub"), 0o755)
+			if tt.setup != nil {
+				tt.setup(t, dir)
 			}
 			for k, v := range tt.entries {
 				wm[k] = v
@@ -208,6 +221,23 @@ func TestHFCacheSnapshot(t *testing.T) {
 	}
 }
 
+// TestLinkedDir opens a checkpoint through a symbolic link to its directory.
+func TestLinkedDir(t *testing.T) {
+	dir := t.TempDir()
+	writeIndex(t, dir, goodCheckpoint(t, dir))
+	link := filepath.Join(t.TempDir(), "model")
+	if err := os.Symlink(dir, link); err != nil {
+		t.Fatal(err)
+	}
+	c := mustOpen(t, link)
+	if c.Dir != link || len(c.Problems) != 0 || len(c.Shards) != 2 || len(c.Files) != 2 {
+		t.Fatalf("dir %s, problems %v, shards %v, files %v", c.Dir, c.Problems, shardNames(c), c.Files)
+	}
+	if want := filepath.Join(link, ConfigName); c.Files[0].Path != want || c.Shards[0].Path != filepath.Join(link, shard1) {
+		t.Errorf("paths %s, %s; want them under %s", c.Files[0].Path, c.Shards[0].Path, link)
+	}
+}
+
 func TestFiles(t *testing.T) {
 	dir := t.TempDir()
 	wm := goodCheckpoint(t, dir)
@@ -275,7 +305,7 @@ func TestShardSources(t *testing.T) {
 		}, "a.safetensors", IndexName + ": has no weight_map object; opening every *.safetensors file instead"},
 		{"index entry not a string", func(t *testing.T, dir string) {
 			writeJSON(t, dir, ConfigName, map[string]any{})
-			writeShard(t, dir, "a.safetensors", spec("a", f32, 1))
+			writeShard(t, dir, "a.safetensors", spec("a", f32, 1), spec("b", f32, 1))
 			writeFile(t, dir, IndexName, `{"weight_map": {"a": "a.safetensors", "b": 7}}`)
 		}, "a.safetensors", IndexName + ": tensor b: weight_map value 7 is not a file name"},
 		{"index entry cleaned", func(t *testing.T, dir string) {

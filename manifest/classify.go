@@ -41,9 +41,9 @@ func classify(ts []*Tensor, cfg *Config, problem func(file, tensor, reason strin
 			problem(s.Shard.Name, s.Name, fmt.Sprintf("%s already pairs with %s; left unpaired", w.Name, w.Scale.Name))
 			continue
 		}
-		wf, sf, block, err := pairFormat(w, s, cfg.Quant.WeightBlockSize)
-		if err != "" {
-			problem(s.Shard.Name, s.Name, err)
+		wf, sf, block, reason := pairFormat(w, s, cfg.Quant.WeightBlockSize)
+		if reason != "" {
+			problem(s.Shard.Name, s.Name, reason)
 			continue
 		}
 		w.Scale, s.ScaleOf = s, w

@@ -2,9 +2,11 @@ package manifest
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/dsfs/dsfs/safetensors"
 )
@@ -299,6 +301,95 @@ func TestPairAcrossDTypes(t *testing.T) {
 		w, s := c.Tensor(tt.weight.Name), c.Tensor(tt.scale.Name)
 		if w.Scale != nil || s.ScaleOf != nil || slices.Contains([]Format{FormatMXFP4, FormatFP8}, w.Format) {
 			t.Errorf("%v + %v: weight %+v left paired or quantised", tt.weight, tt.scale, w)
+		}
+	}
+}
+
+// TestClassifyNameRandom classifies names generated from each layout's
+// grammar with random positions.
+func TestClassifyNameRandom(t *testing.T) {
+	seed := time.Now().UnixNano()
+	r := rand.New(rand.NewPCG(uint64(seed), 0))
+	projs := []struct{ flat, hf, want string }{{"w1", "gate_proj", "w1"}, {"w2", "down_proj", "w2"}, {"w3", "up_proj", "w3"}}
+	for range 20000 {
+		layers := 1 + r.IntN(100)
+		layer, expert, mtp := r.IntN(layers+3), r.IntN(1000), r.IntN(5)
+		p := projs[r.IntN(3)]
+		param := []string{"weight", "scale", "weight_scale_inv"}[r.IntN(3)]
+		var name string
+		want := nameClass{RoleRoutedExpert, layer, expert, -1, p.want}
+		switch r.IntN(4) {
+		case 0: // V4 flat layer
+			name = fmt.Sprintf("layers.%d.ffn.experts.%d.%s.%s", layer, expert, p.flat, param)
+		case 1: // V4 flat MTP block
+			name = fmt.Sprintf("mtp.%d.ffn.experts.%d.%s.%s", mtp, expert, p.flat, param)
+			want.layer, want.mtp, want.role = -1, mtp, RoleMTPExpert
+		case 2: // Hugging Face
+			name = fmt.Sprintf("model.layers.%d.mlp.experts.%d.%s.%s", layer, expert, p.hf, param)
+		case 3: // shared experts carry no expert index
+			name = fmt.Sprintf("model.layers.%d.mlp.shared_experts.%s.%s", layer, p.hf, param)
+			want.role, want.expert = RoleSharedExpert, -1
+		}
+		if want.layer >= layers {
+			want.mtp = want.layer - layers
+			if want.role == RoleRoutedExpert {
+				want.role = RoleMTPExpert
+			}
+		}
+		if got := classifyName(name, layers); got != want {
+			t.Fatalf("seed %d: classifyName(%q, %d) = %v, want %v", seed, name, layers, got, want)
+		}
+	}
+}
+
+// TestFP8BlockRandom checks block inference on random shapes: the
+// config's block is found whenever it fits, and without one the block
+// found always reproduces the scale shape.
+func TestFP8BlockRandom(t *testing.T) {
+	seed := time.Now().UnixNano()
+	r := rand.New(rand.NewPCG(uint64(seed), 0))
+	for range 20000 {
+		w := []int64{1 + r.Int64N(20000), 1 + r.Int64N(20000)}
+		block := [2]int64{1 << r.IntN(9), 1 << r.IntN(9)}
+		scale := []int64{ceilDiv(w[0], block[0]), ceilDiv(w[1], block[1])}
+		if got, ok := fp8Block(w, scale, block); !ok || got != block {
+			t.Fatalf("seed %d: fp8Block(%v, %v, %v) = %v, %v", seed, w, scale, block, got, ok)
+		}
+		got, ok := fp8Block(w, scale, [2]int64{})
+		if !ok || ceilDiv(w[0], got[0]) != scale[0] || ceilDiv(w[1], got[1]) != scale[1] || got[0] > block[0] || got[1] > block[1] {
+			t.Fatalf("seed %d: fp8Block(%v, %v) = %v, %v; want a block no larger than %v giving the scale shape", seed, w, scale, got, ok, block)
+		}
+	}
+}
+
+// TestFindTensorRandom looks up random names split anywhere into prefix
+// and suffix, and names that are absent.
+func TestFindTensorRandom(t *testing.T) {
+	seed := time.Now().UnixNano()
+	r := rand.New(rand.NewPCG(uint64(seed), 0))
+	const alphabet = "ab.1"
+	randName := func() string {
+		b := make([]byte, r.IntN(8))
+		for i := range b {
+			b[i] = alphabet[r.IntN(len(alphabet))]
+		}
+		return string(b)
+	}
+	set := make(map[string]bool)
+	for range 200 {
+		set[randName()] = true
+	}
+	var ts []*Tensor
+	for n := range set {
+		ts = append(ts, &Tensor{Name: n})
+	}
+	slices.SortFunc(ts, func(a, b *Tensor) int { return strings.Compare(a.Name, b.Name) })
+	for range 5000 {
+		n := randName()
+		cut := r.IntN(len(n) + 1)
+		got := findTensor(ts, n[:cut], n[cut:])
+		if set[n] != (got != nil) || (got != nil && got.Name != n) {
+			t.Fatalf("seed %d: findTensor(%q, %q) = %v, present %v", seed, n[:cut], n[cut:], got, set[n])
 		}
 	}
 }

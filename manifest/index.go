@@ -12,7 +12,9 @@ import (
 
 // index is a parsed model.safetensors.index.json.
 type index struct {
-	// weightMap maps each tensor to its shard (a cleaned, accepted entry).
+	// weightMap maps each tensor to its shard (a cleaned, accepted entry),
+	// or to "" when its entry was refused: the tensor is named, so finding
+	// it in another shard is no second fault.
 	weightMap map[string]string
 	shards    []string       // the distinct accepted shards, sorted
 	count     map[string]int // tensors per accepted shard
@@ -45,15 +47,18 @@ func parseIndex(data []byte) (*index, error) {
 		if !ok {
 			idx.problems = append(idx.problems, Problem{File: IndexName, Tensor: name,
 				Reason: fmt.Sprintf("weight_map value %s is not a file name", jsonText(v))})
+			idx.weightMap[name] = ""
 			continue
 		}
 		if _, bad := refused[entry]; bad {
+			idx.weightMap[name] = ""
 			continue
 		}
 		shard, ok := cleaned[entry]
 		if !ok {
 			if err := checkEntry(entry); err != nil {
 				refused[entry] = err.Error()
+				idx.weightMap[name] = ""
 				continue
 			}
 			shard = path.Clean(entry)

@@ -20,6 +20,12 @@ var ErrChanged = errors.New("source file changed since it was opened")
 // to dir). The file stays open in the returned Shard.
 func openShard(dir, name string) (_ *Shard, err error) {
 	p := filepath.Join(dir, filepath.FromSlash(name))
+	// Opening a named pipe for reading would wait for a writer: look first.
+	if fi, err := os.Stat(p); err != nil {
+		return nil, err
+	} else if !fi.Mode().IsRegular() {
+		return nil, notRegular(fi)
+	}
 	f, err := os.Open(p)
 	if err != nil {
 		return nil, err
@@ -34,13 +40,17 @@ func openShard(dir, name string) (_ *Shard, err error) {
 		return nil, err
 	}
 	if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("not a regular file (%s)", fi.Mode().Type())
+		return nil, notRegular(fi)
 	}
 	h, err := safetensors.ReadHeader(f, fi.Size())
 	if err != nil {
 		return nil, err
 	}
 	return &Shard{Name: name, Path: p, Size: fi.Size(), ModTime: fi.ModTime(), Header: h, f: f}, nil
+}
+
+func notRegular(fi os.FileInfo) error {
+	return fmt.Errorf("not a regular file (mode %s)", fi.Mode().Type())
 }
 
 // ReadAt reads len(p) bytes at offset off of the shard file with pread, so

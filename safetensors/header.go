@@ -116,17 +116,25 @@ func ParseHeader(buf []byte, size int64) (*Header, error) {
 			return nil, errorf(name, "duplicate key")
 		}
 		seen[name] = true
-		var raw json.RawMessage
-		if err := dec.Decode(&raw); err != nil {
-			return nil, errorf(name, "header JSON: %v", err)
-		}
+		// Decode each value in place: a RawMessage then Unmarshal would
+		// scan every entry three times, and a checkpoint has ~100k.
 		if name == MetadataKey {
-			if err := json.Unmarshal(raw, &h.Metadata); err != nil {
+			if err := dec.Decode(&h.Metadata); err != nil {
+				if isSyntaxError(err) {
+					return nil, errorf(name, "header JSON: %v", err)
+				}
 				return nil, errorf("", "__metadata__ must map strings to strings")
 			}
 			continue
 		}
-		t, err := parseEntry(name, raw)
+		var e entryJSON
+		if err := dec.Decode(&e); err != nil {
+			if isSyntaxError(err) {
+				return nil, errorf(name, "header JSON: %v", err)
+			}
+			return nil, errorf(name, "entry does not parse: %v", err)
+		}
+		t, err := e.tensor(name)
 		if err != nil {
 			return nil, err
 		}
@@ -152,11 +160,14 @@ type entryJSON struct {
 	DataOffsets []uint64 `json:"data_offsets"`
 }
 
-func parseEntry(name string, raw json.RawMessage) (Tensor, error) {
-	var e entryJSON
-	if err := json.Unmarshal(raw, &e); err != nil {
-		return Tensor{}, errorf(name, "entry does not parse: %v", err)
-	}
+// isSyntaxError tells a JSON syntax error (the header is not JSON) from a
+// value of the wrong type (the header is JSON, but not a safetensors one).
+func isSyntaxError(err error) bool {
+	var se *json.SyntaxError
+	return errors.As(err, &se) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF)
+}
+
+func (e *entryJSON) tensor(name string) (Tensor, error) {
 	if e.DType == nil || e.Shape == nil || len(e.DataOffsets) != 2 {
 		return Tensor{}, errorf(name, "entry needs dtype, shape and two data_offsets")
 	}

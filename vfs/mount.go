@@ -82,12 +82,14 @@ func Serve(dir string, root *views.Node, cache *blockcache.Cache, opt Options) (
 		// show their size once computed.
 		MountOptions: MountOptions(opt.AllowOther, opt.Debug),
 	}
+	if os.Geteuid() != 0 {
+		if _, err := exec.LookPath("fusermount3"); err != nil {
+			return nil, fmt.Errorf("mounting %s as a normal user needs fusermount3 (apt-get install fuse3), or run as root", dir)
+		}
+	}
 	m.server, err = fs.Mount(dir, rootNode, fsOpts)
 	if err != nil {
-		if os.Geteuid() != 0 && strings.Contains(err.Error(), "fusermount") {
-			return nil, fmt.Errorf("mounting %s: %w (as a normal user dsfs needs fusermount3: apt-get install fuse3)", dir, err)
-		}
-		return nil, fmt.Errorf("mounting %s: %w", dir, err)
+		return nil, fmt.Errorf("mounting %s: %s", dir, strings.TrimSpace(err.Error()))
 	}
 	if err := RaiseReadAhead(dir); err != nil {
 		m.log.Info("kernel read-ahead stays at its default, so reads come as 128 KiB requests", "err", err)

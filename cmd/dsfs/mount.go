@@ -82,7 +82,7 @@ func runMount(args []string) error {
 				"views":    viewNamesOf(src.set.Root),
 				"shards":   len(src.cat.Shards),
 				"tensors":  len(src.cat.Tensors),
-				"problems": src.cat.Problems,
+				"problems": append([]manifest.Problem{}, src.cat.Problems...),
 			}
 		},
 	})
