@@ -1,0 +1,45 @@
+package q2k
+
+import (
+	"math/rand/v2"
+	"testing"
+)
+
+// Benchmarks quantise 64 MXFP4-decoded rows of 5120 weights per iteration on
+// one goroutine, the shape ggml's reference figures were measured on
+// (testdata/ggml/README.md: Q2_K ref ≈ 19.5 M weights/s, unit importance
+// ≈ 8.3 M weights/s).
+const benchRows, benchWidth = 64, 5120
+
+func benchmarkQuantize(b *testing.B, quantize func(dst []byte, src []float32)) {
+	src := mxfp4Rows(rand.New(rand.NewPCG(1, 2)), benchRows, benchWidth)
+	dst := make([]byte, RowBytes(len(src)))
+	b.SetBytes(int64(4 * len(src)))
+	b.ReportAllocs()
+	for b.Loop() {
+		quantize(dst, src)
+	}
+	b.ReportMetric(float64(b.N)*float64(len(src))/b.Elapsed().Seconds()/1e6, "Mweights/s")
+}
+
+func BenchmarkQuantizeRef(b *testing.B) {
+	benchmarkQuantize(b, QuantizeRef)
+}
+
+func BenchmarkQuantizeUnit(b *testing.B) {
+	qw := unitImportance(benchWidth)
+	benchmarkQuantize(b, func(dst []byte, src []float32) { QuantizeImportance(dst, src, qw) })
+}
+
+func BenchmarkDequantize(b *testing.B) {
+	src := mxfp4Rows(rand.New(rand.NewPCG(1, 2)), benchRows, benchWidth)
+	q := make([]byte, RowBytes(len(src)))
+	QuantizeRef(q, src)
+	y := make([]float32, len(src))
+	b.SetBytes(int64(len(q)))
+	b.ReportAllocs()
+	for b.Loop() {
+		Dequantize(y, q)
+	}
+	b.ReportMetric(float64(b.N)*float64(len(y))/b.Elapsed().Seconds()/1e6, "Mweights/s")
+}

@@ -1,0 +1,39 @@
+package tokenizer
+
+import (
+	"testing"
+	"unicode/utf8"
+)
+
+func FuzzEncode(f *testing.F) {
+	for _, s := range []string{
+		"", "hello world", "a   b", "深度学习 123456", "\tdef f():\n\n  return 1\n",
+		"<｜begin▁of▁sentence｜>hi<｜end▁of▁sentence｜>", "😀\u0301\u3000x", "\xff\xe6\x88", "'s 'll",
+	} {
+		f.Add(s)
+	}
+	tok := mustSynthesized(f)
+	f.Fuzz(func(t *testing.T, s string) {
+		ids := tok.Encode(s, true)
+		for _, id := range ids {
+			if id < 0 || id >= tok.VocabSize() {
+				t.Fatalf("Encode(%q) gave id %d", s, id)
+			}
+		}
+		if got, want := tok.Decode(tok.Encode(s, false)), lossyUTF8(s); got != want {
+			t.Fatalf("Decode(Encode(%q)) = %q, want %q", s, got, want)
+		}
+		if !utf8.ValidString(tok.Decode(ids)) {
+			t.Fatalf("Decode gave invalid UTF-8 for %q", s)
+		}
+		for _, at := range []scanner{digitsScanner, cjkScanner, knownPatterns[patternDeepSeek], knownPatterns[patternGPT2]} {
+			prev := 0
+			for _, m := range at.matches(nil, s) {
+				if m[0] < prev || m[1] <= m[0] || m[1] > len(s) {
+					t.Fatalf("%q: bad match %v", s, m)
+				}
+				prev = m[1]
+			}
+		}
+	})
+}

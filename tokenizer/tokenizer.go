@@ -1,0 +1,641 @@
+package tokenizer
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+)
+
+// maxTokenID bounds token ids, so that a corrupt file cannot make Parse
+// allocate id tables of arbitrary size; real vocabularies are far smaller.
+const maxTokenID = 1 << 24
+
+// Tokenizer encodes text to token ids and back. It is safe for concurrent
+// use once loaded; LoadConfig and ParseConfig must be called before it is
+// shared.
+type Tokenizer struct {
+	model       bpe
+	rawAdded    *addedSet // added tokens matched in the raw text
+	normAdded   *addedSet // added tokens matched after normalization
+	normalizers []func(string) string
+	splits      []split
+	prefixSpace bool // ByteLevel add_prefix_space
+	gpt2Split   bool // ByteLevel use_regex
+
+	vocab   map[string]int // model vocabulary: spelling -> id
+	added   map[string]int // added tokens: content -> id
+	spell   []string       // id -> spelling ("" for unused ids)
+	decoded []string       // id -> what the ByteLevel decoder makes of it
+
+	prefix, suffix []int // ids Encode adds around the text
+}
+
+// Load reads a tokenizer.json file.
+func Load(path string) (*Tokenizer, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	t, err := Parse(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return t, nil
+}
+
+type fileJSON struct {
+	Truncation    json.RawMessage `json:"truncation"`
+	AddedTokens   []addedToken    `json:"added_tokens"`
+	Normalizer    json.RawMessage `json:"normalizer"`
+	PreTokenizer  json.RawMessage `json:"pre_tokenizer"`
+	PostProcessor json.RawMessage `json:"post_processor"`
+	Decoder       json.RawMessage `json:"decoder"`
+	Model         modelJSON       `json:"model"`
+}
+
+type modelJSON struct {
+	Type                    string          `json:"type"`
+	Dropout                 *float64        `json:"dropout"`
+	UnkToken                *string         `json:"unk_token"`
+	ContinuingSubwordPrefix *string         `json:"continuing_subword_prefix"`
+	EndOfWordSuffix         *string         `json:"end_of_word_suffix"`
+	FuseUnk                 bool            `json:"fuse_unk"`
+	ByteFallback            bool            `json:"byte_fallback"`
+	IgnoreMerges            bool            `json:"ignore_merges"`
+	Vocab                   map[string]int  `json:"vocab"`
+	Merges                  json.RawMessage `json:"merges"`
+}
+
+// componentJSON holds the fields of every normalizer, pre-tokenizer,
+// post-processor and decoder this package understands; Type says which.
+type componentJSON struct {
+	Type          string            `json:"type"`
+	Normalizers   []json.RawMessage `json:"normalizers"`
+	Pretokenizers []json.RawMessage `json:"pretokenizers"`
+	Processors    []json.RawMessage `json:"processors"`
+	Decoders      []json.RawMessage `json:"decoders"`
+
+	Pattern  *patternJSON `json:"pattern"`  // Split, Replace
+	Behavior string       `json:"behavior"` // Split
+	Invert   bool         `json:"invert"`   // Split
+	Content  string       `json:"content"`  // Replace
+
+	AddPrefixSpace *bool `json:"add_prefix_space"` // ByteLevel
+	UseRegex       *bool `json:"use_regex"`        // ByteLevel
+
+	Single        []map[string]struct{ ID string } `json:"single"`         // TemplateProcessing
+	SpecialTokens map[string]struct{ IDs []int }   `json:"special_tokens"` // TemplateProcessing
+}
+
+// isNull reports whether a JSON value is absent or null.
+func isNull(raw json.RawMessage) bool {
+	return len(raw) == 0 || string(raw) == "null"
+}
+
+func component(raw json.RawMessage) (componentJSON, error) {
+	var c componentJSON
+	err := json.Unmarshal(raw, &c)
+	return c, err
+}
+
+// Parse reads the contents of a tokenizer.json file. It accepts byte-level
+// BPE models with the normalizers, pre-tokenizers, post-processors and
+// decoders DeepSeek's files use, and returns an error naming anything else.
+func Parse(data []byte) (*Tokenizer, error) {
+	var f fileJSON
+	if err := json.Unmarshal(data, &f); err != nil {
+		return nil, err
+	}
+	if !isNull(f.Truncation) {
+		return nil, errors.New("truncation is not supported")
+	}
+	t := &Tokenizer{}
+	if err := t.parseModel(&f.Model); err != nil {
+		return nil, fmt.Errorf("model: %w", err)
+	}
+	if err := t.parseNormalizer(f.Normalizer); err != nil {
+		return nil, fmt.Errorf("normalizer: %w", err)
+	}
+	if err := t.parseAdded(f.AddedTokens); err != nil {
+		return nil, fmt.Errorf("added_tokens: %w", err)
+	}
+	if err := t.parsePreTokenizer(f.PreTokenizer); err != nil {
+		return nil, fmt.Errorf("pre_tokenizer: %w", err)
+	}
+	if err := t.parsePostProcessor(f.PostProcessor); err != nil {
+		return nil, fmt.Errorf("post_processor: %w", err)
+	}
+	if err := parseDecoder(f.Decoder); err != nil {
+		return nil, fmt.Errorf("decoder: %w", err)
+	}
+	t.decoded = make([]string, len(t.spell))
+	for id, s := range t.spell {
+		t.decoded[id] = decodedPiece(s)
+	}
+	return t, nil
+}
+
+func (t *Tokenizer) parseModel(m *modelJSON) error {
+	switch {
+	case m.Type != "BPE" && m.Type != "":
+		return fmt.Errorf("type %q: only BPE is supported", m.Type)
+	case m.Dropout != nil && *m.Dropout != 0:
+		return errors.New("dropout is not supported: encoding would not be deterministic")
+	case m.ContinuingSubwordPrefix != nil && *m.ContinuingSubwordPrefix != "",
+		m.EndOfWordSuffix != nil && *m.EndOfWordSuffix != "":
+		return errors.New("continuing_subword_prefix and end_of_word_suffix are not supported in a byte-level BPE")
+	case m.ByteFallback:
+		return errors.New("byte_fallback is set: tokens are spelled <0xNN>, not in the byte-level alphabet")
+	case len(m.Vocab) == 0:
+		return errors.New("empty vocab")
+	}
+	t.vocab = m.Vocab
+	maxID := -1
+	for s, id := range m.Vocab {
+		if id < 0 || id >= maxTokenID {
+			return fmt.Errorf("token %q has id %d, outside [0, %d)", s, id, maxTokenID)
+		}
+		maxID = max(maxID, id)
+	}
+	t.spell = make([]string, maxID+1)
+	for s, id := range m.Vocab {
+		t.spell[id] = s
+	}
+
+	b := &t.model
+	for c := range 256 {
+		b.byteID[c] = -1
+		if id, ok := m.Vocab[string(byteRune[c])]; ok {
+			b.byteID[c] = int32(id)
+		}
+	}
+	b.unk, b.fuseUnk = -1, m.FuseUnk
+	if m.UnkToken != nil {
+		id, ok := m.Vocab[*m.UnkToken]
+		if !ok {
+			return fmt.Errorf("unk_token %q is not in the vocab", *m.UnkToken)
+		}
+		b.unk = int32(id)
+	}
+	if m.IgnoreMerges {
+		b.whole = make(map[string]int32, len(m.Vocab))
+		for s, id := range m.Vocab {
+			if raw, ok := byteLevelBytes(s); ok {
+				b.whole[string(raw)] = int32(id)
+			}
+		}
+	}
+	pairs, err := parseMerges(m.Merges)
+	if err != nil {
+		return err
+	}
+	b.merges = make(map[uint64]merge, len(pairs))
+	for rank, p := range pairs {
+		a, ok1 := m.Vocab[p[0]]
+		c, ok2 := m.Vocab[p[1]]
+		id, ok3 := m.Vocab[p[0]+p[1]]
+		if !ok1 || !ok2 || !ok3 {
+			return fmt.Errorf("merge %d (%q %q): token or result not in the vocab", rank, p[0], p[1])
+		}
+		// A repeated pair takes its last rank, as tokenizers' HashMap does.
+		b.merges[pairKey(int32(a), int32(c))] = merge{int32(rank), int32(id)}
+	}
+	return nil
+}
+
+// parseMerges reads merges in either form tokenizers writes: "a b" strings
+// (older files, DeepSeek's) or ["a", "b"] pairs.
+func parseMerges(raw json.RawMessage) ([][2]string, error) {
+	if isNull(raw) {
+		return nil, nil
+	}
+	var lines []string
+	if err := json.Unmarshal(raw, &lines); err == nil {
+		pairs := make([][2]string, len(lines))
+		for i, l := range lines {
+			a, b, ok := strings.Cut(l, " ")
+			if !ok || strings.Contains(b, " ") {
+				return nil, fmt.Errorf("merge %d %q is not two tokens separated by a space", i, l)
+			}
+			pairs[i] = [2]string{a, b}
+		}
+		return pairs, nil
+	}
+	var lists [][]string
+	if err := json.Unmarshal(raw, &lists); err != nil {
+		return nil, errors.New(`merges must be a list of "a b" strings or of ["a", "b"] pairs`)
+	}
+	pairs := make([][2]string, len(lists))
+	for i, l := range lists {
+		if len(l) != 2 {
+			return nil, fmt.Errorf("merge %d has %d tokens, want 2", i, len(l))
+		}
+		pairs[i] = [2]string{l[0], l[1]}
+	}
+	return pairs, nil
+}
+
+func (t *Tokenizer) parseNormalizer(raw json.RawMessage) error {
+	if isNull(raw) {
+		return nil
+	}
+	c, err := component(raw)
+	if err != nil {
+		return err
+	}
+	switch c.Type {
+	case "Sequence":
+		for _, n := range c.Normalizers {
+			if err := t.parseNormalizer(n); err != nil {
+				return err
+			}
+		}
+		return nil
+	case "Replace":
+		if c.Pattern == nil {
+			return errors.New("Replace without a pattern")
+		}
+		m, err := c.Pattern.compile()
+		if err != nil {
+			return fmt.Errorf("Replace: %w", err)
+		}
+		t.normalizers = append(t.normalizers, replacer(m, c.Content))
+		return nil
+	}
+	return fmt.Errorf("type %q is not supported: only Sequence and Replace are", c.Type)
+}
+
+// replacer returns the Replace normalizer: every match becomes content.
+func replacer(m matcher, content string) func(string) string {
+	return func(s string) string {
+		ranges := m.matches(nil, s)
+		if len(ranges) == 0 {
+			return s
+		}
+		var b strings.Builder
+		prev := 0
+		for _, r := range ranges {
+			b.WriteString(s[prev:r[0]])
+			b.WriteString(content)
+			prev = r[1]
+		}
+		b.WriteString(s[prev:])
+		return b.String()
+	}
+}
+
+func (t *Tokenizer) normalize(s string) string {
+	for _, n := range t.normalizers {
+		s = n(s)
+	}
+	return s
+}
+
+// parseAdded registers the added tokens the way tokenizers'
+// AddedVocabulary::add_tokens does when it loads a file, ids included: a
+// token already in the vocabulary keeps its id there, and a new one gets
+// the next id after the vocabulary or after the largest added id, whatever
+// the file's "id" says (tokenizers only warns about a difference). A
+// repeated content keeps its id and takes the later flags; an empty one is
+// ignored.
+func (t *Tokenizer) parseAdded(tokens []addedToken) error {
+	t.added = make(map[string]int, len(tokens))
+	var list []addedToken
+	index := make(map[string]int, len(tokens))
+	maxID := -1
+	for _, a := range tokens {
+		if a.Content == "" {
+			continue
+		}
+		id, ok := t.added[a.Content]
+		if !ok {
+			id, ok = t.vocab[a.Content]
+		}
+		if !ok {
+			id = len(t.vocab)
+			if maxID >= len(t.vocab) {
+				id = maxID + 1
+			}
+		}
+		if id >= maxTokenID {
+			return fmt.Errorf("token %q: too many tokens", a.Content)
+		}
+		a.ID = id
+		maxID = max(maxID, id)
+		t.added[a.Content] = id
+		if i, ok := index[a.Content]; ok {
+			list[i] = a
+		} else {
+			index[a.Content] = len(list)
+			list = append(list, a)
+		}
+		if id >= len(t.spell) {
+			t.spell = append(t.spell, make([]string, id+1-len(t.spell))...)
+		}
+		t.spell[id] = a.Content
+	}
+	var raw, norm []addedToken
+	var rawPatterns, normPatterns []string
+	for _, a := range list {
+		if a.Normalized {
+			norm = append(norm, a)
+			normPatterns = append(normPatterns, t.normalize(a.Content))
+		} else {
+			raw = append(raw, a)
+			rawPatterns = append(rawPatterns, a.Content)
+		}
+	}
+	t.rawAdded = newAddedSet(raw, rawPatterns)
+	t.normAdded = newAddedSet(norm, normPatterns)
+	return nil
+}
+
+func (t *Tokenizer) parsePreTokenizer(raw json.RawMessage) error {
+	var stages []componentJSON
+	var flatten func(raw json.RawMessage) error
+	flatten = func(raw json.RawMessage) error {
+		if isNull(raw) {
+			return nil
+		}
+		c, err := component(raw)
+		if err != nil {
+			return err
+		}
+		if c.Type != "Sequence" {
+			stages = append(stages, c)
+			return nil
+		}
+		for _, p := range c.Pretokenizers {
+			if err := flatten(p); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if err := flatten(raw); err != nil {
+		return err
+	}
+	if len(stages) == 0 || stages[len(stages)-1].Type != "ByteLevel" {
+		return errors.New("must end with ByteLevel: only byte-level BPE is supported")
+	}
+	for i, c := range stages {
+		switch c.Type {
+		case "Split":
+			if c.Pattern == nil {
+				return fmt.Errorf("Split %d has no pattern", i)
+			}
+			b, ok := behaviors[c.Behavior]
+			if !ok {
+				return fmt.Errorf("Split %d: unknown behavior %q", i, c.Behavior)
+			}
+			m, err := c.Pattern.compile()
+			if err != nil {
+				return fmt.Errorf("Split %d: %w", i, err)
+			}
+			t.splits = append(t.splits, split{pattern: m, behavior: b, invert: c.Invert})
+		case "ByteLevel":
+			if i != len(stages)-1 {
+				return errors.New("ByteLevel must be the last pre-tokenizer")
+			}
+			// tokenizers' ByteLevel defaults both to true.
+			t.prefixSpace = c.AddPrefixSpace == nil || *c.AddPrefixSpace
+			t.gpt2Split = c.UseRegex == nil || *c.UseRegex
+		default:
+			return fmt.Errorf("type %q is not supported", c.Type)
+		}
+	}
+	return nil
+}
+
+// parsePostProcessor takes the special tokens a TemplateProcessing adds
+// around a single sequence ($A); ByteLevel only adjusts offsets.
+func (t *Tokenizer) parsePostProcessor(raw json.RawMessage) error {
+	if isNull(raw) {
+		return nil
+	}
+	c, err := component(raw)
+	if err != nil {
+		return err
+	}
+	switch c.Type {
+	case "ByteLevel":
+		return nil
+	case "Sequence":
+		for _, p := range c.Processors {
+			if err := t.parsePostProcessor(p); err != nil {
+				return err
+			}
+		}
+		return nil
+	case "TemplateProcessing":
+		t.prefix, t.suffix = nil, nil
+		seen := false
+		for _, piece := range c.Single {
+			if seq, ok := piece["Sequence"]; ok {
+				if seen || seq.ID != "A" {
+					return errors.New("single template must hold the sequence $A once")
+				}
+				seen = true
+				continue
+			}
+			sp, ok := piece["SpecialToken"]
+			if !ok {
+				return errors.New("single template piece is neither Sequence nor SpecialToken")
+			}
+			st, ok := c.SpecialTokens[sp.ID]
+			if !ok {
+				return fmt.Errorf("special token %q is not in special_tokens", sp.ID)
+			}
+			if seen {
+				t.suffix = append(t.suffix, st.IDs...)
+			} else {
+				t.prefix = append(t.prefix, st.IDs...)
+			}
+		}
+		if !seen {
+			return errors.New("single template lacks the sequence $A")
+		}
+		return nil
+	}
+	return fmt.Errorf("type %q is not supported", c.Type)
+}
+
+func parseDecoder(raw json.RawMessage) error {
+	if isNull(raw) {
+		return errors.New("missing: only the ByteLevel decoder is supported")
+	}
+	c, err := component(raw)
+	if err != nil {
+		return err
+	}
+	if c.Type == "Sequence" && len(c.Decoders) == 1 {
+		return parseDecoder(c.Decoders[0])
+	}
+	if c.Type != "ByteLevel" {
+		return fmt.Errorf("type %q is not supported: only ByteLevel", c.Type)
+	}
+	return nil
+}
+
+// Encode returns the token ids of text. With addSpecial it adds the
+// special tokens the tokenizer is configured to put around a sequence
+// (BOS, for DeepSeek; see LoadConfig). Added tokens written in the text,
+// such as <｜User｜>, are recognised either way. Invalid UTF-8 in text is
+// first replaced by U+FFFD (see Decode), as a Python caller's
+// bytes.decode(errors="replace") would.
+func (t *Tokenizer) Encode(text string, addSpecial bool) []int {
+	e := encoder{t: t, bufs: make([]splitBufs, len(t.splits)+1)}
+	e.ids = make([]int, 0, len(text)/4+len(t.prefix)+len(t.suffix)) // about 4 bytes a token
+	e.word = func(w string) { e.ids = t.model.encode(&e.bpe, e.ids, w) }
+	if addSpecial {
+		e.ids = append(e.ids, t.prefix...)
+	}
+	e.raw(lossyUTF8(text))
+	if addSpecial {
+		e.ids = append(e.ids, t.suffix...)
+	}
+	return e.ids
+}
+
+// encoder is the state of one Encode call.
+type encoder struct {
+	t    *Tokenizer
+	ids  []int
+	bufs []splitBufs  // per pre-tokenizer stage
+	word func(string) // receives each pre-token
+	bpe  bpeScratch
+}
+
+type splitBufs struct {
+	segs   []segment
+	ranges [][2]int
+}
+
+// raw encodes text: added tokens that match before normalization first.
+func (e *encoder) raw(s string) {
+	if e.t.rawAdded == nil {
+		e.normalized(e.t.normalize(s))
+		return
+	}
+	for _, sg := range e.t.rawAdded.split(nil, s) {
+		if sg.id >= 0 {
+			e.ids = append(e.ids, sg.id)
+		} else {
+			e.normalized(e.t.normalize(s[sg.start:sg.end]))
+		}
+	}
+}
+
+// normalized encodes normalized text: added tokens that match after
+// normalization first, then the pre-tokenizers.
+func (e *encoder) normalized(s string) {
+	if e.t.normAdded == nil {
+		e.pretokenize(s, 0)
+		return
+	}
+	for _, sg := range e.t.normAdded.split(nil, s) {
+		if sg.id >= 0 {
+			e.ids = append(e.ids, sg.id)
+		} else {
+			e.pretokenize(s[sg.start:sg.end], 0)
+		}
+	}
+}
+
+// pretokenize runs pre-tokenizer stage k and the later ones on s, depth
+// first, and hands the resulting pre-tokens to e.word. The Splits come
+// first; the last stage is ByteLevel: an optional leading space, then an
+// optional split by the GPT-2 pattern.
+func (e *encoder) pretokenize(s string, k int) {
+	if s == "" {
+		return
+	}
+	t := e.t
+	var sp *split
+	if k < len(t.splits) {
+		sp = &t.splits[k]
+	} else {
+		if t.prefixSpace && s[0] != ' ' {
+			s = " " + s
+		}
+		if !t.gpt2Split {
+			e.word(s)
+			return
+		}
+		sp = &gpt2Split
+	}
+	b := &e.bufs[k]
+	b.segs, b.ranges = sp.segments(b.segs, b.ranges, s)
+	for _, sg := range b.segs {
+		if k < len(t.splits) {
+			e.pretokenize(s[sg.start:sg.end], k+1)
+		} else if sg.start < sg.end {
+			e.word(s[sg.start:sg.end])
+		}
+	}
+}
+
+// gpt2Split is the split the ByteLevel pre-tokenizer makes with use_regex.
+var gpt2Split = split{pattern: knownPatterns[patternGPT2], behavior: isolated}
+
+// Decode returns the text of ids as tokenizers' ByteLevel decoder does:
+// the bytes of all tokens joined, with each ill-formed UTF-8 sequence (a
+// multi-byte character cut between tokens, say) replaced by U+FFFD. Ids
+// outside the vocabulary are skipped.
+func (t *Tokenizer) Decode(ids []int) string {
+	return lossyUTF8(string(t.DecodeBytes(ids)))
+}
+
+// DecodeBytes returns the bytes ids stand for, without UTF-8 repair. For a
+// tokenizer like DeepSeek's (no normalizer, every byte in the vocabulary,
+// no lstrip or rstrip on added tokens), DecodeBytes(Encode(s, false)) is s
+// for any valid UTF-8 s.
+func (t *Tokenizer) DecodeBytes(ids []int) []byte {
+	var out []byte
+	for _, id := range ids {
+		if id >= 0 && id < len(t.decoded) {
+			out = append(out, t.decoded[id]...)
+		}
+	}
+	return out
+}
+
+// Piece returns the text of one token for display: Decode of that id
+// alone, so a token holding part of a multi-byte character shows U+FFFD.
+func (t *Tokenizer) Piece(id int) string {
+	return t.Decode([]int{id})
+}
+
+// Token returns the spelling of a token as tokenizer.json writes it (GPT-2
+// byte alphabet, "Ġ" for a space), as tokenizers' id_to_token does, or ""
+// for an unknown id.
+func (t *Tokenizer) Token(id int) string {
+	if id < 0 || id >= len(t.spell) {
+		return ""
+	}
+	return t.spell[id]
+}
+
+// TokenID returns the id of a token spelling: an added token's content or
+// a vocabulary entry, in that order.
+func (t *Tokenizer) TokenID(token string) (int, bool) {
+	if id, ok := t.added[token]; ok {
+		return id, true
+	}
+	id, ok := t.vocab[token]
+	return id, ok
+}
+
+// VocabSize returns one more than the largest token id.
+func (t *Tokenizer) VocabSize() int { return len(t.spell) }
+
+// BOS returns the token Encode puts first when asked to add special tokens,
+// and false if it adds none there.
+func (t *Tokenizer) BOS() (int, bool) {
+	if len(t.prefix) == 0 {
+		return 0, false
+	}
+	return t.prefix[0], true
+}
