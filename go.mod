@@ -10,4 +10,7 @@ require (
 	golang.org/x/sys v0.28.0
 )
 
-require github.com/edsrzf/mmap-go v1.2.0 // indirect
+require (
+	github.com/ebitengine/purego v0.11.3 // indirect
+	github.com/edsrzf/mmap-go v1.2.0 // indirect
+)

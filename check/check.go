@@ -14,6 +14,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 
 	"github.com/dsfs/dsfs/codecs"
@@ -21,7 +22,9 @@ import (
 )
 
 // SameTree compares two directory trees file by file (names and SHA-256)
-// and returns one line per difference.
+// and returns one line per difference. JSON documents that differ only in
+// the fields allowed to vary between runs (DESIGN.md: *_utc, seconds,
+// timing*) count as the same.
 func SameTree(a, b string) ([]string, error) {
 	ha, err := hashTree(a)
 	if err != nil {
@@ -37,6 +40,15 @@ func SameTree(a, b string) ([]string, error) {
 		case !ok:
 			diffs = append(diffs, name+": only in "+a)
 		case hb2 != h:
+			if strings.HasSuffix(name, ".json") {
+				same, err := sameJSON(filepath.Join(a, name), filepath.Join(b, name))
+				if err != nil {
+					return nil, err
+				}
+				if same {
+					continue
+				}
+			}
 			diffs = append(diffs, name+": contents differ")
 		}
 	}
@@ -46,6 +58,41 @@ func SameTree(a, b string) ([]string, error) {
 		}
 	}
 	return diffs, nil
+}
+
+func sameJSON(a, b string) (bool, error) {
+	var docs [2]any
+	for i, p := range []string{a, b} {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return false, err
+		}
+		dec := json.NewDecoder(bytes.NewReader(data))
+		dec.UseNumber()
+		if err := dec.Decode(&docs[i]); err != nil {
+			return false, fmt.Errorf("%s: %w", p, err)
+		}
+		docs[i] = dropTimings(docs[i])
+	}
+	return reflect.DeepEqual(docs[0], docs[1]), nil
+}
+
+func dropTimings(v any) any {
+	switch v := v.(type) {
+	case map[string]any:
+		for k, x := range v {
+			if strings.HasSuffix(k, "_utc") || k == "seconds" || strings.HasPrefix(k, "timing") {
+				delete(v, k)
+				continue
+			}
+			v[k] = dropTimings(x)
+		}
+	case []any:
+		for i, x := range v {
+			v[i] = dropTimings(x)
+		}
+	}
+	return v
 }
 
 func hashTree(root string) (map[string][32]byte, error) {

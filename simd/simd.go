@@ -1,13 +1,15 @@
-// Package simd holds the inner loops of the codecs: kernels over one
+// Package simd holds the inner loops of dsfs: the codecs' kernels over one
 // 32-byte block, small enough to cost the caller's block loop at most a call
-// (PackNibbles inlines).
+// (PackNibbles inlines), and the matrix products and reductions of the
+// trace view's CPU backend (MatMulT, MatMulTBF16, Dot, WidenBF16).
 //
-// There is no assembly yet, on purpose: with these portable kernels the
-// Engram FP8 -> FP4 codec runs at about 1.6 GB/s of input per core on an
-// AMD EPYC (go test -bench EngramFP4 ./codecs), above its 1 GB/s target.
-// When a kernel here stops being fast enough, an assembly version goes
-// beside it, chosen at run time from golang.org/x/sys/cpu, with this Go code
-// kept as the fallback and as the reference its tests compare against.
+// The block kernels are portable Go: the Engram FP8 -> FP4 codec runs at
+// about 1.6 GB/s of input per core on an AMD EPYC with them (go test -bench
+// EngramFP4 ./codecs), above its 1 GB/s target. The matrix kernels have
+// AVX2 + FMA assembly on amd64, chosen at run time from
+// golang.org/x/sys/cpu, with portable Go beside it as the fallback (Kernel
+// says which runs); BenchmarkMatMulT measures them against PeakGFLOPS, the
+// machine's register-only FMA rate.
 package simd
 
 import "encoding/binary"

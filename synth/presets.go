@@ -10,14 +10,28 @@ type Preset struct {
 	Name        string
 	Description string // one line
 	Spec        Spec
+	// MLA, when set, makes this a DeepSeek-V2/V3 preset, which WriteMLA
+	// writes; Spec is then unused.
+	MLA *MLASpec
+}
+
+// Validate reports the first thing in the preset's spec that cannot be
+// laid out.
+func (p *Preset) Validate() error {
+	if p.MLA != nil {
+		return p.MLA.Validate()
+	}
+	return p.Spec.Validate()
 }
 
 // Presets lists the presets Write knows, in the order a help text shows them.
 func Presets() []Preset {
 	return []Preset{
-		{"v41-tiny", "DeepSeek-V4.1 layout in 27 MB: 4 layers (1 dense), 8 MXFP4 experts, 2 Engram tables, MTP, 4 shards", TinySpec()},
-		{"v41-bench", "DeepSeek-V4.1 layout in 2.8 GiB of realistic values, 2 shards of over 1 GiB, for throughput benchmarks", benchSpec()},
-		{"v41-full-sparse", "the full DeepSeek-V4.1-Flash tensor list (48 shards, ~96k tensors, ~475 GiB) as sparse files of zeros", fullSparseSpec()},
+		{"v41-tiny", "DeepSeek-V4.1 layout in 27 MB: 4 layers (1 dense), 8 MXFP4 experts, 2 Engram tables, MTP, 4 shards", TinySpec(), nil},
+		{"v41-bench", "DeepSeek-V4.1 layout in 2.8 GiB of realistic values, 2 shards of over 1 GiB, for throughput benchmarks", benchSpec(), nil},
+		{"v41-full-sparse", "the full DeepSeek-V4.1-Flash tensor list (48 shards, ~96k tensors, ~475 GiB) as sparse files of zeros", fullSparseSpec(), nil},
+		{"v2lite-tiny", "DeepSeek-V2-Lite layout (MLA, softmax routing) in 2.6 MB with a tokenizer: 4 layers (1 dense), 8 experts, for trace/", Spec{}, ptr(V2LiteTinySpec())},
+		{"v3-tiny", "DeepSeek-V3 layout (q LoRA, sigmoid + bias group routing) in 3.1 MB with a tokenizer: 4 layers (1 dense), 16 experts, for trace/", Spec{}, ptr(V3TinySpec())},
 	}
 }
 
@@ -28,8 +42,13 @@ func Write(preset, dir string) error {
 	if i < 0 {
 		return fmt.Errorf("synth: unknown preset %q", preset)
 	}
+	if p := Presets()[i]; p.MLA != nil {
+		return WriteMLA(*p.MLA, dir)
+	}
 	return WriteSpec(Presets()[i].Spec, dir)
 }
+
+func ptr[T any](v T) *T { return &v }
 
 // v4CompressRatios returns V4-Flash's pattern for n layers: none in the
 // first two, then alternating 4 (with indexer) and 128.

@@ -361,7 +361,7 @@ func TestDeterministic(t *testing.T) {
 
 func TestValidate(t *testing.T) {
 	for _, p := range Presets() {
-		if err := p.Spec.Validate(); err != nil {
+		if err := p.Validate(); err != nil {
 			t.Errorf("preset %s: %v", p.Name, err)
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/dsfs/dsfs/codecs"
+	"github.com/dsfs/dsfs/diskcache"
 	"github.com/dsfs/dsfs/manifest"
 	"github.com/dsfs/dsfs/safetensors"
 )
@@ -29,6 +30,9 @@ var registry = []View{
 	{"nvfp4", "routed and MTP experts MXFP4 -> NVFP4 (lossless), everything else as is", safetensorsView(nvfp4Rewriter)},
 	{"engram-fp4", "Engram tables FP8 -> FP4 with block-32 E8M0 scales, everything else as is", safetensorsView(engramRewriter)},
 	{"nvfp4+engram-fp4", "both transcodes at once (the seed script's default output)", safetensorsView(nvfp4Rewriter, engramRewriter)},
+	{"trace", "DeepSeek MLA + MoE decoder-layer forwards on prompts, run when read: activations, routes, statistics", buildTrace},
+	{"q2", "routed experts -> ggml IQ2_XXS (w1, w3) and Q2_K (w2), with plan, manifests and README", buildQ2},
+	{"manifest", "the inventory of every tensor: formats, bytes, sha256, value checks, where each view's tensors come from", buildManifest},
 }
 
 // Names lists the registered views in order.
@@ -47,6 +51,23 @@ func All() []View { return append([]View(nil), registry...) }
 type Options struct {
 	// Views names the views to build; empty means all.
 	Views []string
+	// Revision is the source revision the q2/ documents record; empty
+	// means the Hugging Face cache snapshot name when the source is one.
+	Revision string
+	// DiskCache, when set, keeps the blocks of expensive views (q2/)
+	// across mounts; the in-memory block cache stays in front of it.
+	DiskCache *diskcache.Cache
+	// TracePrompts is a JSON file of prompts for trace/ (empty: the
+	// seed's four prompts).
+	TracePrompts string
+	// Device is where trace/ runs layers: auto (the default) or cpu.
+	Device string
+	// TP is the tensor-parallel degree whose cuts manifest/ reports: 0
+	// means inventory.DefaultTP, 1 none.
+	TP int
+	// NoHash makes manifest/ read headers only: no digests, no value
+	// checks.
+	NoHash bool
 }
 
 // Set is the views of one catalog. It owns the source files it opened.
@@ -55,12 +76,15 @@ type Set struct {
 	Root  *Node
 	Opt   Options
 	files map[string]*os.File
+	stats map[string]func() any // live counters of views that keep any
+	// warnings are what views could not serve, for the log once mounted.
+	warnings []string
 }
 
 // Build builds the views of cat chosen by opt under one root directory.
 func Build(cat *manifest.Catalog, opt Options) (*Set, error) {
 	names := opt.Views
-	s := &Set{Cat: cat, Opt: opt, files: make(map[string]*os.File)}
+	s := &Set{Cat: cat, Opt: opt, files: make(map[string]*os.File), stats: make(map[string]func() any)}
 	want := make(map[string]bool)
 	for _, n := range names {
 		want[n] = true
@@ -86,6 +110,22 @@ func Build(cat *manifest.Catalog, opt Options) (*Set, error) {
 	s.Root = Dir("", dirs...)
 	return s, nil
 }
+
+// Stats returns the live counters of the views that keep any (q2/: blocks
+// quantised and served from the disk cache), by view name, for
+// .dsfs/stats.json.
+func (s *Set) Stats() map[string]any {
+	m := make(map[string]any, len(s.stats))
+	for name, f := range s.stats {
+		m[name] = f()
+	}
+	return m
+}
+
+// Warnings lists, one line each, what the views found they cannot serve
+// (trace/: an architecture it cannot run, a layer with a missing tensor),
+// for the caller to log once the mount is up.
+func (s *Set) Warnings() []string { return s.warnings }
 
 // Close closes the source files the views opened.
 func (s *Set) Close() error {
@@ -278,6 +318,13 @@ func passthrough(t *manifest.Tensor) Out {
 // SafetensorsFile lays out tensors as a safetensors file (FORMATS.md
 // "Virtual safetensors files") whose data comes from their segments.
 func SafetensorsFile(view string, outs []Out) (*File, error) {
+	f, _, err := safetensorsLayout(view, outs)
+	return f, err
+}
+
+// safetensorsLayout is SafetensorsFile that also returns the layout, for
+// views that record where each tensor landed.
+func safetensorsLayout(view string, outs []Out) (*File, *safetensors.Layout, error) {
 	specs := make([]safetensors.Spec, len(outs))
 	byName := make(map[string]Segment, len(outs))
 	for i, o := range outs {
@@ -288,17 +335,17 @@ func SafetensorsFile(view string, outs []Out) (*File, error) {
 		{Key: "format", Value: "pt"}, {Key: "dsfs.view", Value: view}, {Key: "dsfs.codec", Value: codecs.Version},
 	}, specs)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	f := NewFile(Bytes(l.Header))
 	for _, t := range l.Tensors {
 		seg := byName[t.Name]
 		if seg.Len() != t.Len() {
-			return nil, fmt.Errorf("tensor %s: data is %d bytes, %s %v needs %d", t.Name, seg.Len(), t.DType, t.Shape, t.Len())
+			return nil, nil, fmt.Errorf("tensor %s: data is %d bytes, %s %v needs %d", t.Name, seg.Len(), t.DType, t.Shape, t.Len())
 		}
 		f.Append(seg)
 	}
-	return f, nil
+	return f, l, nil
 }
 
 func indexJSON(total int64, weightMap map[string]string) []byte {

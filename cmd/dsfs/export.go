@@ -17,11 +17,18 @@ import (
 func runExport(args []string) error {
 	fs := flags("export")
 	cacheMB := fs.Int("cache-mb", 256, "memory budget of the block cache, MiB")
+	qf := addQ2Flags(fs)
+	tf := addTraceFlags(fs)
 	pos, err := parse(fs, args, 3, 3)
 	if err != nil {
 		return err
 	}
-	src, err := openSource(pos[1], views.Options{Views: []string{pos[0]}})
+	opt, err := qf.options([]string{pos[0]})
+	if err != nil {
+		return err
+	}
+	tf.apply(&opt)
+	src, err := openSource(pos[1], opt)
 	if err != nil {
 		return err
 	}

@@ -11,6 +11,7 @@ import (
 	"syscall"
 
 	"github.com/dsfs/dsfs/blockcache"
+	"github.com/dsfs/dsfs/inventory"
 	"github.com/dsfs/dsfs/manifest"
 	"github.com/dsfs/dsfs/vfs"
 	"github.com/dsfs/dsfs/views"
@@ -58,11 +59,21 @@ func runMount(args []string) error {
 	viewList := fs.String("views", "", "comma-separated views to serve (default all: "+strings.Join(views.Names(), ",")+")")
 	allowOther := fs.Bool("allow-other", false, "let other users read the mount")
 	debugFuse := fs.Bool("debug", false, "log every FUSE request")
+	qf := addQ2Flags(fs)
+	tf := addTraceFlags(fs)
+	tp := fs.Int("tp", inventory.DefaultTP, "tensor-parallel degree whose cuts manifest/ reports (1: none)")
+	noHash := fs.Bool("no-hash", false, "manifest/ reads headers only: no sha256, no value checks")
 	pos, err := parse(fs, args, 2, 2)
 	if err != nil {
 		return err
 	}
-	src, err := openSource(pos[0], views.Options{Views: splitList(*viewList)})
+	opt, err := qf.options(splitList(*viewList))
+	if err != nil {
+		return err
+	}
+	tf.apply(&opt)
+	opt.TP, opt.NoHash = *tp, *noHash
+	src, err := openSource(pos[0], opt)
 	if err != nil {
 		return err
 	}
@@ -77,13 +88,18 @@ func runMount(args []string) error {
 		AllowOther: *allowOther,
 		Debug:      *debugFuse,
 		Status: func() map[string]any {
-			return map[string]any{
-				"source":   src.cat.Dir,
-				"views":    viewNamesOf(src.set.Root),
-				"shards":   len(src.cat.Shards),
-				"tensors":  len(src.cat.Tensors),
-				"problems": append([]manifest.Problem{}, src.cat.Problems...),
+			st := map[string]any{
+				"source":     src.cat.Dir,
+				"views":      viewNamesOf(src.set.Root),
+				"shards":     len(src.cat.Shards),
+				"tensors":    len(src.cat.Tensors),
+				"problems":   append([]manifest.Problem{}, src.cat.Problems...),
+				"view_stats": src.set.Stats(),
 			}
+			if opt.DiskCache != nil {
+				st["disk_cache"] = opt.DiskCache.Stats()
+			}
+			return st
 		},
 	})
 	if err != nil {
@@ -91,6 +107,9 @@ func runMount(args []string) error {
 	}
 	slog.Info("mounted", "source", src.cat.Dir, "mount", m.Dir, "shards", len(src.cat.Shards),
 		"tensors", len(src.cat.Tensors), "problems", len(src.cat.Problems), "cache_mb", *cacheMB)
+	for _, w := range src.set.Warnings() {
+		slog.Warn(w)
+	}
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
 	go func() {

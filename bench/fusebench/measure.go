@@ -1,0 +1,401 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+)
+
+// readViews are the views whose shard the read targets measure.
+var readViews = []string{"nvfp4", "engram-fp4"}
+
+// prefaultSlack is memory touched before a first read beyond the file's
+// size, for the server's own allocations.
+const prefaultSlack = 512 << 20
+
+// readKey names one series of timed reads.
+type readKey struct {
+	server string // "dsfs", "memfs" or "ext4"
+	view   string // "" for ext4
+	second bool   // the read after a first read in the same mount
+}
+
+// measureReads times, pass after pass, a plain read of the source shard
+// (hot), and first and second reads of its views through memfs (the views'
+// bytes held in memory) and through dsfs. Each pass mounts both servers
+// afresh, so a first read finds neither the kernel page cache nor dsfs's
+// block cache holding the file; the source shard is read whole just before
+// every read, so that it is hot, and how much of it stayed in the page
+// cache is recorded after. Before a first read the memory it will fill is
+// touched (see prefault).
+func measureReads(ctx context.Context, c config) (map[readKey][]read, error) {
+	src := filepath.Join(c.benchSrc, c.shard)
+	mnt := filepath.Join(c.work, "mnt")
+	baseline, err := copyViews(ctx, c, mnt)
+	if err != nil {
+		return nil, err
+	}
+	res := make(map[readKey][]read)
+	// timed warms the source shard and reads path; pid is the server's
+	// process, 0 for none.
+	timed := func(k readKey, path string, pid int) error {
+		if _, err := readFile(ctx, src, 0); err != nil {
+			return err
+		}
+		if pid != 0 && !k.second {
+			fi, err := os.Stat(path)
+			if err != nil {
+				return err
+			}
+			if err := prefault(fi.Size() + prefaultSlack); err != nil {
+				return err
+			}
+		}
+		var cpu0 time.Duration
+		if pid != 0 {
+			var err error
+			if cpu0, err = cpuTime(pid); err != nil {
+				return err
+			}
+		}
+		r, err := readFile(ctx, path, 0)
+		if err != nil {
+			return err
+		}
+		if pid != 0 {
+			cpu1, err := cpuTime(pid)
+			if err != nil {
+				return err
+			}
+			r.ServerCPU = cpu1 - cpu0
+		}
+		if r.SourceHot, err = resident(src); err != nil {
+			return err
+		}
+		res[k] = append(res[k], r)
+		return nil
+	}
+	// views reads each view's file twice through server s.
+	views := func(s *server, name string, path func(view string) string) error {
+		for _, v := range readViews {
+			for _, second := range []bool{false, true} {
+				if err := timed(readKey{name, v, second}, path(v), s.Pid()); err != nil {
+					s.stop()
+					return fmt.Errorf("%w\n%s", err, s.stderrTail())
+				}
+			}
+		}
+		return s.stop()
+	}
+	for pass := range c.passes {
+		if err := timed(readKey{server: "ext4"}, src, 0); err != nil {
+			return nil, err
+		}
+		m, err := startMemfs(ctx, c, mnt, baseline)
+		if err != nil {
+			return nil, err
+		}
+		if err := views(m, "memfs", func(v string) string { return filepath.Join(mnt, v) }); err != nil {
+			return nil, err
+		}
+		d, err := startDsfs(ctx, c, fmt.Sprintf("read-%d", pass+1), c.benchSrc, mnt)
+		if err != nil {
+			return nil, err
+		}
+		if err := views(d, "dsfs", func(v string) string { return filepath.Join(mnt, v, c.shard) }); err != nil {
+			return nil, err
+		}
+	}
+	return res, nil
+}
+
+// copyViews copies the read views' shard out of a dsfs mount into
+// work/baseline, for memfs to serve the very same bytes; it returns the
+// copies' paths by view.
+func copyViews(ctx context.Context, c config, mnt string) (map[string]string, error) {
+	dir := filepath.Join(c.work, "baseline")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	d, err := startDsfs(ctx, c, "copy", c.benchSrc, mnt)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]string)
+	for _, v := range readViews {
+		p := filepath.Join(dir, v+"-"+c.shard)
+		if err := copyFile(filepath.Join(mnt, v, c.shard), p); err != nil {
+			d.stop()
+			return nil, err
+		}
+		out[v] = p
+	}
+	return out, d.stop()
+}
+
+func copyFile(from, to string) error {
+	r, err := os.Open(from)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	w, err := os.Create(to)
+	if err != nil {
+		return err
+	}
+	if _, err := io.CopyBuffer(w, r, make([]byte, chunk)); err != nil {
+		w.Close()
+		return fmt.Errorf("copying %s: %w", from, err)
+	}
+	return w.Close()
+}
+
+// memPass is one run of 8 concurrent readers.
+type memPass struct {
+	PeakAnon int64 // peak RssAnon sampled every 100 ms
+	Samples  int
+	HWM      int64 // VmHWM at the end
+	Bytes    int64 // read by all readers
+	Time     time.Duration
+}
+
+// readers is how many files are read at once in the memory measurement.
+const readers = 8
+
+// measureMemory mounts v41-bench with the cache budget c.cacheMB and reads
+// the shards of the derived views with 8 concurrent readers (those of
+// engram-fp4/, the costliest, first; readers beyond the number of files
+// start half-way into a file already read), sampling the mount's anonymous
+// memory. Each pass uses a fresh mount.
+func measureMemory(ctx context.Context, c config) ([]memPass, error) {
+	shards, err := filepath.Glob(filepath.Join(c.benchSrc, "*.safetensors"))
+	if err != nil || len(shards) == 0 {
+		return nil, fmt.Errorf("no shards in %s (%v)", c.benchSrc, err)
+	}
+	mnt := filepath.Join(c.work, "mnt")
+	var files []string
+	for _, v := range []string{"engram-fp4", "nvfp4", "nvfp4+engram-fp4"} {
+		for _, s := range shards {
+			files = append(files, filepath.Join(mnt, v, filepath.Base(s)))
+		}
+	}
+	var out []memPass
+	for pass := range c.passes {
+		d, err := startDsfs(ctx, c, fmt.Sprintf("memory-%d", pass+1), c.benchSrc, mnt, "--cache-mb", strconv.Itoa(c.cacheMB))
+		if err != nil {
+			return nil, err
+		}
+		p, err := readTogether(ctx, d.Pid(), files)
+		if err != nil {
+			d.stop()
+			return nil, fmt.Errorf("%w\n%s", err, d.stderrTail())
+		}
+		if err := d.stop(); err != nil {
+			return nil, err
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// readTogether runs the readers over files and samples pid's RssAnon.
+func readTogether(ctx context.Context, pid int, files []string) (memPass, error) {
+	var p memPass
+	type job struct {
+		path string
+		off  int64
+	}
+	var jobs []job
+	laps := (readers + len(files) - 1) / len(files)
+	for i := range readers {
+		path := files[i%len(files)]
+		fi, err := os.Stat(path)
+		if err != nil {
+			return p, err
+		}
+		jobs = append(jobs, job{path, fi.Size() * int64(i/len(files)) / int64(laps)})
+	}
+	s := sample(pid, "RssAnon", 100*time.Millisecond)
+	start := time.Now()
+	got := make([]read, len(jobs))
+	var eg errgroup.Group
+	for i, j := range jobs {
+		eg.Go(func() (err error) {
+			got[i], err = readFile(ctx, j.path, j.off)
+			return err
+		})
+	}
+	err := eg.Wait()
+	p.Time = time.Since(start)
+	peak, serr := s.Stop()
+	p.PeakAnon, p.Samples = peak, s.samples
+	if err != nil {
+		return p, err
+	}
+	if serr != nil {
+		return p, serr
+	}
+	for _, r := range got {
+		p.Bytes += r.Bytes
+	}
+	p.HWM, err = procStatus(pid, "VmHWM")
+	return p, err
+}
+
+// mountPass is one mount of v41-full-sparse and `ls -lR` of it.
+type mountPass struct {
+	Wall      time.Duration // process start to stats.json readable
+	HWMMount  int64         // VmHWM once mounted
+	HWMLs     int64         // VmHWM after ls -lR
+	Served    int64         // file bytes served during ls -lR
+	Computed  int64         // blocks computed or missed during ls -lR
+	Files     int           // regular files ls listed
+	LayoutErr error         // sizes against the source and the format rules
+	Checked   int           // files the layout check covered
+	Sizes     map[string]int64
+}
+
+// stats is the part of .dsfs/stats.json the mount measurement reads.
+type stats struct {
+	BytesServed int64 `json:"bytes_served"`
+	Cache       struct {
+		Misses   int64 `json:"misses"`
+		Computed int64 `json:"blocks_computed"`
+	} `json:"cache"`
+}
+
+func readStats(mnt string) (stats, int64, error) {
+	b, err := os.ReadFile(filepath.Join(mnt, ".dsfs", "stats.json"))
+	if err != nil {
+		return stats{}, 0, err
+	}
+	var s stats
+	if err := json.Unmarshal(b, &s); err != nil {
+		return stats{}, 0, fmt.Errorf("stats.json: %w", err)
+	}
+	return s, int64(len(b)), nil
+}
+
+// mountPrefault is the memory touched before each mount (see prefault):
+// more than the mount's peak.
+const mountPrefault = 1 << 30
+
+// measureMount mounts v41-full-sparse pass after pass and records the time
+// to ready, the peak resident memory after mounting and after `ls -lR`, and
+// what ls made dsfs read. The last pass also checks the listed sizes; it
+// reads the view shards' headers, which makes dsfs compute blocks, so it
+// comes after that pass's figures are taken and no profile but the last
+// pass's holds its work.
+func measureMount(ctx context.Context, c config) ([]mountPass, error) {
+	mnt := filepath.Join(c.work, "mnt")
+	var out []mountPass
+	for i := range c.passes {
+		if err := prefault(mountPrefault); err != nil {
+			return nil, err
+		}
+		d, err := startDsfs(ctx, c, fmt.Sprintf("mount-%d", i+1), c.sparseSrc, mnt)
+		if err != nil {
+			return nil, err
+		}
+		p, err := lsMount(ctx, c, d, mnt, i == c.passes-1)
+		if err != nil {
+			d.stop()
+			return nil, fmt.Errorf("%w\n%s", err, d.stderrTail())
+		}
+		if err := d.stop(); err != nil {
+			return nil, err
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+func lsMount(ctx context.Context, c config, d *server, mnt string, checkSizes bool) (mountPass, error) {
+	p := mountPass{Wall: d.Ready}
+	var err error
+	if p.HWMMount, err = procStatus(d.Pid(), "VmHWM"); err != nil {
+		return p, err
+	}
+	before, beforeLen, err := readStats(mnt)
+	if err != nil {
+		return p, err
+	}
+	ls := exec.CommandContext(ctx, "ls", "-lR", "--time-style=long-iso", mnt)
+	ls.Env = append(os.Environ(), "LC_ALL=C")
+	listing, err := ls.Output()
+	if err != nil {
+		return p, fmt.Errorf("ls -lR %s: %w", mnt, err)
+	}
+	if p.HWMLs, err = procStatus(d.Pid(), "VmHWM"); err != nil {
+		return p, err
+	}
+	after, _, err := readStats(mnt)
+	if err != nil {
+		return p, err
+	}
+	// The first stats.json read is itself served between the two readings.
+	p.Served = after.BytesServed - before.BytesServed - beforeLen
+	p.Computed = after.Cache.Computed - before.Cache.Computed + after.Cache.Misses - before.Cache.Misses
+	p.Sizes = parseLsR(string(listing), mnt)
+	p.Files = len(p.Sizes)
+	if checkSizes {
+		p.Checked, p.LayoutErr = checkLayout(c.sparseSrc, mnt, p.Sizes)
+	}
+	return p, nil
+}
+
+// stableSizes reports whether every pass listed the same files with the
+// same sizes.
+func stableSizes(ps []mountPass) bool {
+	for _, p := range ps[1:] {
+		if !maps.Equal(p.Sizes, ps[0].Sizes) {
+			return false
+		}
+	}
+	return true
+}
+
+// parseCodecBench reads the MB/s figures of BenchmarkEngramFP4 from go test
+// output.
+func parseCodecBench(path string) ([]float64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var mbps []float64
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 2 || (fields[0] != "BenchmarkEngramFP4" && !strings.HasPrefix(fields[0], "BenchmarkEngramFP4-")) {
+			continue
+		}
+		for i := 1; i < len(fields); i++ {
+			if fields[i] == "MB/s" {
+				v, err := strconv.ParseFloat(fields[i-1], 64)
+				if err != nil {
+					return nil, fmt.Errorf("%s: %q: %w", path, sc.Text(), err)
+				}
+				mbps = append(mbps, v)
+			}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	if len(mbps) == 0 {
+		return nil, fmt.Errorf("%s: no BenchmarkEngramFP4 result with MB/s", path)
+	}
+	return mbps, nil
+}

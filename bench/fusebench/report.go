@@ -1,0 +1,264 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// report holds the measurements made; a nil field was not measured.
+type report struct {
+	reads  map[readKey][]read
+	memory []memPass
+	mounts []mountPass
+	codec  []float64 // MB/s per run of the benchmark
+}
+
+// The targets of the foundation issue.
+const (
+	firstReadNVFP4  = 0.8 // × memfs
+	firstReadEngram = 0.4 // × memfs
+	secondRead      = 0.3 // × ext4
+	mountWall       = 2 * time.Second
+	mountRSS        = 300e6 // bytes
+	memSlack        = 100e6 // bytes over the cache budget
+	codecMBps       = 1000  // per core
+)
+
+// hotEnough is the share of the source shard that must still be in the
+// page cache after a read for the read to count as one from a hot source.
+const hotEnough = 0.99
+
+// row is one line of the table; an empty result marks information only.
+type row struct {
+	what, measured, baseline, ratio, need, result string
+}
+
+func verdict(ok bool) string {
+	if ok {
+		return "PASS"
+	}
+	return "FAIL"
+}
+
+// print writes the table and the per-pass figures; it reports whether
+// every target measured passed.
+func (r *report) print(w io.Writer, c config) bool {
+	var rows []row
+	if r.reads != nil {
+		ext4 := median(hotMBps(r.reads[readKey{server: "ext4"}]))
+		for _, v := range readViews {
+			need := firstReadNVFP4
+			if v == "engram-fp4" {
+				need = firstReadEngram
+			}
+			got := median(hotMBps(r.reads[readKey{"dsfs", v, false}]))
+			base := median(hotMBps(r.reads[readKey{"memfs", v, false}]))
+			rows = append(rows, row{v + "/ first read", fmtMBps(got), "memfs " + fmtMBps(base),
+				fmt.Sprintf("%.2f", got/base), fmt.Sprintf("≥ %.2f", need), verdict(got/base >= need)})
+		}
+		for _, v := range readViews {
+			// CPU per byte hardly depends on what else the machine runs;
+			// it is information, not a target.
+			got := median(serverCPU(r.reads[readKey{"dsfs", v, false}]))
+			base := median(serverCPU(r.reads[readKey{"memfs", v, false}]))
+			rows = append(rows, row{v + "/ first read, server CPU", fmt.Sprintf("%.0f ms/GB", got),
+				fmt.Sprintf("memfs %.0f ms/GB", base), fmt.Sprintf("%.2f", got/base), "", ""})
+		}
+		for _, v := range readViews {
+			got := median(hotMBps(r.reads[readKey{"dsfs", v, true}]))
+			rows = append(rows, row{v + "/ second read", fmtMBps(got), "ext4 " + fmtMBps(ext4),
+				fmt.Sprintf("%.2f", got/ext4), fmt.Sprintf("≥ %.2f", secondRead), verdict(got/ext4 >= secondRead)})
+		}
+	}
+	if r.memory != nil {
+		var peaks []float64
+		for _, p := range r.memory {
+			peaks = append(peaks, float64(p.PeakAnon))
+		}
+		budget := float64(int64(c.cacheMB) << 20)
+		limit := budget + memSlack
+		got := median(peaks)
+		rows = append(rows, row{fmt.Sprintf("RssAnon, %d readers, --cache-mb %d", readers, c.cacheMB),
+			fmt.Sprintf("%s (max %s)", fmtMB(got), fmtMB(slices.Max(peaks))),
+			"budget " + fmtMB(budget), fmt.Sprintf("%.2f", got/limit),
+			"≤ " + fmtMB(limit), verdict(got <= limit)})
+	}
+	if r.mounts != nil {
+		var walls, hwms []float64
+		var served, computed int64
+		for _, p := range r.mounts {
+			walls = append(walls, p.Wall.Seconds())
+			hwms = append(hwms, float64(max(p.HWMMount, p.HWMLs)))
+			served = max(served, p.Served)
+			computed = max(computed, p.Computed)
+		}
+		wall, hwm := median(walls), median(hwms)
+		rows = append(rows,
+			row{"mount v41-full-sparse, wall", fmt.Sprintf("%.2f s (max %.2f)", wall, slices.Max(walls)), "", "",
+				fmt.Sprintf("< %.0f s", mountWall.Seconds()), verdict(wall < mountWall.Seconds())},
+			row{"mount + ls -lR, peak RSS (VmHWM)", fmt.Sprintf("%s (max %s)", fmtMB(hwm), fmtMB(slices.Max(hwms))), "", "",
+				"< " + fmtMB(mountRSS), verdict(hwm < mountRSS)},
+			row{"ls -lR reads no tensor data", fmt.Sprintf("%d B, %d blocks", served, computed), "", "",
+				"0", verdict(served == 0 && computed == 0)})
+		last := r.mounts[len(r.mounts)-1]
+		sizes := fmt.Sprintf("%d files, %d checked", last.Files, last.Checked)
+		stable := stableSizes(r.mounts)
+		if !stable {
+			sizes += ", CHANGED between passes"
+		}
+		rows = append(rows, row{"ls -lR sizes exact and stable", sizes, "", "",
+			"= files, rules", verdict(last.LayoutErr == nil && stable && last.Checked > 0)})
+	}
+	if r.codec != nil {
+		got := median(r.codec)
+		rows = append(rows, row{"Engram FP8→FP4 codec, 1 core", fmtMBps(got), "", fmt.Sprintf("%.2f", got/codecMBps),
+			fmt.Sprintf("≥ %d MB/s", codecMBps), verdict(got >= codecMBps)})
+	}
+
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "target\tmedian\tbaseline\tratio\tneeded\tresult")
+	all := true
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.what, r.measured, r.baseline, r.ratio, r.need, r.result)
+		all = all && r.result != "FAIL"
+	}
+	tw.Flush()
+	fmt.Fprintln(w)
+	r.printPasses(w)
+	return all
+}
+
+// printPasses writes every pass's figures, so that noise can be judged.
+func (r *report) printPasses(w io.Writer) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "per pass\t")
+	if r.reads != nil {
+		type series struct {
+			name string
+			k    readKey
+		}
+		all := []series{{"ext4 read of the source shard, MB/s", readKey{server: "ext4"}}}
+		for _, s := range []string{"memfs", "dsfs"} {
+			for _, v := range readViews {
+				all = append(all,
+					series{s + " " + v + " first read, MB/s", readKey{s, v, false}},
+					series{s + " " + v + " second read, MB/s", readKey{s, v, true}})
+			}
+		}
+		evicted := false
+		for _, s := range all {
+			var parts []string
+			for _, rd := range r.reads[s.k] {
+				p := fmt.Sprintf("%.0f", rd.MBps())
+				if rd.SourceHot < hotEnough {
+					p += "*"
+					evicted = true
+				}
+				parts = append(parts, p)
+			}
+			fmt.Fprintf(tw, "  %s\t%s\n", s.name, strings.Join(parts, "  "))
+		}
+		for _, s := range all[1:] {
+			fmt.Fprintf(tw, "  %s CPU ms/GB\t%s\n", strings.TrimSuffix(s.name, ", MB/s"), join(serverCPU(r.reads[s.k]), "%.0f"))
+		}
+		for _, v := range readViews {
+			d, m := mbps(r.reads[readKey{"dsfs", v, false}]), mbps(r.reads[readKey{"memfs", v, false}])
+			var ratios []float64
+			for i := range min(len(d), len(m)) {
+				ratios = append(ratios, d[i]/m[i])
+			}
+			fmt.Fprintf(tw, "  %s first read dsfs/memfs, same pass\t%s\n", v, join(ratios, "%.2f"))
+		}
+		if evicted {
+			fmt.Fprintf(tw, "  * less than %.0f%% of the source shard was in the page cache after this read: left out of the medians\t\n", 100*hotEnough)
+		}
+	}
+	if r.memory != nil {
+		var peak, hwm, agg, n []float64
+		for _, p := range r.memory {
+			peak = append(peak, float64(p.PeakAnon)/1e6)
+			hwm = append(hwm, float64(p.HWM)/1e6)
+			agg = append(agg, float64(p.Bytes)/p.Time.Seconds()/1e6)
+			n = append(n, float64(p.Samples))
+		}
+		fmt.Fprintf(tw, "  %d readers: peak RssAnon, MB\t%s\n", readers, join(peak, "%.0f"))
+		fmt.Fprintf(tw, "  %d readers: VmHWM at the end, MB\t%s\n", readers, join(hwm, "%.0f"))
+		fmt.Fprintf(tw, "  %d readers: RssAnon samples\t%s\n", readers, join(n, "%.0f"))
+		fmt.Fprintf(tw, "  %d readers: all together, MB/s\t%s\n", readers, join(agg, "%.0f"))
+	}
+	if r.mounts != nil {
+		var wall, hm, hl []float64
+		for _, p := range r.mounts {
+			wall = append(wall, p.Wall.Seconds())
+			hm = append(hm, float64(p.HWMMount)/1e6)
+			hl = append(hl, float64(p.HWMLs)/1e6)
+		}
+		fmt.Fprintf(tw, "  mount v41-full-sparse, s\t%s\n", join(wall, "%.2f"))
+		fmt.Fprintf(tw, "  VmHWM once mounted, MB\t%s\n", join(hm, "%.0f"))
+		fmt.Fprintf(tw, "  VmHWM after ls -lR, MB\t%s\n", join(hl, "%.0f"))
+		if err := r.mounts[len(r.mounts)-1].LayoutErr; err != nil {
+			fmt.Fprintf(tw, "  size check\t%v\n", err)
+		}
+	}
+	if r.codec != nil {
+		fmt.Fprintf(tw, "  BenchmarkEngramFP4, MB/s\t%s\n", join(r.codec, "%.0f"))
+	}
+	tw.Flush()
+}
+
+// hotMBps is the throughput of the reads after which the source shard was
+// still in the page cache: the medians leave the others out.
+func hotMBps(rs []read) []float64 {
+	var out []float64
+	for _, r := range rs {
+		if r.SourceHot >= hotEnough {
+			out = append(out, r.MBps())
+		}
+	}
+	return out
+}
+
+// serverCPU is the server's CPU time per read, in ms per 10^9 bytes.
+func serverCPU(rs []read) []float64 {
+	var out []float64
+	for _, r := range rs {
+		out = append(out, r.ServerCPU.Seconds()*1e3/(float64(r.Bytes)/1e9))
+	}
+	return out
+}
+
+func mbps(rs []read) []float64 {
+	var out []float64
+	for _, r := range rs {
+		out = append(out, r.MBps())
+	}
+	return out
+}
+
+// median of xs; 0 for none.
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Sorted(slices.Values(xs))
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func join(xs []float64, format string) string {
+	var parts []string
+	for _, x := range xs {
+		parts = append(parts, fmt.Sprintf(format, x))
+	}
+	return strings.Join(parts, "  ")
+}
+
+func fmtMBps(v float64) string { return fmt.Sprintf("%.0f MB/s", v) }
+
+func fmtMB(bytes float64) string { return fmt.Sprintf("%.0f MB", bytes/1e6) }

@@ -1,0 +1,106 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/dsfs/dsfs/synth"
+)
+
+// presetNames lists the synth presets for a flag's help.
+func presetNames() string {
+	var names []string
+	for _, p := range synth.Presets() {
+		names = append(names, p.Name)
+	}
+	return strings.Join(names, ", ")
+}
+
+// mlaPreset reports whether a preset is a DeepSeek-V2/V3 checkpoint,
+// which has no MXFP4 experts to sample and which trace/ runs.
+func mlaPreset(name string) bool {
+	for _, p := range synth.Presets() {
+		if p.Name == name {
+			return p.MLA != nil
+		}
+	}
+	return false
+}
+
+// printTraceSample shows what trace/ computes: the routing of the first
+// MoE layer, read through the mount (which runs the layers up to it), or
+// why trace/ cannot run this checkpoint.
+func printTraceSample(w io.Writer, dir string) error {
+	if b, err := os.ReadFile(filepath.Join(dir, "ERROR.txt")); err == nil {
+		fmt.Fprintf(w, "\n%s", b)
+		if _, err := os.Stat(filepath.Join(dir, "layers")); err != nil {
+			return nil
+		}
+	}
+	layers, err := filepath.Glob(filepath.Join(dir, "layers", "*.json"))
+	if err != nil || len(layers) == 0 {
+		return err
+	}
+	for _, p := range layers {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		var rec struct {
+			Layer    int `json:"layer"`
+			TimingMS struct {
+				Forward float64 `json:"forward"`
+			} `json:"timing_ms"`
+			MLA struct {
+				LatentCacheBytes int64 `json:"latent_cache_bytes"`
+				EagerCacheBytes  int64 `json:"eager_cache_bytes"`
+			} `json:"mla"`
+			Routing *struct {
+				AggregateMetrics struct {
+					Routes           int     `json:"routes"`
+					Gini             float64 `json:"gini"`
+					EffectiveExperts float64 `json:"effective_experts"`
+				} `json:"aggregate_metrics"`
+				PerPrompt []struct {
+					ID          string `json:"id"`
+					TokenRoutes []struct {
+						Piece   *string `json:"decoded_piece"`
+						Experts []struct {
+							Expert int     `json:"expert"`
+							Weight float64 `json:"weight"`
+						} `json:"experts_by_weight"`
+					} `json:"token_routes"`
+				} `json:"per_prompt"`
+			} `json:"routing"`
+		}
+		if err := json.Unmarshal(b, &rec); err != nil {
+			return fmt.Errorf("%s: %w", p, err)
+		}
+		if rec.Routing == nil {
+			continue
+		}
+		r := rec.Routing
+		fmt.Fprintf(w, "\ntrace/layers/%s: layer %d ran in %.1f ms; latent cache %d B against %d B of eager K/V\n",
+			filepath.Base(p), rec.Layer, rec.TimingMS.Forward, rec.MLA.LatentCacheBytes, rec.MLA.EagerCacheBytes)
+		fmt.Fprintf(w, "  routes %d, gini %.3f, effective experts %.2f\n", r.AggregateMetrics.Routes, r.AggregateMetrics.Gini, r.AggregateMetrics.EffectiveExperts)
+		pr := r.PerPrompt[min(1, len(r.PerPrompt)-1)]
+		for i, tr := range pr.TokenRoutes[:min(6, len(pr.TokenRoutes))] {
+			piece := "null"
+			if tr.Piece != nil {
+				piece = fmt.Sprintf("%q", *tr.Piece)
+			}
+			var es []string
+			for _, e := range tr.Experts {
+				es = append(es, fmt.Sprintf("%d (%.2f)", e.Expert, e.Weight))
+			}
+			fmt.Fprintf(w, "  %s token %d %-12s -> experts %s\n", pr.ID, i, piece, strings.Join(es, ", "))
+		}
+		return nil
+	}
+	return nil
+}
+

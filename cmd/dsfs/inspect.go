@@ -1,0 +1,260 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"os/signal"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/dsfs/dsfs/inventory"
+	"github.com/dsfs/dsfs/manifest"
+	"github.com/dsfs/dsfs/views"
+	"golang.org/x/sys/unix"
+)
+
+// inventoryFlags are the flags of the commands that take stock of a
+// checkpoint.
+type inventoryFlags struct {
+	tp       *int
+	noHash   *bool
+	cacheDir *string
+}
+
+func addInventoryFlags(fs interface {
+	Int(string, int, string) *int
+	Bool(string, bool, string) *bool
+	String(string, string, string) *string
+}) inventoryFlags {
+	return inventoryFlags{
+		tp:       fs.Int("tp", inventory.DefaultTP, "tensor-parallel degree whose cuts the records show (1: none)"),
+		noHash:   fs.Bool("no-hash", false, "read headers only: no sha256 and no value checks"),
+		cacheDir: fs.String("cache-dir", "", "keep digests and checks in this directory (the mount's --cache-dir) so a second run is instant"),
+	}
+}
+
+// open opens the checkpoint at dir and its inventory.
+func (f inventoryFlags) open(dir string) (*inventory.Inventory, error) {
+	cat, err := manifest.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	opt := inventory.Options{TP: *f.tp, NoHash: *f.noHash}
+	if *f.cacheDir != "" {
+		if opt.Cache, err = inventory.OpenCache(views.ManifestCacheDir(*f.cacheDir)); err != nil {
+			cat.Close()
+			return nil, err
+		}
+	}
+	return inventory.New(cat, opt), nil
+}
+
+// interruptible returns a context that SIGINT and SIGTERM cancel.
+func interruptible() (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+}
+
+func runInspect(args []string) error {
+	fs := flags("inspect")
+	jsonOut := fs.String("json", "", "write the full manifest (manifest.json) to this file")
+	shard := fs.String("shard", "", "inspect this shard only (its name as the index gives it)")
+	inf := addInventoryFlags(fs)
+	pos, err := parse(fs, args, 1, 1)
+	if err != nil {
+		return err
+	}
+	inv, err := inf.open(pos[0])
+	if err != nil {
+		return err
+	}
+	defer inv.Catalog().Close()
+	var shards []string
+	if *shard != "" {
+		shards = []string{*shard}
+	}
+	ctx, cancel := interruptible()
+	defer cancel()
+	stop := showProgress(os.Stderr, inv.Progress())
+	m, err := inv.Manifest(ctx, shards...)
+	stop()
+	if err != nil {
+		return err
+	}
+	if *jsonOut != "" {
+		if err := writeWith(*jsonOut, m.WriteJSON); err != nil {
+			return err
+		}
+	}
+	printManifest(os.Stdout, m, inv.Progress().Snapshot())
+	return nil
+}
+
+// writeWith writes a file with write, replacing it only once complete.
+func writeWith(path string, write func(io.Writer) error) error {
+	tmp := path + ".tmp"
+	f, err := os.Create(tmp)
+	if err != nil {
+		return err
+	}
+	err = write(f)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return nil
+}
+
+// printManifest prints the summary and problems of a manifest.
+func printManifest(w io.Writer, m *inventory.Manifest, p inventory.ProgressSnapshot) {
+	var bytes int64
+	for _, t := range m.Tensors {
+		bytes += t.NBytes
+	}
+	fmt.Fprintf(w, "%s: %d shards, %d tensors, %.2f GiB of tensor data\n", m.Root, len(m.Shards), m.NTensors, gib(bytes))
+	switch {
+	case !m.Hashed:
+		fmt.Fprintln(w, "headers only (--no-hash): no digests, no value checks")
+	default:
+		fmt.Fprintf(w, "hashed %.2f GiB at %.0f MB/s; %d tensors read, %d from the cache; %.1f s\n",
+			gib(p.HashedBytes), p.RateMBps, p.Tensors, p.CachedTensors, m.Seconds)
+	}
+	s := m.Summary
+	fmt.Fprintln(w, "\nformat          tensors        GiB")
+	for _, f := range slices.Sorted(maps.Keys(s.CountByFormat)) {
+		fmt.Fprintf(w, "%-12s %10d %10.3f\n", f, s.CountByFormat[f], gib(s.BytesByFormat[f]))
+	}
+	if s.DecodedAllExactBF16 != nil {
+		fmt.Fprintf(w, "\ndecoded quantised weights: all exact in bf16 %v, in fp16 %v", *s.DecodedAllExactBF16, *s.DecodedAllExactFP16)
+		if s.DecodedAbsMax != nil && s.DecodedMinNonzeroAbs != nil {
+			fmt.Fprintf(w, "; |x| from %g to %g", *s.DecodedMinNonzeroAbs, *s.DecodedAbsMax)
+		}
+		fmt.Fprintln(w)
+		if n := len(s.DecodedNotExactFP16); n > 0 {
+			fmt.Fprintf(w, "not exact in fp16 (first %d): %s\n", n, strings.Join(s.DecodedNotExactFP16, ", "))
+		}
+	}
+	fmt.Fprintf(w, "router biases all F32: %v\n", s.RouterBiasF32)
+	fmt.Fprintf(w, "\n%d problems\n", len(m.Problems))
+	for _, pr := range m.Problems {
+		fmt.Fprintf(w, "  %s\n", pr)
+	}
+}
+
+func gib(n int64) float64 { return float64(n) / (1 << 30) }
+
+// showProgress draws a progress bar of p on w while the inventory reads,
+// if w is a terminal; stop erases it.
+func showProgress(w *os.File, p *inventory.Progress) (stop func()) {
+	if _, err := unix.IoctlGetTermios(int(w.Fd()), unix.TCGETS); err != nil {
+		return func() {}
+	}
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		tick := time.NewTicker(200 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				fmt.Fprint(w, "\r\033[K")
+				return
+			case <-tick.C:
+				if s := p.Snapshot(); s.Running && s.TotalBytes > 0 {
+					fmt.Fprint(w, "\r\033[K"+progressLine(s))
+				}
+			}
+		}
+	}()
+	return func() { close(done); <-finished }
+}
+
+// progressLine is one line of progress: bytes, a bar, rate and ETA.
+func progressLine(s inventory.ProgressSnapshot) string {
+	const width = 30
+	frac := min(1, float64(s.HashedBytes)/float64(s.TotalBytes))
+	fill := int(frac * width)
+	eta := "-"
+	if s.ETASeconds != nil {
+		eta = (time.Duration(*s.ETASeconds) * time.Second).Round(time.Second).String()
+	}
+	return fmt.Sprintf("hashing %.2f / %.2f GiB [%s%s] %3.0f%% %6.0f MB/s ETA %s",
+		gib(s.HashedBytes), gib(s.TotalBytes), strings.Repeat("#", fill), strings.Repeat(".", width-fill),
+		100*frac, s.RateMBps, eta)
+}
+
+func runDiff(args []string) error {
+	fs := flags("diff")
+	jsonOut := fs.String("json", "", "also write the comparison as JSON to this file")
+	inf := addInventoryFlags(fs)
+	pos, err := parse(fs, args, 2, 2)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := interruptible()
+	defer cancel()
+	var sides [2][]inventory.Record
+	for i, p := range pos {
+		if sides[i], err = recordsOf(ctx, p, inf); err != nil {
+			return err
+		}
+	}
+	c := inventory.Diff(sides[0], sides[1])
+	c.A, c.B = pos[0], pos[1]
+	if *jsonOut != "" {
+		err := writeWith(*jsonOut, func(w io.Writer) error {
+			enc := json.NewEncoder(w)
+			enc.SetIndent("", " ")
+			return enc.Encode(c)
+		})
+		if err != nil {
+			return err
+		}
+	}
+	fmt.Print(c.Text())
+	return nil
+}
+
+// recordsOf returns the records of a checkpoint directory (hashing it) or
+// of a manifest file.
+func recordsOf(ctx context.Context, path string, inf inventoryFlags) ([]inventory.Record, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
+	if !fi.IsDir() {
+		f, err := os.Open(path)
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		m, err := inventory.ReadManifest(f)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		return m.Tensors, nil
+	}
+	inv, err := inf.open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer inv.Catalog().Close()
+	for _, p := range inv.Catalog().Problems {
+		fmt.Fprintf(os.Stderr, "%s: %s\n", path, p)
+	}
+	stop := showProgress(os.Stderr, inv.Progress())
+	defer stop()
+	return inv.Records(ctx)
+}

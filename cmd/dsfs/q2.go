@@ -1,0 +1,216 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/dsfs/dsfs/diskcache"
+	"github.com/dsfs/dsfs/q2check"
+	"github.com/dsfs/dsfs/views"
+	"golang.org/x/sys/unix"
+)
+
+// q2Flags are the flags of the commands that serve or read q2/.
+type q2Flags struct {
+	cacheDir string
+	cacheGB  float64
+	revision string
+}
+
+// addQ2Flags registers --cache-dir, --cache-dir-gb and --revision.
+func addQ2Flags(fs *flag.FlagSet) *q2Flags {
+	f := &q2Flags{}
+	fs.StringVar(&f.cacheDir, "cache-dir", "", "keep computed q2/ blocks in this directory across mounts (may be shared by several mounts or hosts)")
+	fs.Float64Var(&f.cacheGB, "cache-dir-gb", 200, "cap of --cache-dir in GiB; least recently used blocks are removed past it (0: no cap)")
+	fs.StringVar(&f.revision, "revision", "", "source revision q2/ records (default: the Hugging Face snapshot name, else unknown)")
+	return f
+}
+
+// options returns views options carrying the flags, opening the disk cache.
+func (f *q2Flags) options(viewNames []string) (views.Options, error) {
+	opt := views.Options{Views: viewNames, Revision: f.revision}
+	if f.cacheDir != "" {
+		c, err := diskcache.Open(f.cacheDir, int64(f.cacheGB*(1<<30)), nil)
+		if err != nil {
+			return opt, err
+		}
+		opt.DiskCache = c
+	}
+	return opt, nil
+}
+
+// signalContext is cancelled by Ctrl-C or SIGTERM.
+func signalContext() (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+}
+
+// openQ2 opens the checkpoint at dir and plans its q2/ view.
+func openQ2(dir string, opt views.Options) (*source, *views.Q2, error) {
+	opt.Views = []string{"q2"}
+	src, err := openSource(dir, opt)
+	if err != nil {
+		return nil, nil, err
+	}
+	q, err := views.PlanQ2(src.cat, opt)
+	if err != nil {
+		src.Close()
+		return nil, nil, err
+	}
+	return src, q, nil
+}
+
+func runVerify(args []string) error {
+	fs := flags("verify")
+	against := fs.String("against", "", "an exported q2 directory or a --cache-dir directory (required)")
+	sample := fs.Int64("sample", 64, "blocks to recompute, chosen at random (0: every block and every digest)")
+	seed := fs.Uint64("seed", uint64(time.Now().UnixNano()), "seed of the random sample")
+	jsonOut := fs.String("json", "", "also write the report as JSON to this file")
+	pos, err := parse(fs, args, 2, 2)
+	if err != nil {
+		return err
+	}
+	if pos[0] != "q2" {
+		return fmt.Errorf("only q2 can be verified, not %q", pos[0])
+	}
+	if *against == "" {
+		return fmt.Errorf("--against DIR is required")
+	}
+	src, q, err := openQ2(pos[1], views.Options{})
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	ctx, stop := signalContext()
+	defer stop()
+	bar := newProgressBar(os.Stderr, "verify", "blocks")
+	r, err := q2check.Verify(ctx, q, *against, *sample, *seed, bar.update)
+	bar.finish()
+	if err != nil {
+		return err
+	}
+	fmt.Printf("verify q2 against %s (%s): %d of %d blocks recomputed (seed %d): %d match, %d differ, %d absent, %d corrupt; %d digests checked, %d differ\n",
+		r.Against, r.Kind, r.Sampled, r.Blocks, r.Seed, r.Match, r.Differ, r.Absent, r.Corrupt, r.Digests, r.DigestsDiffer)
+	for _, f := range r.Failures {
+		fmt.Println("  " + f)
+	}
+	if *jsonOut != "" {
+		if err := writeJSON(*jsonOut, r); err != nil {
+			return err
+		}
+	}
+	if !r.OK() {
+		return fmt.Errorf("%s does not match the recomputed q2 view", r.Against)
+	}
+	return nil
+}
+
+func runAudit(args []string) error {
+	fs := flags("audit")
+	jsonOut := fs.String("json", "", "write audit.json to this file")
+	sample := fs.Int("sample", 16, "tensors per projection, spread over the checkpoint (0: every tensor)")
+	qf := addQ2Flags(fs)
+	pos, err := parse(fs, args, 2, 2)
+	if err != nil {
+		return err
+	}
+	if pos[0] != "q2" {
+		return fmt.Errorf("only q2 can be audited, not %q", pos[0])
+	}
+	opt, err := qf.options(nil)
+	if err != nil {
+		return err
+	}
+	src, q, err := openQ2(pos[1], opt)
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	ctx, stop := signalContext()
+	defer stop()
+	bar := newProgressBar(os.Stderr, "audit", "weights")
+	r, err := q2check.Audit(ctx, q, *sample, bar.update)
+	bar.finish()
+	if err != nil {
+		return err
+	}
+	fmt.Printf("audit q2: %d of %d quantised tensors against the exact MXFP4 decode\n", r.Tensors, r.Available)
+	fmt.Printf("%-4s %-8s %8s %14s %10s %10s %10s %10s\n", "proj", "type", "tensors", "weights", "cosine", "min cos", "rel rms", "max rel")
+	for _, p := range r.Projections {
+		fmt.Printf("%-4s %-8s %8d %14d %10.6f %10.6f %10.6f %10.6f\n", p.Projection, p.GGMLType, p.Tensors, p.Weights,
+			float64(p.Cosine), float64(p.MinCosine), float64(p.RelRMS), float64(p.MaxRelRMS))
+	}
+	if *jsonOut != "" {
+		return writeJSON(*jsonOut, r)
+	}
+	return nil
+}
+
+func writeJSON(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
+
+// progressBar draws a one-line bar on a terminal, at most ten times a
+// second; on anything else it stays silent.
+type progressBar struct {
+	w           io.Writer
+	what, units string
+	start       time.Time
+
+	mu    sync.Mutex
+	last  time.Time
+	drawn bool
+}
+
+func newProgressBar(f *os.File, what, units string) *progressBar {
+	b := &progressBar{what: what, units: units, start: time.Now()}
+	if _, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS); err == nil {
+		b.w = f
+	}
+	return b
+}
+
+func (b *progressBar) update(done, total int64) {
+	if b.w == nil {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	now := time.Now()
+	if now.Sub(b.last) < 100*time.Millisecond && done < total {
+		return
+	}
+	b.last = now
+	const width = 30
+	frac := 1.0
+	if total > 0 {
+		frac = float64(done) / float64(total)
+	}
+	fill := int(frac * width)
+	eta := "--"
+	if elapsed := now.Sub(b.start); done > 0 && done < total {
+		eta = (time.Duration(float64(elapsed) * (1/frac - 1))).Round(time.Second).String()
+	}
+	fmt.Fprintf(b.w, "\r%s [%s%s] %5.1f%% %d/%d %s, eta %s ", b.what,
+		strings.Repeat("=", fill), strings.Repeat(" ", width-fill), 100*frac, done, total, b.units, eta)
+	b.drawn = true
+}
+
+// finish ends the bar's line.
+func (b *progressBar) finish() {
+	if b.w != nil && b.drawn {
+		fmt.Fprintln(b.w)
+	}
+}

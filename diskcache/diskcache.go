@@ -1,0 +1,405 @@
+// Package diskcache keeps computed blocks on disk across mounts, so that an
+// expensive view (q2/) computes each block once. Entries are content
+// addressed: the caller names an entry by a Key, the SHA-256 of everything
+// its bytes depend on (the source bytes, the codec version, the output
+// geometry), so an entry can never be stale, only corrupt.
+//
+// Several processes, on one host or on several hosts sharing the directory
+// over a network file system, may use one directory at the same time. An
+// entry is written to a temporary file and renamed into place, so a reader
+// sees a whole entry or none; two writers of one key write the same bytes.
+// Every entry carries a CRC-32C of its header and payload: a corrupt or
+// truncated entry is logged, removed and reported as a miss, never served.
+// The directory is capped: when it grows past the cap the least recently
+// used entries (by modification time, which a hit refreshes) are removed.
+package diskcache
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"io/fs"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Key names an entry: the SHA-256 of everything the entry's bytes depend on.
+type Key [32]byte
+
+// String is the key in hex, the entry's file name.
+func (k Key) String() string { return hex.EncodeToString(k[:]) }
+
+// Entry file layout: magic | key | payload length (uint64 LE) | payload |
+// CRC-32C (Castagnoli, uint32 LE) of everything before it. The key inside
+// the file catches an entry that landed under another name.
+const (
+	magic      = "DSFSDC01"
+	headerSize = len(magic) + len(Key{}) + 8
+	crcSize    = 4
+	// Marker is the file that marks a directory as a dsfs disk cache.
+	Marker = "DSFS-DISK-CACHE"
+	// staleTemp is how old a temporary file must be before a scan removes
+	// it: older than any write takes, so a writer on another host is never
+	// robbed of its file.
+	staleTemp = time.Hour
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// ErrNotFound is wrapped by Lookup's error when the cache holds no entry
+// for the key.
+var ErrNotFound = errors.New("no entry")
+
+// CorruptError says why an entry file cannot be served.
+type CorruptError struct {
+	Path   string
+	Reason string
+}
+
+func (e *CorruptError) Error() string { return e.Path + ": corrupt cache entry: " + e.Reason }
+
+// Stats are cumulative counters of one Cache plus the directory's size as
+// last measured (the last scan plus what this process wrote since).
+type Stats struct {
+	Dir          string `json:"dir"`
+	Hits         int64  `json:"hits"`
+	Misses       int64  `json:"misses"`
+	Corrupt      int64  `json:"corrupt"`
+	Writes       int64  `json:"writes"`
+	WriteErrors  int64  `json:"write_errors"`
+	BytesRead    int64  `json:"bytes_read"`
+	BytesWritten int64  `json:"bytes_written"`
+	Evicted      int64  `json:"evicted"`
+	Entries      int64  `json:"entries"`
+	Bytes        int64  `json:"bytes"`
+	Cap          int64  `json:"cap_bytes"` // 0: no cap
+}
+
+// Cache is a directory of entries. It is safe for concurrent use.
+type Cache struct {
+	dir string
+	cap int64
+	log *slog.Logger
+
+	scanMu    sync.Mutex   // one scan at a time
+	scanned   atomic.Bool  // a scan has measured the directory
+	entries   atomic.Int64 // as of the last scan, plus writes since
+	size      atomic.Int64
+	sinceScan atomic.Int64 // bytes written since the last scan
+
+	hits, misses, corrupt, writes, writeErrs, bytesRead, bytesWritten, evicted atomic.Int64
+}
+
+// Open opens (creating it if needed) the cache directory dir, capped at
+// capBytes (0 or less: no cap). Corrupt entries are logged on log
+// (slog.Default when nil). Open reads no entries, so it is instant however
+// large the directory; the first write measures it.
+func Open(dir string, capBytes int64, log *slog.Logger) (*Cache, error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	if capBytes < 0 {
+		capBytes = 0
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(abs, 0o755); err != nil {
+		return nil, fmt.Errorf("disk cache: %w", err)
+	}
+	marker := filepath.Join(abs, Marker)
+	if _, err := os.Stat(marker); errors.Is(err, fs.ErrNotExist) {
+		if err := writeAtomic(marker, []byte("dsfs disk cache, entry format "+magic+"\n")); err != nil {
+			return nil, fmt.Errorf("disk cache: %w", err)
+		}
+	} else if err != nil {
+		return nil, fmt.Errorf("disk cache: %w", err)
+	}
+	return &Cache{dir: abs, cap: capBytes, log: log}, nil
+}
+
+// IsCache reports whether dir holds a disk cache (its marker file).
+func IsCache(dir string) bool {
+	_, err := os.Stat(filepath.Join(dir, Marker))
+	return err == nil
+}
+
+// Dir is the cache's absolute directory.
+func (c *Cache) Dir() string { return c.dir }
+
+// path is where the entry of k lives: a directory per first key byte keeps
+// directories small.
+func (c *Cache) path(k Key) string {
+	h := k.String()
+	return filepath.Join(c.dir, h[:2], h)
+}
+
+// Get fills dst with the entry of k and reports whether it did. An entry
+// whose payload is not exactly len(dst) bytes, or that fails its checks, is
+// logged, removed and counted as a miss. A hit refreshes the entry's
+// modification time, which eviction orders by.
+func (c *Cache) Get(k Key, dst []byte) bool {
+	_, err := c.read(k, dst, true)
+	return c.finish(k, len(dst), err)
+}
+
+// GetBytes returns the entry of k, whatever its length (documents).
+func (c *Cache) GetBytes(k Key) ([]byte, bool) {
+	b, err := c.read(k, nil, false)
+	return b, c.finish(k, len(b), err)
+}
+
+// finish counts a lookup, drops a corrupt entry and refreshes a hit.
+func (c *Cache) finish(k Key, n int, err error) bool {
+	var ce *CorruptError
+	switch {
+	case err == nil:
+		c.hits.Add(1)
+		c.bytesRead.Add(int64(n))
+		now := time.Now()
+		os.Chtimes(c.path(k), now, now) // best effort: a lost touch only ages the entry
+		return true
+	case errors.As(err, &ce):
+		c.corrupt.Add(1)
+		c.log.Warn("disk cache: corrupt entry removed; the block is recomputed", "path", ce.Path, "reason", ce.Reason)
+		// Another process may have just replaced the bad file with a good
+		// one; removing that costs one recomputation, never a wrong byte.
+		os.Remove(ce.Path)
+	case !errors.Is(err, ErrNotFound):
+		c.log.Warn("disk cache: unreadable entry; the block is recomputed", "err", err)
+	}
+	c.misses.Add(1)
+	return false
+}
+
+// Lookup returns the payload of the entry of k without side effects: an
+// error wrapping ErrNotFound when there is none, a *CorruptError when it
+// fails its checks. It is what a verifier uses.
+func (c *Cache) Lookup(k Key) ([]byte, error) {
+	return c.read(k, nil, false)
+}
+
+// read reads and checks the entry of k, into dst when exact (which then
+// requires the payload to be len(dst) bytes).
+func (c *Cache) read(k Key, dst []byte, exact bool) ([]byte, error) {
+	p := c.path(k)
+	f, err := os.Open(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("%s: %w", p, ErrNotFound)
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	bad := func(format string, a ...any) ([]byte, error) {
+		return nil, &CorruptError{Path: p, Reason: fmt.Sprintf(format, a...)}
+	}
+	size := fi.Size()
+	if size < int64(headerSize+crcSize) {
+		return bad("%d bytes, shorter than an empty entry", size)
+	}
+	var hdr [headerSize]byte
+	if _, err := io.ReadFull(f, hdr[:]); err != nil {
+		return bad("reading header: %v", err)
+	}
+	if string(hdr[:len(magic)]) != magic {
+		return bad("bad magic %q", hdr[:len(magic)])
+	}
+	if !bytes.Equal(hdr[len(magic):len(magic)+len(k)], k[:]) {
+		return bad("holds the entry of key %x", hdr[len(magic):len(magic)+len(k)])
+	}
+	n := binary.LittleEndian.Uint64(hdr[len(magic)+len(k):])
+	if want := uint64(size) - uint64(headerSize+crcSize); n != want {
+		return bad("payload of %d bytes in a file with room for %d (truncated or overlong)", n, want)
+	}
+	if exact && n != uint64(len(dst)) {
+		return bad("payload of %d bytes where %d are expected", n, len(dst))
+	}
+	if !exact {
+		dst = make([]byte, n)
+	}
+	if _, err := io.ReadFull(f, dst); err != nil {
+		return bad("reading payload: %v", err)
+	}
+	var tail [crcSize]byte
+	if _, err := io.ReadFull(f, tail[:]); err != nil {
+		return bad("reading checksum: %v", err)
+	}
+	sum := crc32.Update(crc32.Checksum(hdr[:], castagnoli), castagnoli, dst)
+	if got := binary.LittleEndian.Uint32(tail[:]); got != sum {
+		return bad("checksum %08x, content sums to %08x", got, sum)
+	}
+	return dst, nil
+}
+
+// Put stores b as the entry of k, replacing any entry there atomically, and
+// evicts old entries if the directory has outgrown its cap. A failure is
+// counted and returned; the caller has the bytes anyway.
+func (c *Cache) Put(k Key, b []byte) error {
+	var hdr [headerSize]byte
+	copy(hdr[:], magic)
+	copy(hdr[len(magic):], k[:])
+	binary.LittleEndian.PutUint64(hdr[len(magic)+len(k):], uint64(len(b)))
+	var tail [crcSize]byte
+	binary.LittleEndian.PutUint32(tail[:], crc32.Update(crc32.Checksum(hdr[:], castagnoli), castagnoli, b))
+	p := c.path(k)
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		c.writeErrs.Add(1)
+		return fmt.Errorf("disk cache: %w", err)
+	}
+	if err := writeAtomic(p, hdr[:], b, tail[:]); err != nil {
+		c.writeErrs.Add(1)
+		return fmt.Errorf("disk cache: %w", err)
+	}
+	n := int64(headerSize + len(b) + crcSize)
+	c.writes.Add(1)
+	c.bytesWritten.Add(int64(len(b)))
+	c.entries.Add(1)
+	c.size.Add(n)
+	if c.sinceScan.Add(n) >= c.scanEvery() || !c.scanned.Load() {
+		c.scan()
+	}
+	return nil
+}
+
+// scanEvery is how many bytes may be written between scans: a sixteenth of
+// the cap, so the directory overshoots it by at most that much (plus what
+// other processes write).
+func (c *Cache) scanEvery() int64 {
+	if c.cap == 0 {
+		return 1 << 62 // no cap: measure once, for the stats
+	}
+	return max(c.cap/16, 1<<20)
+}
+
+// writeAtomic writes the concatenation of parts to a temporary file beside
+// p and renames it to p. It does not sync: after a crash a torn entry fails
+// its checksum and is recomputed.
+func writeAtomic(p string, parts ...[]byte) error {
+	tmp := filepath.Join(filepath.Dir(p), fmt.Sprintf(".tmp-%s-%d-%016x", filepath.Base(p), os.Getpid(), rand.Uint64()))
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return err
+	}
+	for _, b := range parts {
+		if _, err = f.Write(b); err != nil {
+			break
+		}
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, p)
+	}
+	if err != nil {
+		os.Remove(tmp)
+	}
+	return err
+}
+
+// entryFile is an entry found by a scan.
+type entryFile struct {
+	path string
+	size int64
+	used time.Time
+}
+
+// scan measures the directory, removes stale temporary files and, when the
+// directory is over its cap, removes the least recently used entries until
+// it is fifteen sixteenths full. Only one scan runs at a time; a write that
+// finds one running carries on.
+func (c *Cache) scan() {
+	if !c.scanMu.TryLock() {
+		return
+	}
+	defer c.scanMu.Unlock()
+	c.sinceScan.Store(0)
+	var files []entryFile
+	var total int64
+	subs, err := os.ReadDir(c.dir)
+	if err != nil {
+		c.log.Warn("disk cache: scan failed", "dir", c.dir, "err", err)
+		return
+	}
+	now := time.Now()
+	for _, s := range subs {
+		if !s.IsDir() || !isHex(s.Name(), 2) {
+			continue
+		}
+		sub := filepath.Join(c.dir, s.Name())
+		ents, err := os.ReadDir(sub)
+		if err != nil {
+			continue
+		}
+		for _, e := range ents {
+			fi, err := e.Info()
+			if err != nil || !fi.Mode().IsRegular() {
+				continue // removed meanwhile, or not ours
+			}
+			p := filepath.Join(sub, e.Name())
+			switch {
+			case strings.HasPrefix(e.Name(), ".tmp-"):
+				if now.Sub(fi.ModTime()) > staleTemp {
+					os.Remove(p)
+				}
+			case isHex(e.Name(), 2*len(Key{})):
+				files = append(files, entryFile{p, fi.Size(), fi.ModTime()})
+				total += fi.Size()
+			}
+		}
+	}
+	if c.cap > 0 && total > c.cap {
+		slices.SortFunc(files, func(a, b entryFile) int { return a.used.Compare(b.used) })
+		low := c.cap - c.cap/16
+		for len(files) > 0 && total > low {
+			if err := os.Remove(files[0].path); err == nil || errors.Is(err, fs.ErrNotExist) {
+				total -= files[0].size
+				c.evicted.Add(1)
+			}
+			files = files[1:]
+		}
+	}
+	c.entries.Store(int64(len(files)))
+	c.size.Store(total)
+	c.scanned.Store(true)
+}
+
+// isHex reports whether s is n lowercase hex digits.
+func isHex(s string, n int) bool {
+	if len(s) != n {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if !('0' <= s[i] && s[i] <= '9' || 'a' <= s[i] && s[i] <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// Stats returns a snapshot of the counters.
+func (c *Cache) Stats() Stats {
+	return Stats{
+		Dir: c.dir, Hits: c.hits.Load(), Misses: c.misses.Load(), Corrupt: c.corrupt.Load(),
+		Writes: c.writes.Load(), WriteErrors: c.writeErrs.Load(), BytesRead: c.bytesRead.Load(),
+		BytesWritten: c.bytesWritten.Load(), Evicted: c.evicted.Load(), Entries: c.entries.Load(),
+		Bytes: c.size.Load(), Cap: c.cap,
+	}
+}

@@ -1,0 +1,49 @@
+package trace
+
+import (
+	"fmt"
+	"path"
+
+	"github.com/dsfs/dsfs/manifest"
+	"github.com/dsfs/dsfs/tokenizer"
+	"github.com/dsfs/dsfs/trace/model"
+)
+
+// NewBackend returns the backend a --device value names: "cpu", or
+// "auto" (or empty) for the best available, which is the CPU until a GPU
+// backend exists.
+func NewBackend(device string) (model.Backend, error) {
+	switch device {
+	case "", "auto", "cpu":
+		return model.NewCPU(), nil
+	}
+	return nil, fmt.Errorf("unknown device %q (want auto or cpu)", device)
+}
+
+// LoadTokenizer loads the checkpoint's tokenizer.json with the special
+// token settings of its tokenizer_config.json. It returns nil and no error
+// when the checkpoint has no tokenizer.json.
+func LoadTokenizer(cat *manifest.Catalog) (*tokenizer.Tokenizer, error) {
+	var tokPath, cfgPath string
+	for _, f := range cat.Files {
+		switch f.Name {
+		case "tokenizer.json":
+			tokPath = f.Path
+		case "tokenizer_config.json":
+			cfgPath = f.Path
+		}
+	}
+	if tokPath == "" {
+		return nil, nil
+	}
+	tok, err := tokenizer.Load(tokPath)
+	if err != nil {
+		return nil, err
+	}
+	if cfgPath != "" {
+		if err := tok.LoadConfig(cfgPath); err != nil {
+			return nil, fmt.Errorf("%s: %w", path.Base(cfgPath), err)
+		}
+	}
+	return tok, nil
+}

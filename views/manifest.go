@@ -1,0 +1,357 @@
+package views
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/dsfs/dsfs/codecs"
+	"github.com/dsfs/dsfs/inventory"
+	"github.com/dsfs/dsfs/manifest"
+	"github.com/dsfs/dsfs/safetensors"
+	"golang.org/x/sync/errgroup"
+)
+
+// buildManifest is the manifest/ view: the inventory of every tensor.
+// summary.json and README.md come from the headers; manifest.json and
+// shards/NAME.json read the data they describe on first open (hashing and
+// checking every byte once, with the results kept for the mount and, with
+// a cache dir, across mounts; the set's stats show the progress);
+// views/VIEW.json says where each tensor of the other views comes from.
+func buildManifest(s *Set, name string) (*Node, error) {
+	opt := inventory.Options{TP: s.Opt.TP, NoHash: s.Opt.NoHash}
+	if s.Opt.DiskCache != nil {
+		c, err := inventory.OpenCache(ManifestCacheDir(s.Opt.DiskCache.Dir()))
+		if err != nil {
+			return nil, err
+		}
+		opt.Cache = c
+	}
+	inv := inventory.New(s.Cat, opt)
+	s.stats[name] = func() any { return inv.Progress().Snapshot() }
+	files := map[string]*Node{
+		"summary.json": jsonDoc(func(context.Context) (any, error) { return inventory.NewOverview(s.Cat), nil }),
+		"README.md": {Doc: NewDoc(func(context.Context) ([]byte, error) {
+			return inventory.NewOverview(s.Cat).Markdown(), nil
+		})},
+		"manifest.json": manifestDoc(inv),
+	}
+	for _, sh := range s.Cat.Shards {
+		files["shards/"+sh.Name+".json"] = manifestDoc(inv, sh.Name)
+	}
+	prov := &provenance{set: s}
+	for _, v := range s.selected() {
+		if v != name && v != "source" {
+			files["views/"+v+".json"] = &Node{Doc: NewDoc(func(ctx context.Context) ([]byte, error) {
+				d, err := prov.view(ctx, v)
+				if err != nil {
+					return nil, err
+				}
+				// Compact: a full checkpoint's view has ~100k tensors.
+				b, err := json.Marshal(d)
+				return append(b, '\n'), err
+			})}
+		}
+	}
+	return tree("", files), nil
+}
+
+// ManifestCacheDir is where manifest/ keeps its digests and checks inside
+// a --cache-dir, beside the disk cache's entries (which live in two-digit
+// hex directories only), so that `dsfs inspect --cache-dir` shares them.
+func ManifestCacheDir(cacheDir string) string { return filepath.Join(cacheDir, "manifest") }
+
+// manifestDoc is manifest.json, or a shard's document when shards are
+// named.
+func manifestDoc(inv *inventory.Inventory, shards ...string) *Node {
+	return &Node{Doc: NewDoc(func(ctx context.Context) ([]byte, error) {
+		m, err := inv.Manifest(ctx, shards...)
+		if err != nil {
+			return nil, err
+		}
+		return m.JSON()
+	})}
+}
+
+// registered lists the registered views. It is set by init because the
+// registry itself refers to buildManifest, which needs the list.
+var registered func() []string
+
+func init() { registered = Names }
+
+// selected lists the names of the views the set builds, in registry order.
+func (s *Set) selected() []string {
+	var out []string
+	for _, v := range registered() {
+		if len(s.Opt.Views) == 0 || slices.Contains(s.Opt.Views, v) {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// provenance describes where the files of the set's views come from.
+type provenance struct {
+	set *Set
+
+	once  sync.Once
+	nv    *nvfp4                                 // the global exponents of the nvfp4 rewriter
+	shard map[*manifest.Shard][]*manifest.Tensor // tensors by data offset
+}
+
+// viewDoc is views/VIEW.json.
+type viewDoc struct {
+	View  string    `json:"view"`
+	Codec string    `json:"codec_version"`
+	Files []fileDoc `json:"files"`
+}
+
+// fileDoc is one file of a view. Kind is "safetensors" (a virtual
+// safetensors file, with its tensors), "source" (a checkpoint file served
+// unchanged), "generated" (bytes made at mount: a patched config, an index)
+// or "document" (a report computed when first read).
+type fileDoc struct {
+	File    string      `json:"file"`
+	Kind    string      `json:"kind"`
+	Source  string      `json:"source,omitempty"`
+	Bytes   *int64      `json:"bytes,omitempty"`
+	Tensors []tensorDoc `json:"tensors,omitempty"`
+}
+
+// tensorDoc is one tensor of a virtual safetensors file and where its bytes
+// come from. Codec is "copy" (source bytes unchanged, perhaps under another
+// dtype), "literal" (bytes made at mount), "nvfp4_weight_scale",
+// "nvfp4_weight_scale_2" or "engram_fp4", computed by codecs at
+// CodecVersion.
+type tensorDoc struct {
+	Name         string      `json:"name"`
+	DType        string      `json:"dtype"`
+	Shape        []int64     `json:"shape"`
+	Bytes        int64       `json:"bytes"`
+	ByteRange    [2]int64    `json:"byte_range"` // in the virtual file
+	Codec        string      `json:"codec"`
+	CodecVersion string      `json:"codec_version,omitempty"`
+	Sources      []sourceDoc `json:"sources"`
+	// GlobalExponent is g of an NVFP4 tensor: weight_scale_2 = 2^g.
+	GlobalExponent *int `json:"global_exponent,omitempty"`
+	// Blocks counts the source 32-blocks of an NVFP4 weight_scale that
+	// were clamped, and of those lossy.
+	Blocks *codecs.NVFP4Counts `json:"blocks,omitempty"`
+}
+
+// sourceDoc is a byte range of a source tensor an output is made from.
+type sourceDoc struct {
+	Tensor    string   `json:"tensor"`
+	File      string   `json:"file"`
+	ByteRange [2]int64 `json:"byte_range"` // absolute in File
+}
+
+func sourceOf(t *manifest.Tensor) sourceDoc {
+	return sourceDoc{Tensor: t.Name, File: t.Shard.Name, ByteRange: [2]int64{t.Offset, t.Offset + t.Size}}
+}
+
+// view walks the tree of view name.
+func (p *provenance) view(ctx context.Context, name string) (*viewDoc, error) {
+	root := p.set.Root.Child(name)
+	if root == nil {
+		return nil, fmt.Errorf("view %s is not mounted", name)
+	}
+	p.once.Do(p.index)
+	doc := &viewDoc{View: name, Codec: codecs.Version, Files: []fileDoc{}}
+	var pending []*tensorDoc // NVFP4 scales whose block counts read data
+	err := root.Walk(func(path string, n *Node) error {
+		switch {
+		case n.IsDir():
+			return nil
+		case n.Doc != nil:
+			doc.Files = append(doc.Files, fileDoc{File: path, Kind: "document"})
+			return nil
+		}
+		size := n.File.Size()
+		fd := fileDoc{File: path, Kind: "generated", Bytes: &size}
+		switch {
+		case n.File.Source != "":
+			fd.Kind = "source"
+			if rel, err := filepath.Rel(p.set.Cat.Dir, n.File.Source); err == nil {
+				fd.Source = filepath.ToSlash(rel)
+			}
+		case strings.HasSuffix(path, ".safetensors"):
+			ts, err := p.tensors(n.File)
+			if err != nil {
+				return fmt.Errorf("%s/%s: %w", name, path, err)
+			}
+			fd.Kind, fd.Tensors = "safetensors", ts
+		}
+		doc.Files = append(doc.Files, fd)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	for i := range doc.Files {
+		for j := range doc.Files[i].Tensors {
+			if t := &doc.Files[i].Tensors[j]; t.Codec == "nvfp4_weight_scale" {
+				pending = append(pending, t)
+			}
+		}
+	}
+	return doc, p.countBlocks(ctx, pending)
+}
+
+// index sorts each shard's tensors by offset, to map a byte range back to
+// its tensor, and makes the nvfp4 rewriter whose global exponents the
+// documents report.
+func (p *provenance) index() {
+	p.shard = make(map[*manifest.Shard][]*manifest.Tensor, len(p.set.Cat.Shards))
+	for _, s := range p.set.Cat.Shards {
+		ts := slices.Clone(s.Tensors)
+		sort.Slice(ts, func(i, j int) bool { return ts[i].Offset < ts[j].Offset })
+		p.shard[s] = ts
+	}
+	rw, _ := nvfp4Rewriter(p.set)
+	p.nv = rw.(*nvfp4)
+}
+
+// tensors describes the tensors of a virtual safetensors file: its header
+// segment names them, and the segment holding each tensor's bytes says
+// where they come from.
+func (p *provenance) tensors(f *File) ([]tensorDoc, error) {
+	hb, ok := f.segs[0].(Bytes)
+	if !ok {
+		return nil, fmt.Errorf("the file does not start with a header")
+	}
+	h, err := safetensors.ReadHeader(bytes.NewReader(hb), f.Size())
+	if err != nil {
+		return nil, err
+	}
+	out := make([]tensorDoc, 0, len(h.Tensors))
+	for _, t := range h.Tensors {
+		off := h.DataStart + t.Begin
+		td := tensorDoc{Name: t.Name, DType: string(t.DType), Shape: t.Shape, Bytes: t.Len(),
+			ByteRange: [2]int64{off, off + t.Len()}, Sources: []sourceDoc{}}
+		if t.Len() > 0 {
+			i := f.segment(off)
+			if f.start(i) != off || f.segs[i].Len() != t.Len() {
+				return nil, fmt.Errorf("tensor %s: its bytes are not one segment", t.Name)
+			}
+			p.describe(&td, f.segs[i])
+		} else {
+			td.Codec = "literal"
+		}
+		out = append(out, td)
+	}
+	return out, nil
+}
+
+// describe fills in the codec and sources of one tensor's segment.
+func (p *provenance) describe(td *tensorDoc, seg Segment) {
+	switch s := seg.(type) {
+	case Bytes:
+		td.Codec = "literal"
+	case Range:
+		td.Codec = "copy"
+		if sh, ok := s.R.(*manifest.Shard); ok {
+			if t := p.at(sh, s.Off); t != nil && t.Size == s.N {
+				td.Sources = append(td.Sources, sourceOf(t))
+				return
+			}
+			td.Sources = append(td.Sources, sourceDoc{File: sh.Name, ByteRange: [2]int64{s.Off, s.Off + s.N}})
+		}
+	case *Blocks:
+		p.derived(td, s.ID)
+	}
+}
+
+// at returns the tensor of shard sh whose data starts at off.
+func (p *provenance) at(sh *manifest.Shard, off int64) *manifest.Tensor {
+	ts := p.shard[sh]
+	i := sort.Search(len(ts), func(i int) bool { return ts[i].Offset >= off })
+	if i < len(ts) && ts[i].Offset == off {
+		return ts[i]
+	}
+	return nil
+}
+
+// derived describes a derived tensor from its block ID, which the
+// rewriters form as VIEW/OUTPUT-NAME.
+func (p *provenance) derived(td *tensorDoc, id string) {
+	td.Codec, td.CodecVersion = "unknown", codecs.Version
+	cat := p.set.Cat
+	rewriter, out, _ := strings.Cut(id, "/")
+	switch rewriter {
+	case "nvfp4":
+		suffix := ".weight_scale"
+		if strings.HasSuffix(out, ".weight_scale_2") {
+			suffix = ".weight_scale_2"
+		}
+		w := cat.Tensor(strings.TrimSuffix(out, suffix) + ".weight")
+		if w == nil || !isNVFP4Expert(w) {
+			return
+		}
+		g := p.nv.group(w)
+		td.Codec = "nvfp4" + strings.ReplaceAll(suffix, ".", "_")
+		if suffix == ".weight_scale" {
+			td.Sources = append(td.Sources, sourceOf(w.Scale))
+		}
+		for _, sc := range g.scales {
+			if sc != w.Scale || suffix != ".weight_scale" {
+				td.Sources = append(td.Sources, sourceOf(sc))
+			}
+		}
+	case "engram-fp4":
+		w := cat.Tensor(base(out) + ".weight")
+		if w == nil || !isEngramTable(w) {
+			return
+		}
+		td.Codec = "engram_fp4"
+		td.Sources = append(td.Sources, sourceOf(w), sourceOf(w.Scale))
+	}
+}
+
+// countBlocks sets the global exponent and block counts of NVFP4 scales:
+// clamped blocks follow from the scales alone, and the weight is read only
+// when a block is clamped, to see whether it is lossy.
+func (p *provenance) countBlocks(ctx context.Context, tds []*tensorDoc) error {
+	eg, ctx := errgroup.WithContext(ctx)
+	eg.SetLimit(workers())
+	for _, td := range tds {
+		eg.Go(func() error {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			w := p.set.Cat.Tensor(strings.TrimSuffix(td.Name, ".weight_scale") + ".weight")
+			g, err := p.nv.group(w).g()
+			if err != nil {
+				return err
+			}
+			sc := make([]byte, w.Scale.Size)
+			if err := readTensor(w.Scale, sc, 0); err != nil {
+				return err
+			}
+			c := codecs.NVFP4Counts{Blocks: int64(len(sc))}
+			for _, b := range sc {
+				if b == codecs.E8M0NaN {
+					c.NaN++
+				} else if k := int(b) - 127 - g; k < codecs.E4M3MinPow2 || k > codecs.E4M3MaxPow2 {
+					c.Clamped++
+				}
+			}
+			if c.Clamped > 0 {
+				wb := make([]byte, w.Size)
+				if err := readTensor(w, wb, 0); err != nil {
+					return err
+				}
+				c = codecs.CountNVFP4(wb, sc, g)
+			}
+			td.GlobalExponent, td.Blocks = &g, &c
+			return nil
+		})
+	}
+	return eg.Wait()
+}

@@ -1,0 +1,126 @@
+package views
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+
+	"github.com/dsfs/dsfs/trace"
+	"github.com/dsfs/dsfs/trace/model"
+)
+
+// buildTrace is the trace/ view: files whose reading runs decoder layers
+// on the prompts (DESIGN.md, trace/). A checkpoint it cannot run gets
+// ERROR.txt saying why instead; a bad --trace-prompts file or --device
+// fails the mount, since the user asked for them.
+func buildTrace(s *Set, _ string) (*Node, error) {
+	var prompts []trace.Prompt
+	user := s.Opt.TracePrompts != ""
+	if user {
+		var err error
+		if prompts, err = trace.LoadPrompts(s.Opt.TracePrompts); err != nil {
+			return nil, fmt.Errorf("--trace-prompts: %w", err)
+		}
+	}
+	backend, err := trace.NewBackend(s.Opt.Device)
+	if err != nil {
+		return nil, fmt.Errorf("--device: %w", err)
+	}
+	m, err := model.Open(s.Cat)
+	if ue := (*model.UnsupportedError)(nil); errors.As(err, &ue) {
+		return s.traceError("cannot run "+ue.What+"; the engine lacks:", ue.Missing...), nil
+	}
+	if err != nil {
+		return s.traceError(err.Error()), nil
+	}
+	var problems []string
+	tok, err := trace.LoadTokenizer(s.Cat)
+	if err != nil {
+		problems = append(problems, fmt.Sprintf("tokenizer.json: %v; tokens are shown as null", err))
+	}
+	if !user {
+		prompts = trace.DefaultPrompts()
+	}
+	if err := trace.Encode(prompts, tok, m.Config.Vocab); err != nil {
+		if user {
+			return nil, fmt.Errorf("--trace-prompts %s: %w", s.Opt.TracePrompts, err)
+		}
+		return s.traceError(fmt.Sprintf("the default prompts cannot run: %v", err), problems...), nil
+	}
+	tr := trace.New(m, backend, prompts, tok, slog.Default())
+	s.stats["trace"] = func() any {
+		return map[string]any{"layer_forwards": tr.Forwards(), "backend": backend.Name()}
+	}
+	for l := range m.Config.Layers {
+		for _, p := range m.Problems(l) {
+			problems = append(problems, fmt.Sprintf("layer %d: %s", l, p))
+		}
+	}
+	if n := tr.Layers(); n < m.Config.Layers {
+		problems = append(problems, fmt.Sprintf("layers %d-%d are not served: each needs the layers before it", n, m.Config.Layers-1))
+	}
+
+	pj, err := tr.PromptsJSON()
+	if err != nil {
+		return nil, err
+	}
+	files := map[string]*Node{
+		"prompts.json": {File: NewFile(Bytes(pj))}, // known at mount, like the tensor shapes
+		"trace.json":   {Doc: NewDoc(tr.TraceJSON)},
+	}
+	width := max(2, len(fmt.Sprint(m.Config.Layers-1)))
+	for l := range tr.Layers() {
+		name := fmt.Sprintf("layers/%0*d", width, l)
+		files[name+".json"] = &Node{Doc: NewDoc(func(ctx context.Context) ([]byte, error) { return tr.LayerJSON(ctx, l) })}
+		f, err := traceLayerFile(tr, l, "trace/"+name+".safetensors")
+		if err != nil {
+			return nil, err
+		}
+		files[name+".safetensors"] = &Node{File: f}
+	}
+	if len(problems) > 0 {
+		files["ERROR.txt"] = errorText(problems)
+		for _, p := range problems {
+			s.warnings = append(s.warnings, "trace: "+p)
+		}
+	}
+	return tree("", files), nil
+}
+
+// traceLayerFile lays out layer l's activations as a safetensors file
+// whose blocks run the layer when first read.
+func traceLayerFile(tr *trace.Tracer, l int, id string) (*File, error) {
+	var outs []Out
+	for _, a := range tr.Activations(l) {
+		data := rowBlocks(id+"/"+a.Name, int64(a.Rows), a.RowBytes(), func(ctx context.Context, lo, hi int64, dst []byte) error {
+			return tr.ReadActivation(ctx, l, a, int(lo), int(hi), dst)
+		})
+		outs = append(outs, Out{Name: a.Name, DType: a.DType, Shape: a.Shape(), Data: data})
+	}
+	return SafetensorsFile("trace", outs)
+}
+
+// traceError is a trace/ that holds only ERROR.txt: the reason, then
+// its details one per line.
+func (s *Set) traceError(reason string, details ...string) *Node {
+	s.warnings = append(s.warnings, "trace: "+reason+" "+strings.Join(details, "; "))
+	var b strings.Builder
+	b.WriteString("trace/: " + reason + "\n")
+	for _, d := range details {
+		b.WriteString("- " + d + "\n")
+	}
+	return tree("", map[string]*Node{"ERROR.txt": {File: NewFile(Bytes(b.String()))}})
+}
+
+// errorText is the ERROR.txt of a trace/ that serves part of the model:
+// one problem per line.
+func errorText(lines []string) *Node {
+	var b strings.Builder
+	b.WriteString("trace/ cannot run everything in this checkpoint:\n")
+	for _, l := range lines {
+		b.WriteString("- " + l + "\n")
+	}
+	return &Node{File: NewFile(Bytes(b.String()))}
+}

@@ -1,0 +1,106 @@
+package views
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/dsfs/dsfs/blockcache"
+	"github.com/dsfs/dsfs/manifest"
+	"github.com/dsfs/dsfs/safetensors"
+	"github.com/dsfs/dsfs/synth"
+)
+
+func traceSet(t *testing.T, dir string, opt Options) (*Set, error) {
+	t.Helper()
+	cat, err := manifest.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cat.Close() })
+	opt.Views = []string{"trace"}
+	s, err := Build(cat, opt)
+	if err == nil {
+		t.Cleanup(func() { s.Close() })
+	}
+	return s, err
+}
+
+// TestTraceView lays out trace/ for the synthetic v3-tiny checkpoint with
+// token-id prompts and reads a layer's activations through a Reader.
+func TestTraceView(t *testing.T) {
+	dir := t.TempDir()
+	if err := synth.Write("v3-tiny", dir); err != nil {
+		t.Fatal(err)
+	}
+	prompts := filepath.Join(t.TempDir(), "p.json")
+	os.WriteFile(prompts, []byte(`[{"id":"a","token_ids":[0,5,9]},{"id":"b","label":"B","text":"def f(x): return x"}]`), 0o644)
+	s, err := traceSet(t, dir, Options{TracePrompts: prompts, Device: "cpu"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := s.Root.Child("trace")
+	for _, p := range []string{"prompts.json", "trace.json", "layers/00.json", "layers/03.safetensors"} {
+		if _, err := v.Lookup(p); err != nil {
+			t.Errorf("%s: %v", p, err)
+		}
+	}
+	if v.Child("ERROR.txt") != nil {
+		t.Error("ERROR.txt for a model that runs")
+	}
+	n, _ := v.Lookup("layers/02.safetensors")
+	cache := blockcache.New(16<<20, 2)
+	defer cache.Close()
+	b := readAll(t, n, cache)
+	h, err := safetensors.ReadHeader(bytes.NewReader(b), int64(len(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]safetensors.Tensor{}
+	for _, ts := range h.Tensors {
+		names[ts.Name] = ts
+	}
+	if ts := names["a.topk_ids"]; ts.DType != safetensors.I32 || len(ts.Shape) != 2 || ts.Shape[0] != 3 || ts.Shape[1] != 4 {
+		t.Errorf("a.topk_ids: %+v", ts)
+	}
+	if ts := names["b.hidden_out"]; ts.DType != safetensors.F32 || ts.Shape[1] != 128 {
+		t.Errorf("b.hidden_out: %+v", ts)
+	}
+	if len(names) != 14 {
+		t.Errorf("%d tensors, want 7 per prompt", len(names))
+	}
+}
+
+func TestTraceViewErrors(t *testing.T) {
+	// An architecture the engine cannot run: ERROR.txt alone, a warning.
+	s, err := traceSet(t, tinyDir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := s.Root.Child("trace")
+	if len(v.Children) != 1 || v.Child("ERROR.txt") == nil {
+		t.Fatalf("trace/ of v41-tiny holds %d entries", len(v.Children))
+	}
+	cache := blockcache.New(1<<20, 1)
+	defer cache.Close()
+	if msg := string(readAll(t, v.Child("ERROR.txt"), cache)); !strings.Contains(msg, "hyper-connections") {
+		t.Errorf("ERROR.txt: %s", msg)
+	}
+	if w := s.Warnings(); len(w) != 1 || !strings.Contains(w[0], "deepseek_v4") {
+		t.Errorf("warnings %q", w)
+	}
+	// What the user asked for and cannot be had fails the build.
+	dir := t.TempDir()
+	if err := synth.Write("v2lite-tiny", dir); err != nil {
+		t.Fatal(err)
+	}
+	bad := filepath.Join(t.TempDir(), "p.json")
+	os.WriteFile(bad, []byte(`[{"id":"x","token_ids":[1]},{"id":"x","token_ids":[2]}]`), 0o644)
+	for _, opt := range []Options{{TracePrompts: bad}, {Device: "cuda0"}, {TracePrompts: filepath.Join(dir, "none")}} {
+		if _, err := traceSet(t, dir, opt); err == nil {
+			t.Errorf("%+v: built", opt)
+		}
+	}
+}
