@@ -103,4 +103,3 @@ func printTraceSample(w io.Writer, dir string) error {
 	}
 	return nil
 }
-
