@@ -108,7 +108,6 @@ type Backend struct {
 	modules []uintptr
 	kernels map[string]uintptr
 	alloc   allocator
-	sms     int
 	desc    string
 
 	// args holds the arguments of one kernel launch: cuLaunchKernel reads
@@ -135,6 +134,9 @@ func NewBackend(opt Options) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
+	if opt.Precision != FP32 && opt.Precision != BF16 {
+		return nil, fmt.Errorf("precision %d is neither FP32 nor BF16", opt.Precision)
+	}
 	if opt.Device < 0 || opt.Device >= rt.devices {
 		return nil, fmt.Errorf("CUDA device %d does not exist (%d present)", opt.Device, rt.devices)
 	}
@@ -151,7 +153,7 @@ func NewBackend(opt Options) (*Backend, error) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	if err := b.open(); err != nil {
-		b.Close()
+		b.Close() // the error from open says what went wrong
 		return nil, fmt.Errorf("CUDA device %d: %w", opt.Device, err)
 	}
 	return b, nil
@@ -159,7 +161,7 @@ func NewBackend(opt Options) (*Backend, error) {
 
 // open sets up the device; the caller has locked the OS thread.
 func (b *Backend) open() error {
-	d, blas := b.rt.drv, b.rt.blas
+	d := b.rt.drv
 	if err := d.check("cuDeviceGet", d.cuDeviceGet(&b.dev, int32(b.opt.Device))); err != nil {
 		return err
 	}
@@ -180,7 +182,6 @@ func (b *Backend) open() error {
 			return err
 		}
 	}
-	b.sms = int(sms)
 	cc := int(major*10 + minor)
 	var err error
 	if b.target, err = b.rt.nv.targetFor(cc); err != nil {
@@ -208,7 +209,7 @@ func (b *Backend) open() error {
 		{"cublasSetMathMode", bl.cublasSetMathMode(b.blas, cublasDefaultMath)},
 		{"cublasGetVersion_v2", bl.cublasGetVersion(b.blas, &blasVersion)},
 	} {
-		if err := blas.check(c.fn, c.r); err != nil {
+		if err := bl.check(c.fn, c.r); err != nil {
 			return err
 		}
 	}

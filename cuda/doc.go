@@ -12,6 +12,11 @@
 // cuBLAS: float32 (cublasSgemm) or bfloat16 inputs with float32
 // accumulation (cublasGemmEx), as Options.Precision says.
 //
+// NewBackend returns a *Backend, a model.Backend; trace selects it for
+// --device cuda, or auto when it starts. Beyond model.Backend, its Route
+// method runs the MoE router (softmax or sigmoid scores, the correction
+// bias, group-limited top-k, margins, weight normalisation) on the device.
+//
 // Every call into the three libraries is checked; a failure is an *Error
 // naming the function and the library's name and text for the status.
 // Operations of a Backend are queued on one stream and report failures at

@@ -73,11 +73,20 @@ func tolerance(p Precision) float64 {
 	return 1e-4
 }
 
-// relErr is max|got - want| / max|want|, and the index of the worst value.
-func relErr(got, want []float32) (float64, int) {
+// relErr is max|got - want| / max|want| over the rows not marked in skip
+// (nil: every row; a row is len(want)/len(skip) values), and the index of
+// the worst value.
+func relErr(got, want []float32, skip []bool) (float64, int) {
+	cols := len(want)
+	if len(skip) > 0 {
+		cols = len(want) / len(skip)
+	}
 	var scale, worst float64
 	at := 0
 	for i := range want {
+		if len(skip) > 0 && skip[i/cols] {
+			continue
+		}
 		scale = math.Max(scale, math.Abs(float64(want[i])))
 		if d := math.Abs(float64(got[i]) - float64(want[i])); d > worst || math.IsNaN(d) {
 			worst, at = d, i
@@ -94,11 +103,17 @@ func relErr(got, want []float32) (float64, int) {
 
 func closeTo(t *testing.T, what string, got, want []float32, tol float64) {
 	t.Helper()
+	closeToRows(t, what, got, want, tol, nil)
+}
+
+// closeToRows is closeTo over the rows not marked in skip.
+func closeToRows(t *testing.T, what string, got, want []float32, tol float64, skip []bool) {
+	t.Helper()
 	if len(got) != len(want) {
 		t.Errorf("%s: %d values, want %d", what, len(got), len(want))
 		return
 	}
-	if e, i := relErr(got, want); !(e <= tol) {
+	if e, i := relErr(got, want, skip); !(e <= tol) {
 		t.Errorf("%s: max|Δ|/max|ref| = %.3g > %.3g (at %d: got %g, want %g)", what, e, tol, i, got[i], want[i])
 	}
 }
@@ -354,24 +369,27 @@ func TestForwardMatchesCPU(t *testing.T) {
 						t.Fatalf("%s layer %d: %v", name, l, err)
 					}
 					where := fmt.Sprintf("%s layer %d", name, l)
-					for _, c := range []struct {
-						what      string
-						got, want []float32
-					}{
-						{"attn_out", got.AttnOut, want.AttnOut}, {"ffn_out", got.FFNOut, want.FFNOut},
-						{"hidden_out", got.HiddenOut, want.HiddenOut}, {"kv_a_out", got.KVA, want.KVA},
-						{"kv_latent", got.KVLatent, want.KVLatent}, {"k_pe", got.KPE, want.KPE},
-					} {
-						closeTo(t, where+" "+c.what, c.got, c.want, tolerance(p))
-					}
+					// float32 routes must agree everywhere; bf16 ones where
+					// the decision is clear of a tie. A near-tie token routed
+					// differently is left out of the MoE outputs.
+					var skip []bool
 					if want.Routes != nil {
-						// float32 must agree everywhere; bf16 where the
-						// decision is clear of a tie.
 						minMargin := float32(0)
 						if p == BF16 {
 							minMargin = 1e-3
 						}
-						sameExperts(t, where, got.Routes, want.Routes, minMargin)
+						skip = sameExperts(t, where, got.Routes, want.Routes, minMargin)
+					}
+					for _, c := range []struct {
+						what      string
+						got, want []float32
+						skip      []bool
+					}{
+						{"attn_out", got.AttnOut, want.AttnOut, nil}, {"ffn_out", got.FFNOut, want.FFNOut, skip},
+						{"hidden_out", got.HiddenOut, want.HiddenOut, skip}, {"kv_a_out", got.KVA, want.KVA, nil},
+						{"kv_latent", got.KVLatent, want.KVLatent, nil}, {"k_pe", got.KPE, want.KPE, nil},
+					} {
+						closeToRows(t, where+" "+c.what, c.got, c.want, tolerance(p), c.skip)
 					}
 					h = want.HiddenOut
 				}
@@ -380,25 +398,30 @@ func TestForwardMatchesCPU(t *testing.T) {
 	}
 }
 
-// sameExperts compares the expert sets of tokens whose reference margin
-// exceeds minMargin.
-func sameExperts(t *testing.T, where string, got, want *model.Routes, minMargin float32) {
+// sameExperts fails the test for every token whose expert set differs
+// although its reference margin exceeds minMargin, and returns the tokens
+// whose sets differ within the margin.
+func sameExperts(t *testing.T, where string, got, want *model.Routes, minMargin float32) []bool {
 	t.Helper()
 	if got == nil {
 		t.Errorf("%s: no routes", where)
-		return
+		return nil
 	}
 	k := want.K
-	for tok := range len(want.Margin) {
-		if want.Margin[tok] <= minMargin {
-			continue
-		}
+	skip := make([]bool, len(want.Margin))
+	for tok, m := range want.Margin {
 		a := slices.Sorted(slices.Values(got.IDs[tok*k : (tok+1)*k]))
 		b := slices.Sorted(slices.Values(want.IDs[tok*k : (tok+1)*k]))
-		if !slices.Equal(a, b) {
-			t.Errorf("%s: token %d experts %v, want %v (margin %.3g)", where, tok, a, b, want.Margin[tok])
+		switch {
+		case slices.Equal(a, b):
+		case m > minMargin:
+			t.Errorf("%s: token %d experts %v, want %v (margin %.3g)", where, tok, a, b, m)
+		default:
+			skip[tok] = true
+			t.Logf("%s: token %d routed to %v instead of %v at a near tie (margin %.3g)", where, tok, a, b, m)
 		}
 	}
+	return skip
 }
 
 // readVector reads a 1-D or 2-D BF16 or F32 tensor as float32.

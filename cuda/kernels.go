@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io/fs"
 	"regexp"
-	"slices"
 	"sort"
 )
 
@@ -44,14 +43,4 @@ func sources() ([]source, error) {
 		out = append(out, s)
 	}
 	return out, nil
-}
-
-// kernelNames lists every kernel of every source, sorted.
-func kernelNames(srcs []source) []string {
-	var names []string
-	for _, s := range srcs {
-		names = append(names, s.kernels...)
-	}
-	slices.Sort(names)
-	return names
 }

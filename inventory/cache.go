@@ -36,9 +36,6 @@ func OpenCache(dir string) (*Cache, error) {
 	return &Cache{dir: dir}, nil
 }
 
-// Dir is the cache's directory.
-func (c *Cache) Dir() string { return c.dir }
-
 type cacheFile struct {
 	Schema  string       `json:"schema"`
 	File    fileStamp    `json:"file"`

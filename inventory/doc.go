@@ -7,9 +7,9 @@
 // over the bytes: each buffer read is hashed and checked before the next.
 //
 // Records follow the seed's field names (name, file, dtype, shape,
-// byte_range, nbytes, nbytes_ok, sha256, role, official, scale, values,
-// tpN), and Summarize computes the seed's summary. Where this package
-// departs from the seed it says so at the field.
+// byte_range, nbytes, nbytes_ok, sha256, role, official, scale, values; the
+// seed's tp2 is tp), and Summarize computes the seed's summary. Where this
+// package departs from the seed it says so at the field.
 //
 // An Inventory computes records shard by shard on first use and keeps them;
 // a Cache keeps them on disk across runs, keyed by each shard's path, size

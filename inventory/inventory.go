@@ -68,9 +68,6 @@ func New(cat *manifest.Catalog, opt Options) *Inventory {
 // Catalog is the catalog the inventory describes.
 func (inv *Inventory) Catalog() *manifest.Catalog { return inv.cat }
 
-// Options are the inventory's options, defaults filled in.
-func (inv *Inventory) Options() Options { return inv.opt }
-
 // Progress is the inventory's progress counter.
 func (inv *Inventory) Progress() *Progress { return inv.opt.Progress }
 

@@ -72,6 +72,8 @@ func randomShard(t *testing.T, rng *rand.Rand) string {
 		{Name: "f64", DType: safetensors.F64, Shape: []int64{3000}, Data: randBytes(24000)},
 		{Name: "e8m0", DType: safetensors.F8E8M0, Shape: []int64{3000}, Data: randBytes(3000)},
 		{Name: "ints", DType: safetensors.I32, Shape: []int64{30}, Data: randBytes(120)},
+		{Name: "empty.weight", DType: safetensors.F8E4M3, Shape: []int64{0, 64}, Data: []byte{}},
+		{Name: "empty.scale", DType: safetensors.F8E8M0, Shape: []int64{0, 2}, Data: []byte{}},
 	}
 	dir := t.TempDir()
 	if err := synth.WriteShard(filepath.Join(dir, "model.safetensors"), nil, tensors); err != nil {

@@ -46,8 +46,10 @@ const (
 //     its scale could change them: a block whose largest possible value is
 //     below the largest seen, whose smallest possible nonzero value is above
 //     the smallest seen, and whose scale keeps every value exact in float16
-//     and bfloat16 is skipped on one table lookup. The others are looked
-//     at byte by byte; with real scale distributions they are few.
+//     and bfloat16 is skipped on one table lookup. A block that could only
+//     raise the largest value has its codes compared with the largest code
+//     that would not, eight at a time in a word. The rest are looked at
+//     byte by byte; with real scale distributions they are few.
 //   - Blocks whose scale is NaN, not positive, or so large or small that
 //     the float32 decode overflows or underflows are decoded value by value
 //     and counted apart.
@@ -61,7 +63,8 @@ type quantScan struct {
 	special           valueAcc // the values of special blocks
 	specZero, specNaN int64    // zero and NaN codes in special blocks
 	ext               valueAcc // range and exactness of the other blocks (no counts)
-	seen              extState // ext when boring was computed
+	seen              extState // ext when mode was computed
+	refreshes         int      // mode computations for this weight
 
 	e8m0 [256]float32 // E8M0 scale byte -> scale
 	// mode says, per E8M0 scale byte, what a block of that scale needs;
@@ -88,6 +91,10 @@ func newQuantScan() *quantScan {
 	return q
 }
 
+// eagerRefreshes is how many times a weight's modes are recomputed as
+// soon as ext changes; after that, once a run of blocks.
+const eagerRefreshes = 64
+
 // pairsFrom is the weight size from which counting byte pairs pays for
 // the pass over the pair table that turns them into byte counts.
 const pairsFrom = 512 << 10
@@ -100,6 +107,7 @@ func (q *quantScan) reset(f quantFormat, size int64) {
 	q.bytes = [256]int64{}
 	q.special, q.ext = valueAcc{}, valueAcc{}
 	q.specZero, q.specNaN = 0, 0
+	q.refreshes = 0
 	q.refresh(true)
 }
 
@@ -181,7 +189,15 @@ func (q *quantScan) blocksE8M0(w, scales []byte, bl int) {
 			}
 		}
 		q.block(blk, q.e8m0[s])
+		// Modes computed before ext grew only look at more blocks than
+		// they need: they follow ext at once while it settles, then once
+		// a run, so that values growing block after block cannot make
+		// every block pay for recomputing them.
+		if q.refreshes < eagerRefreshes {
+			q.refresh(false)
+		}
 	}
+	q.refresh(false)
 }
 
 // blocksF32 checks the blocks of w whose float32 scales are in scales
@@ -189,7 +205,7 @@ func (q *quantScan) blocksE8M0(w, scales []byte, bl int) {
 func (q *quantScan) blocksF32(w, scales []byte, bl int) {
 	for i := 0; 4*i < len(scales); i++ {
 		s := math.Float32frombits(binary.LittleEndian.Uint32(scales[4*i:]))
-		if q.matters(float64(s)) {
+		if q.modeOf(float64(s)) != skipBlock {
 			q.block(w[i*bl:min(i*bl+bl, len(w))], s)
 		}
 	}
@@ -202,14 +218,17 @@ func (q *quantScan) isSpecial(s float64) bool {
 	return !(s > 0) || s*q.f.maxCode > math.MaxFloat32 || s*q.f.minCode < minF32
 }
 
-// matters reports whether a block of scale s can change ext, or must be
-// decoded apart.
-func (q *quantScan) matters(s float64) bool {
+// modeOf says what a block of scale s needs.
+func (q *quantScan) modeOf(s float64) blockMode {
 	e := &q.ext
-	if q.isSpecial(s) || !e.finite || s*q.f.maxCode > e.absMax || !e.nonzero || s*q.f.minCode < e.minNonzero {
-		return true
+	switch {
+	case q.isSpecial(s) || !e.finite || !e.nonzero || s*q.f.minCode < e.minNonzero ||
+		!q.safe(s, s*q.f.maxCode, s*q.f.minCode):
+		return fullBlock
+	case s*q.f.maxCode <= e.absMax:
+		return skipBlock
 	}
-	return !q.safe(s, s*q.f.maxCode, s*q.f.minCode)
+	return maxOnly
 }
 
 // safe reports whether every value of a block with scale s whose nonzero
@@ -236,7 +255,7 @@ type extState struct {
 	finite, nonzero, inexact16, inexactBF bool
 }
 
-// refresh recomputes which E8M0 scales are boring when ext has changed
+// refresh recomputes the mode of every E8M0 scale when ext has changed
 // since the last time (or always, with force).
 func (q *quantScan) refresh(force bool) {
 	e := &q.ext
@@ -245,16 +264,11 @@ func (q *quantScan) refresh(force bool) {
 		return
 	}
 	q.seen = now
+	q.refreshes++
 	for b := range 256 {
 		s := float64(q.e8m0[b])
-		switch {
-		case q.isSpecial(s) || !e.finite || !e.nonzero || s*q.f.minCode < e.minNonzero ||
-			!q.safe(s, s*q.f.maxCode, s*q.f.minCode):
-			q.mode[b] = fullBlock
-		case s*q.f.maxCode <= e.absMax:
-			q.mode[b] = skipBlock
-		default:
-			q.mode[b], q.above[b] = maxOnly, q.laneAdd(s)
+		if q.mode[b] = q.modeOf(s); q.mode[b] == maxOnly {
+			q.above[b] = q.laneAdd(s)
 		}
 	}
 }
@@ -300,7 +314,6 @@ func (q *quantScan) block(blk []byte, s float32) {
 			q.ext.add(vlo, 0)
 		}
 	}
-	q.refresh(false)
 }
 
 // extremes returns the largest and the smallest nonzero code magnitude of

@@ -125,7 +125,7 @@ func flip(t *testing.T, p string, off int64) {
 
 func TestVerifyExport(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
-	out := exportQ2(t, "")
+	out := exportQ2(t, t.TempDir()) // the cache spares the manifests a second quantisation
 	q := plan(t, views.Options{})
 	r, err := Verify(context.Background(), q, out, 0, seed, nil)
 	if err != nil {
@@ -185,6 +185,7 @@ func TestVerifyCache(t *testing.T) {
 	}
 	// Remove one entry and damage another.
 	qt := q.Quantised()
+	var damaged string
 	for i, tt := range qt[:2] {
 		lo, hi := tt.BlockRows(0)
 		w, sc, err := tt.ReadSource(lo, hi)
@@ -197,6 +198,7 @@ func TestVerifyCache(t *testing.T) {
 			err = os.Remove(p)
 		} else {
 			flip(t, p, 100)
+			damaged = p
 		}
 		if err != nil {
 			t.Fatal(err)
@@ -210,8 +212,8 @@ func TestVerifyCache(t *testing.T) {
 		t.Fatalf("damaged cache: %+v", r)
 	}
 	// The verifier reports; it does not repair.
-	if r, _ := Verify(context.Background(), q, dir, 0, seed, nil); r.Corrupt != 1 {
-		t.Fatalf("verify removed the corrupt entry: %+v", r)
+	if _, err := os.Stat(damaged); err != nil {
+		t.Fatalf("verify removed the corrupt entry: %v", err)
 	}
 }
 

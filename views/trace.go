@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"strings"
 
@@ -24,8 +25,7 @@ func buildTrace(s *Set, _ string) (*Node, error) {
 			return nil, fmt.Errorf("--trace-prompts: %w", err)
 		}
 	}
-	backend, err := trace.NewBackend(s.Opt.Device)
-	if err != nil {
+	if err := trace.CheckDevice(s.Opt.Device); err != nil {
 		return nil, fmt.Errorf("--device: %w", err)
 	}
 	m, err := model.Open(s.Cat)
@@ -48,6 +48,18 @@ func buildTrace(s *Set, _ string) (*Node, error) {
 			return nil, fmt.Errorf("--trace-prompts %s: %w", s.Opt.TracePrompts, err)
 		}
 		return s.traceError(fmt.Sprintf("the default prompts cannot run: %v", err), problems...), nil
+	}
+	// The backend starts only for a model it can run: CUDA compiles its
+	// kernels and takes device memory.
+	backend, note, err := trace.NewBackend(s.Opt.Device)
+	if err != nil {
+		return nil, fmt.Errorf("--device: %w", err)
+	}
+	if note != "" {
+		s.warnings = append(s.warnings, note)
+	}
+	if c, ok := backend.(io.Closer); ok {
+		s.closers = append(s.closers, c)
 	}
 	tr := trace.New(m, backend, prompts, tok, slog.Default())
 	s.stats["trace"] = func() any {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path"
 	"sort"
@@ -79,6 +80,7 @@ type Set struct {
 	stats map[string]func() any // live counters of views that keep any
 	// warnings are what views could not serve, for the log once mounted.
 	warnings []string
+	closers  []io.Closer // backends the views started
 }
 
 // Build builds the views of cat chosen by opt under one root directory.
@@ -130,6 +132,12 @@ func (s *Set) Warnings() []string { return s.warnings }
 // Close closes the source files the views opened.
 func (s *Set) Close() error {
 	var first error
+	for _, c := range s.closers {
+		if err := c.Close(); err != nil && first == nil {
+			first = err
+		}
+	}
+	s.closers = nil
 	for _, f := range s.files {
 		if err := f.Close(); err != nil && first == nil {
 			first = err

@@ -108,30 +108,43 @@ type checker struct {
 // layers.
 type result struct {
 	errs          [6]float64 // attn_out, ffn_out, hidden_out, kv_a_out, kv_latent, k_pe
-	agree, routed int
+	agree, routed int        // tokens with a clear route: same expert sets, all
+	excused       int        // tokens whose experts differ where the margin allows it
 }
 
+// add compares one layer's outputs. A token whose expert set differs
+// although its margin is below minMargin is left out of ffn_out and
+// hidden_out: a near-tie may go either way in bf16, and then that token's
+// output legitimately differs by much more than rounding.
 func (r *result) add(got, want *model.Output) {
-	for i, p := range [][2][]float32{
-		{got.AttnOut, want.AttnOut}, {got.FFNOut, want.FFNOut}, {got.HiddenOut, want.HiddenOut},
-		{got.KVA, want.KVA}, {got.KVLatent, want.KVLatent}, {got.KPE, want.KPE},
+	var skip []bool
+	if want.Routes != nil && got.Routes != nil {
+		k := want.Routes.K
+		skip = make([]bool, len(want.Routes.Margin))
+		for t, m := range want.Routes.Margin {
+			a := slices.Sorted(slices.Values(got.Routes.IDs[t*k : (t+1)*k]))
+			b := slices.Sorted(slices.Values(want.Routes.IDs[t*k : (t+1)*k]))
+			same := slices.Equal(a, b)
+			switch {
+			case m > minMargin:
+				r.routed++
+				if same {
+					r.agree++
+				}
+			case !same:
+				skip[t] = true
+				r.excused++
+			}
+		}
+	}
+	for i, p := range []struct {
+		got, want []float32
+		skip      []bool
+	}{
+		{got.AttnOut, want.AttnOut, nil}, {got.FFNOut, want.FFNOut, skip}, {got.HiddenOut, want.HiddenOut, skip},
+		{got.KVA, want.KVA, nil}, {got.KVLatent, want.KVLatent, nil}, {got.KPE, want.KPE, nil},
 	} {
-		r.errs[i] = math.Max(r.errs[i], relErr(p[0], p[1]))
-	}
-	if want.Routes == nil || got.Routes == nil {
-		return
-	}
-	k := want.Routes.K
-	for t, m := range want.Routes.Margin {
-		if m <= minMargin {
-			continue
-		}
-		r.routed++
-		a := slices.Sorted(slices.Values(got.Routes.IDs[t*k : (t+1)*k]))
-		b := slices.Sorted(slices.Values(want.Routes.IDs[t*k : (t+1)*k]))
-		if slices.Equal(a, b) {
-			r.agree++
-		}
+		r.errs[i] = math.Max(r.errs[i], relErr(p.got, p.want, p.skip))
 	}
 }
 
@@ -147,16 +160,28 @@ func (c *checker) print(name string, p cuda.Precision, r *result) {
 		verdict = "FAIL"
 		c.failed = true
 	}
-	fmt.Printf(" %9s  %s\n", fmt.Sprintf("%d/%d", r.agree, r.routed), verdict)
+	fmt.Printf(" %9s  %s", fmt.Sprintf("%d/%d", r.agree, r.routed), verdict)
+	if r.excused > 0 {
+		fmt.Printf(" (%d near-tie tokens routed differently, left out of ffn_out and hidden_out)", r.excused)
+	}
+	fmt.Println()
 }
 
-// relErr is max|got - want| / max|want| (NaN anywhere gives NaN).
-func relErr(got, want []float32) float64 {
+// relErr is max|got - want| / max|want| over the rows (one per token) not
+// marked in skip (NaN anywhere gives NaN).
+func relErr(got, want []float32, skip []bool) float64 {
 	if len(got) != len(want) {
 		return math.Inf(1)
 	}
+	cols := len(want)
+	if len(skip) > 0 {
+		cols = len(want) / len(skip)
+	}
 	var scale, worst float64
 	for i := range want {
+		if len(skip) > 0 && skip[i/cols] {
+			continue
+		}
 		scale = math.Max(scale, math.Abs(float64(want[i])))
 		d := math.Abs(float64(got[i]) - float64(want[i]))
 		if math.IsNaN(d) {

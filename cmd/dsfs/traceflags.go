@@ -14,7 +14,7 @@ type traceFlags struct {
 func addTraceFlags(fs *flag.FlagSet) traceFlags {
 	return traceFlags{
 		prompts: fs.String("trace-prompts", "", "JSON list of prompts for trace/, each {id, label, text} or {id, label, token_ids} (default: the seed's four prompts)"),
-		device:  fs.String("device", "auto", "where trace/ runs decoder layers: auto (the best available, the CPU for now) or cpu"),
+		device:  fs.String("device", "auto", "where trace/ runs decoder layers: auto (CUDA when a GPU and its libraries load, else the CPU), cpu or cuda"),
 	}
 }
 
