@@ -49,6 +49,10 @@ type Cache struct {
 	flights map[Key]*flight
 
 	workers chan struct{} // read-ahead slots
+	// computing bounds the computations running at once, readers' and
+	// read-ahead alike, so scratch memory stays bounded however many
+	// readers the kernel sends.
+	computing chan struct{}
 	wg      sync.WaitGroup
 	ctx     context.Context // cancelled by Close
 	stop    context.CancelFunc
@@ -65,12 +69,14 @@ type flight struct {
 }
 
 // New returns a cache holding at most budget bytes of blocks, computing
-// read-ahead on at most workers goroutines at a time.
+// read-ahead on at most workers goroutines at a time and at most 4 x workers
+// blocks at once in all.
 func New(budget int64, workers int) *Cache {
 	if workers < 1 {
 		workers = 1
 	}
-	c := &Cache{budget: budget, flights: make(map[Key]*flight), workers: make(chan struct{}, workers)}
+	c := &Cache{budget: budget, flights: make(map[Key]*flight), workers: make(chan struct{}, workers),
+		computing: make(chan struct{}, 4*workers)}
 	// The count bound is never reached: the byte budget evicts first.
 	c.lru, _ = lru.NewLRU[Key, []byte](1<<30, nil)
 	c.ctx, c.stop = context.WithCancel(context.Background())
@@ -150,9 +156,19 @@ func (c *Cache) start(k Key, n int, compute Compute, waiters int) *flight {
 	go func() {
 		defer c.wg.Done()
 		defer cancel()
-		buf := make([]byte, n)
-		err := compute(ctx, buf)
-		if err == nil && ctx.Err() != nil {
+		var err error
+		select {
+		case c.computing <- struct{}{}:
+			buf := make([]byte, n)
+			err = compute(ctx, buf)
+			<-c.computing
+			if err == nil && ctx.Err() != nil {
+				err = ctx.Err()
+			}
+			if err == nil {
+				f.data = buf
+			}
+		case <-ctx.Done():
 			err = ctx.Err()
 		}
 		c.mu.Lock()
@@ -160,8 +176,7 @@ func (c *Cache) start(k Key, n int, compute Compute, waiters int) *flight {
 			delete(c.flights, k)
 		}
 		if err == nil {
-			f.data = buf
-			c.add(k, buf)
+			c.add(k, f.data)
 		}
 		f.err = err
 		c.mu.Unlock()

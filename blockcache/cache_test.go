@@ -195,3 +195,41 @@ func TestPrefetchIsBoundedAndShared(t *testing.T) {
 		t.Fatalf("computed %d blocks, want 2 (the reader joins the read-ahead)", n)
 	}
 }
+
+func TestComputationsAreBounded(t *testing.T) {
+	c := New(1<<20, 1) // at most 4 computations at once
+	defer c.Close()
+	var running, peak atomic.Int64
+	release := make(chan struct{})
+	compute := func(ctx context.Context, dst []byte) error {
+		n := running.Add(1)
+		for {
+			p := peak.Load()
+			if n <= p || peak.CompareAndSwap(p, n) {
+				break
+			}
+		}
+		<-release
+		running.Add(-1)
+		return nil
+	}
+	var wg sync.WaitGroup
+	for i := range int64(12) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := c.Get(context.Background(), Key{"b", i}, 1, compute); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	for c.Stats().InFlight < 12 {
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(20 * time.Millisecond)
+	if p := peak.Load(); p != 4 {
+		t.Fatalf("%d computations ran at once, want 4", p)
+	}
+	close(release)
+	wg.Wait()
+}

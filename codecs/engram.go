@@ -133,23 +133,52 @@ func EngramFP4(dstW, dstS, srcW, srcS []byte) EngramCounts {
 	for i, s := range srcS {
 		src := (*[MXBlock]byte)(srcW[MXBlock*i:])
 		dst := (*[MXBlock / 2]byte)(dstW[MXBlock/2*i:])
-		top := simd.MaxLow7(src) // E4M3 magnitudes order like their bytes; NaN is largest
-		switch {
-		case top == e4m3NaN || s == E8M0NaN:
+		t, e, ok := engramScale(simd.MaxLow7(src), s)
+		dstS[i] = t
+		if !ok {
 			*dst = [MXBlock / 2]byte{}
-			dstS[i] = E8M0NaN
-			c.NaNBlocks++
-			continue
-		case top == 0: // zeros of either sign: amax = 0, e = -126
-			*dst = [MXBlock / 2]byte{}
-			dstS[i] = 1
+			if t == E8M0NaN {
+				c.NaNBlocks++
+			}
 			continue
 		}
-		e := min(max(int(e4m3Ceil[top])+int(s)-127, -126), 127)
-		dstS[i] = byte(e + 127)
 		simd.PackNibbles(dst, src, &engramCode[int(s)-127-e-engramMinShift])
 	}
 	return c
+}
+
+// EngramScales writes only the new scale bytes of EngramFP4 (same
+// arguments less dstW): a view serving the scale tensor need not pack the
+// codes it would throw away.
+func EngramScales(dstS, srcW, srcS []byte) EngramCounts {
+	n := len(srcS)
+	checkLen("EngramScales srcW", len(srcW), MXBlock*n)
+	checkLen("EngramScales dstS", len(dstS), n)
+	c := EngramCounts{Blocks: int64(n)}
+	for i, s := range srcS {
+		t, _, _ := engramScale(simd.MaxLow7((*[MXBlock]byte)(srcW[MXBlock*i:])), s)
+		dstS[i] = t
+		if t == E8M0NaN {
+			c.NaNBlocks++
+		}
+	}
+	return c
+}
+
+// engramScale returns the new scale byte t = e+127 of a block whose largest
+// E4M3 magnitude byte is top (E4M3 magnitudes order like their bytes, and
+// NaN is the largest) and whose source scale byte is s; ok is false for a
+// block whose codes are all 0: NaN (t = 255) or zeros of either sign
+// (amax = 0, e = -126).
+func engramScale(top, s byte) (t byte, e int, ok bool) {
+	switch {
+	case top == e4m3NaN || s == E8M0NaN:
+		return E8M0NaN, 0, false
+	case top == 0:
+		return 1, -126, false
+	}
+	e = min(max(int(e4m3Ceil[top])+int(s)-127, -126), 127)
+	return byte(e + 127), e, true
 }
 
 // EngramCosine writes, for each row of an Engram table, the cosine

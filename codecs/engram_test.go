@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+	"time"
 )
 
 // refEngramBlock transcodes one block naively in float64, straight from
@@ -366,5 +367,40 @@ func BenchmarkEngramCosine(b *testing.B) {
 	b.SetBytes(int64(len(srcW) + len(srcS)))
 	for b.Loop() {
 		EngramCosine(cos, srcW, srcS, dstW, dstS)
+	}
+}
+
+func TestEngramScalesMatchEngramFP4(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	rng := rand.New(rand.NewPCG(seed, 7))
+	const blocks = 4096
+	srcW := make([]byte, MXBlock*blocks)
+	srcS := make([]byte, blocks)
+	for i := range srcW {
+		srcW[i] = byte(rng.Uint32())
+	}
+	for i := range srcS {
+		srcS[i] = byte(rng.Uint32())
+	}
+	for i := range blocks / 16 { // zero blocks of either sign
+		for j := range MXBlock {
+			srcW[MXBlock*16*i+j] = byte(i&1) << 7
+		}
+	}
+	dstW := make([]byte, MXBlock/2*blocks)
+	want := make([]byte, blocks)
+	got := make([]byte, blocks)
+	cw := EngramFP4(dstW, want, srcW, srcS)
+	cg := EngramScales(got, srcW, srcS)
+	if !bytes.Equal(got, want) || cw != cg {
+		t.Fatalf("seed %d: EngramScales differs from EngramFP4 (counts %+v vs %+v)", seed, cg, cw)
+	}
+}
+
+func BenchmarkEngramScales(b *testing.B) {
+	srcW, srcS, _, dstS := benchEngram(b)
+	b.SetBytes(int64(len(srcW) + len(srcS)))
+	for b.Loop() {
+		EngramScales(dstS, srcW, srcS)
 	}
 }

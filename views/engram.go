@@ -47,25 +47,37 @@ func (e *engram) Rewrite(t *manifest.Tensor) ([]Out, bool) {
 	rows, cols := t.Shape[0], t.Shape[1]
 	nb := cols / codecs.MXBlock
 	b := base(t.Name)
-	// Both outputs come from the same source rows; each block computes the
-	// pair and keeps the half it serves.
-	rowsOf := func(ctx context.Context, lo, hi int64, codes, scales []byte) error {
-		src := make([]byte, (hi-lo)*cols)
-		sc := make([]byte, (hi-lo)*nb)
-		if err := readTensor(t, src, lo*cols); err != nil {
+	// The scale block of many rows is computed a chunk of source rows at
+	// a time, so its scratch memory stays small whatever the block size.
+	read := func(lo, hi int64, src, sc []byte) error {
+		if err := readTensor(t, src[:(hi-lo)*cols], lo*cols); err != nil {
 			return err
 		}
-		if err := readTensor(t.Scale, sc, lo*nb); err != nil {
-			return err
-		}
-		codecs.EngramFP4(codes, scales, src, sc)
-		return nil
+		return readTensor(t.Scale, sc[:(hi-lo)*nb], lo*nb)
 	}
 	weight := rowBlocks("engram-fp4/"+b+".weight", rows, cols/2, func(ctx context.Context, lo, hi int64, dst []byte) error {
-		return rowsOf(ctx, lo, hi, dst, make([]byte, (hi-lo)*nb))
+		src, sc := make([]byte, (hi-lo)*cols), make([]byte, (hi-lo)*nb)
+		if err := read(lo, hi, src, sc); err != nil {
+			return err
+		}
+		codecs.EngramFP4(dst, make([]byte, len(sc)), src, sc)
+		return nil
 	})
 	scale := rowBlocks("engram-fp4/"+b+".scale", rows, nb, func(ctx context.Context, lo, hi int64, dst []byte) error {
-		return rowsOf(ctx, lo, hi, make([]byte, (hi-lo)*cols/2), dst)
+		chunk := min(hi-lo, engramChunkRows)
+		src, sc := make([]byte, chunk*cols), make([]byte, chunk*nb)
+		for r := lo; r < hi; r += chunk {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			end := min(hi, r+chunk)
+			if err := read(r, end, src, sc); err != nil {
+				return err
+			}
+			n := (end - r) * nb
+			codecs.EngramScales(dst[(r-lo)*nb:(r-lo)*nb+n], src[:(end-r)*cols], sc[:n])
+		}
+		return nil
 	})
 	return []Out{
 		{Name: b + ".weight", DType: safetensors.I8, Shape: []int64{rows, cols / 2}, Data: weight},
@@ -92,8 +104,9 @@ type engramReport struct {
 	MeanCosine float64 `json:"mean_cosine"`
 }
 
-// engramChunkRows is how many rows the report decodes at a time.
-const engramChunkRows = 4096
+// engramChunkRows is how many rows the scale blocks and the report read at
+// a time.
+const engramChunkRows = 8192
 
 // report transcodes every table once and measures it against the FP8
 // decode: per-row cosine, averaged over all rows in row order.
