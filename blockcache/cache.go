@@ -53,9 +53,9 @@ type Cache struct {
 	// read-ahead alike, so scratch memory stays bounded however many
 	// readers the kernel sends.
 	computing chan struct{}
-	wg      sync.WaitGroup
-	ctx     context.Context // cancelled by Close
-	stop    context.CancelFunc
+	wg        sync.WaitGroup
+	ctx       context.Context // cancelled by Close
+	stop      context.CancelFunc
 
 	hits, misses, computed, shared, readAhead, canceled, errs atomic.Int64
 }

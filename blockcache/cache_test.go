@@ -190,6 +190,9 @@ func TestPrefetchIsBoundedAndShared(t *testing.T) {
 	if _, err := c.Get(context.Background(), Key{"p", 0}, 1, compute); err != nil {
 		t.Fatal(err)
 	}
+	for c.Stats().InFlight > 0 {
+		time.Sleep(time.Millisecond)
+	}
 	c.Close()
 	if n := calls.Load(); n != 2 {
 		t.Fatalf("computed %d blocks, want 2 (the reader joins the read-ahead)", n)

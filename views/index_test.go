@@ -10,11 +10,11 @@ import (
 
 func TestIndexFile(t *testing.T) {
 	wm := map[string]string{
-		"b.weight":          "model-00002-of-00002.safetensors",
-		"a.weight":          "model-00001-of-00002.safetensors",
+		"b.weight":           "model-00002-of-00002.safetensors",
+		"a.weight":           "model-00001-of-00002.safetensors",
 		"odd \"name\"\\\x01": "model-00001-of-00002.safetensors",
-		"ünïcødé <&>":       "model-00002-of-00002.safetensors",
-		"bad \xff utf8":     "model-00001-of-00002.safetensors",
+		"ünïcødé <&>":        "model-00002-of-00002.safetensors",
+		"bad \xff utf8":      "model-00001-of-00002.safetensors",
 	}
 	f := indexFile("test/index", 12345, wm)
 	cache := blockcache.New(1<<20, 1)
@@ -24,7 +24,9 @@ func TestIndexFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	var got struct {
-		Metadata  struct{ TotalSize int64 `json:"total_size"` } `json:"metadata"`
+		Metadata struct {
+			TotalSize int64 `json:"total_size"`
+		} `json:"metadata"`
 		WeightMap map[string]string `json:"weight_map"`
 	}
 	if err := json.Unmarshal(b, &got); err != nil {

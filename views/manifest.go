@@ -127,8 +127,8 @@ type fileDoc struct {
 // tensorDoc is one tensor of a virtual safetensors file and where its bytes
 // come from. Codec is "copy" (source bytes unchanged, perhaps under another
 // dtype), "literal" (bytes made at mount), "nvfp4_weight_scale",
-// "nvfp4_weight_scale_2" or "engram_fp4", computed by codecs at
-// CodecVersion.
+// "nvfp4_weight_scale_2", "engram_fp4", or the name another view gives its
+// blocks (q2), computed by codecs at CodecVersion.
 type tensorDoc struct {
 	Name         string      `json:"name"`
 	DType        string      `json:"dtype"`
@@ -278,12 +278,15 @@ func (p *provenance) at(sh *manifest.Shard, off int64) *manifest.Tensor {
 	return nil
 }
 
-// derived describes a derived tensor from its block ID, which the
-// rewriters form as VIEW/OUTPUT-NAME.
+// derived describes a derived tensor from its block ID, which the views
+// form as CODEC/OUTPUT-NAME. A codec this file does not know by name is
+// reported under its ID's prefix, with the source tensor of the output's
+// name (and its scale) when there is one, as q2/ names its outputs.
 func (p *provenance) derived(td *tensorDoc, id string) {
-	td.Codec, td.CodecVersion = "unknown", codecs.Version
+	td.CodecVersion = codecs.Version
 	cat := p.set.Cat
 	rewriter, out, _ := strings.Cut(id, "/")
+	td.Codec = rewriter
 	switch rewriter {
 	case "nvfp4":
 		suffix := ".weight_scale"
@@ -311,6 +314,13 @@ func (p *provenance) derived(td *tensorDoc, id string) {
 		}
 		td.Codec = "engram_fp4"
 		td.Sources = append(td.Sources, sourceOf(w), sourceOf(w.Scale))
+	default:
+		if t := cat.Tensor(out); t != nil {
+			td.Sources = append(td.Sources, sourceOf(t))
+			if t.Scale != nil {
+				td.Sources = append(td.Sources, sourceOf(t.Scale))
+			}
+		}
 	}
 }
 

@@ -393,7 +393,7 @@ func buildQ2(s *Set, _ string) (*Node, error) {
 		}
 	}
 	if len(weightMap) > 0 {
-		files["model.safetensors.index.json"] = &Node{File: NewFile(Bytes(indexJSON(total, weightMap)))}
+		files["model.safetensors.index.json"] = &Node{File: indexFile("q2/model.safetensors.index.json", total, weightMap)}
 	}
 	files["plan.json"] = jsonDoc(func(context.Context) (any, error) { return q.Plan(), nil })
 	files["manifest.json"] = jsonDoc(func(ctx context.Context) (any, error) { return q.Manifest(ctx) })

@@ -286,6 +286,9 @@ func (s *Set) rewrite(view string, rws []Rewriter) (*Node, error) {
 			config = b
 		}
 		for name, n := range rw.Files() {
+			if prev, ok := files[name]; ok {
+				n = mergeReports(prev, n)
+			}
 			files[name] = n
 		}
 	}
@@ -304,7 +307,7 @@ func (s *Set) rewrite(view string, rws []Rewriter) (*Node, error) {
 		}
 	}
 	if len(weightMap) > 0 {
-		files["model.safetensors.index.json"] = &Node{File: NewFile(Bytes(indexJSON(total, weightMap)))}
+		files["model.safetensors.index.json"] = &Node{File: indexFile(view+"/model.safetensors.index.json", total, weightMap)}
 	}
 	return tree("", files), nil
 }
@@ -316,6 +319,35 @@ func rewriteTensor(rws []Rewriter, t *manifest.Tensor) []Out {
 		}
 	}
 	return []Out{passthrough(t)}
+}
+
+// mergeReports joins two rewriters' reports of the same name (both
+// transcodes of nvfp4+engram-fp4 write TRANSCODE.json) into one JSON
+// document holding each under its "view" field.
+func mergeReports(a, b *Node) *Node {
+	return jsonDoc(func(ctx context.Context) (any, error) {
+		merged := make(map[string]json.RawMessage)
+		for _, n := range []*Node{a, b} {
+			raw, err := n.Doc.Bytes(ctx)
+			if err != nil {
+				return nil, err
+			}
+			var parts map[string]json.RawMessage
+			if err := json.Unmarshal(raw, &parts); err != nil {
+				return nil, err
+			}
+			if _, ok := parts["view"]; ok { // a single report: key it by its view
+				var v string
+				json.Unmarshal(parts["view"], &v)
+				merged[v] = raw
+				continue
+			}
+			for k, v := range parts { // already merged
+				merged[k] = v
+			}
+		}
+		return merged, nil
+	})
 }
 
 // passthrough serves a source tensor unchanged.
@@ -354,14 +386,6 @@ func safetensorsLayout(view string, outs []Out) (*File, *safetensors.Layout, err
 		f.Append(seg)
 	}
 	return f, l, nil
-}
-
-func indexJSON(total int64, weightMap map[string]string) []byte {
-	b, _ := json.MarshalIndent(struct {
-		Metadata  map[string]int64  `json:"metadata"`
-		WeightMap map[string]string `json:"weight_map"`
-	}{map[string]int64{"total_size": total}, weightMap}, "", "  ")
-	return append(b, '\n')
 }
 
 // jsonDoc is a generated JSON document.

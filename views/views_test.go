@@ -288,3 +288,22 @@ func TestSourceViewIsTheCheckpoint(t *testing.T) {
 		t.Fatal("an unknown view name was accepted")
 	}
 }
+
+func TestCombinedViewKeepsBothReports(t *testing.T) {
+	s, cache := tinySet(t)
+	var rep map[string]json.RawMessage
+	if err := json.Unmarshal(readAll(t, s.Root.Child("nvfp4+engram-fp4").Child("TRANSCODE.json"), cache), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if len(rep["nvfp4"]) == 0 || len(rep["engram-fp4"]) == 0 || len(rep) != 2 {
+		t.Fatalf("combined TRANSCODE.json has keys %v, want nvfp4 and engram-fp4", keys(rep))
+	}
+}
+
+func keys(m map[string]json.RawMessage) []string {
+	var k []string
+	for n := range m {
+		k = append(k, n)
+	}
+	return k
+}
