@@ -12,6 +12,10 @@ import (
 	"github.com/dsfs/dsfs/trace/model"
 )
 
+// traceWorkingMemory is the memory a running trace may hold outside the
+// block cache.
+const traceWorkingMemory = 512 << 20
+
 // buildTrace is the trace/ view: files whose reading runs decoder layers
 // on the prompts (DESIGN.md, trace/). A checkpoint it cannot run gets
 // ERROR.txt saying why instead; a bad --trace-prompts file or --device
@@ -61,6 +65,9 @@ func buildTrace(s *Set, _ string) (*Node, error) {
 	if c, ok := backend.(io.Closer); ok {
 		s.closers = append(s.closers, c)
 	}
+	// Up to three decoded float32 matrices in flight, plus the kept hidden
+	// states: a V3 layer's largest matrix is ~150 MB decoded.
+	s.working += traceWorkingMemory
 	tr := trace.New(m, backend, prompts, tok, slog.Default())
 	s.stats["trace"] = func() any {
 		return map[string]any{"layer_forwards": tr.Forwards(), "backend": backend.Name()}

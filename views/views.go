@@ -81,7 +81,14 @@ type Set struct {
 	// warnings are what views could not serve, for the log once mounted.
 	warnings []string
 	closers  []io.Closer // backends the views started
+	// working is memory views use outside the block cache while they
+	// compute (trace/'s decoded matrices and hidden states).
+	working int64
 }
+
+// WorkingMemory is what the views may hold outside the block cache while
+// they compute, for the caller's memory limit.
+func (s *Set) WorkingMemory() int64 { return s.working }
 
 // Build builds the views of cat chosen by opt under one root directory.
 func Build(cat *manifest.Catalog, opt Options) (*Set, error) {
