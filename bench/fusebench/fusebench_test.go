@@ -184,23 +184,3 @@ func TestResident(t *testing.T) {
 		t.Errorf("resident(just written) = %v, %v; want 1", r, err)
 	}
 }
-
-func TestIsMountPoint(t *testing.T) {
-	for _, tc := range []struct {
-		dir  string
-		want bool
-	}{
-		{"/proc", true},
-		{"/proc/self", false},
-		{t.TempDir(), false},
-	} {
-		if got, err := isMountPoint(tc.dir); err != nil || got != tc.want {
-			t.Errorf("isMountPoint(%s) = %v, %v; want %v", tc.dir, got, err, tc.want)
-		}
-	}
-	for in, want := range map[string]string{`/a\040b`: "/a b", `/plain`: "/plain", `/x\0`: `/x\0`} {
-		if got := unescapeOctal(in); got != want {
-			t.Errorf("unescapeOctal(%q) = %q, want %q", in, got, want)
-		}
-	}
-}

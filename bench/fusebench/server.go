@@ -1,19 +1,18 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/dsfs/dsfs/vfs"
 )
 
 // server is a FUSE server process the benchmark started and must unmount.
@@ -44,7 +43,7 @@ func startServer(ctx context.Context, dir, profile string, ready func() error, a
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	if mounted, err := isMountPoint(dir); err != nil {
+	if mounted, err := vfs.IsMountPoint(dir); err != nil {
 		return nil, err
 	} else if mounted {
 		return nil, fmt.Errorf("%s is already a mount point (left over from an earlier run? dsfs umount %s)", dir, dir)
@@ -127,7 +126,7 @@ func (s *server) stop() error {
 		s.cmd.Process.Kill()
 		<-s.exited
 	}
-	if mounted, _ := isMountPoint(s.dir); mounted {
+	if mounted, _ := vfs.IsMountPoint(s.dir); mounted {
 		if err := syscall.Unmount(s.dir, syscall.MNT_DETACH); err != nil {
 			errs = append(errs, fmt.Errorf("unmounting %s: %w", s.dir, err))
 		}
@@ -168,42 +167,3 @@ func stopAll() {
 	}
 }
 
-// isMountPoint reports whether dir is the mount point of a mount, from
-// /proc/self/mountinfo. It is written here, not taken from vfs, so that the
-// benchmark builds without the code it measures.
-func isMountPoint(dir string) (bool, error) {
-	dir, err := filepath.Abs(dir)
-	if err != nil {
-		return false, err
-	}
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return false, err
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		// Field 5 is the mount point, with octal escapes such as \040.
-		fields := strings.Fields(sc.Text())
-		if len(fields) > 4 && unescapeOctal(fields[4]) == dir {
-			return true, nil
-		}
-	}
-	return false, sc.Err()
-}
-
-func unescapeOctal(s string) string {
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if c, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(c))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
