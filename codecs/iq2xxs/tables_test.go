@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+
+	"github.com/dsfs/dsfs/internal/testdata"
 )
 
 // ggmlTables is iq2_xxs_tables.json.gz: ggml's state after
@@ -28,7 +30,7 @@ type ggmlTables struct {
 
 func TestTables(t *testing.T) {
 	var want ggmlTables
-	readGzipJSON(t, "iq2_xxs_tables.json.gz", &want)
+	testdata.GzipJSON(t, "ggml/iq2_xxs_tables.json.gz", &want)
 
 	if !slices.Equal(gridCodes[:], want.KGrid) {
 		t.Errorf("kgrid_2bit_256 differs")
@@ -66,8 +68,8 @@ func TestTables(t *testing.T) {
 		got, want    []byte
 		sum, wantSum string
 	}{
-		{"map", mapBytes, decodeB64(t, "map", want.Map), sha(mapBytes), want.MapSHA256},
-		{"neighbours", nbBytes, decodeB64(t, "neighbours", want.Neighbours), sha(nbBytes), want.NeighboursSHA},
+		{"map", mapBytes, testdata.Base64(t, want.Map), sha(mapBytes), want.MapSHA256},
+		{"neighbours", nbBytes, testdata.Base64(t, want.Neighbours), sha(nbBytes), want.NeighboursSHA},
 	} {
 		if c.sum != c.wantSum {
 			t.Errorf("%s sha256 = %s, want %s", c.name, c.sum, c.wantSum)

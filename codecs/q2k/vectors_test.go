@@ -2,91 +2,22 @@ package q2k
 
 import (
 	"bytes"
-	"compress/gzip"
-	"encoding/base64"
-	"encoding/binary"
-	"encoding/json"
 	"math"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/dsfs/dsfs/internal/testdata"
 )
 
-// vectorCase is one case of the ggml reference vectors (testdata/ggml/README.md).
-type vectorCase struct {
-	Name    string
-	NPerRow int
-	NRows   int
-	Input   []float32
-	Expect  []byte
-	Dequant []float32
-}
-
-func loadVectors(t testing.TB, file string) []vectorCase {
+// loadVectors reads the Q2_K cases of one vector file.
+func loadVectors(t testing.TB, file string) []testdata.GGMLCase {
 	t.Helper()
-	path := filepath.Join(testdata.Dir(t), "ggml", file)
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	zr, err := gzip.NewReader(f)
-	if err != nil {
-		t.Fatalf("%s: %v", path, err)
-	}
-	var raw []struct {
-		Name    string `json:"name"`
-		Type    string `json:"type"`
-		NPerRow int    `json:"n_per_row"`
-		NRows   int    `json:"nrows"`
-		Input   string `json:"input_f32_b64"`
-		Expect  string `json:"expected_b64"`
-		Dequant string `json:"dequant_f32_b64"`
-	}
-	if err := json.NewDecoder(zr).Decode(&raw); err != nil {
-		t.Fatalf("%s: %v", path, err)
-	}
-	if len(raw) == 0 {
-		t.Fatalf("%s: no cases", path)
-	}
-	cases := make([]vectorCase, len(raw))
-	for i, r := range raw {
-		if r.Type != "Q2_K" {
-			t.Fatalf("%s: case %s has type %q, want Q2_K", path, r.Name, r.Type)
+	cases := testdata.GGML(t, file, "Q2_K")
+	for _, c := range cases {
+		if len(c.Expect) != RowBytes(len(c.Input)) {
+			t.Fatalf("%s: case %s: %d bytes for %d weights", file, c.Name, len(c.Expect), len(c.Input))
 		}
-		c := vectorCase{Name: r.Name, NPerRow: r.NPerRow, NRows: r.NRows}
-		c.Input = decodeFloats(t, r.Input)
-		c.Dequant = decodeFloats(t, r.Dequant)
-		c.Expect = decodeBase64(t, r.Expect)
-		n := r.NPerRow * r.NRows
-		if len(c.Input) != n || len(c.Dequant) != n || len(c.Expect) != RowBytes(n) {
-			t.Fatalf("%s: case %s: %d inputs, %d dequant values, %d bytes for %dx%d weights",
-				path, r.Name, len(c.Input), len(c.Dequant), len(c.Expect), r.NRows, r.NPerRow)
-		}
-		cases[i] = c
 	}
 	return cases
-}
-
-func decodeBase64(t testing.TB, s string) []byte {
-	t.Helper()
-	b, err := base64.StdEncoding.DecodeString(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
-
-func decodeFloats(t testing.TB, s string) []float32 {
-	t.Helper()
-	b := decodeBase64(t, s)
-	x := make([]float32, len(b)/4)
-	for i := range x {
-		x[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
-	}
-	return x
 }
 
 func unitImportance(n int) []float32 {
