@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -15,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/dsfs/dsfs/internal/tinyckpt"
 
 	"github.com/dsfs/dsfs/manifest"
 	"github.com/dsfs/dsfs/safetensors"
@@ -25,20 +26,7 @@ import (
 // tests that change it copy it first.
 var tinyDir string
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "dsfs-inventory-test-")
-	if err == nil {
-		err = synth.Write("v41-tiny", dir)
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "writing v41-tiny:", err)
-		os.Exit(1)
-	}
-	tinyDir = dir
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { tinyckpt.Main(m, "v41-tiny", &tinyDir) }
 
 // copyDir copies the regular files of src into a new temporary directory.
 func copyDir(t *testing.T, src string) string {

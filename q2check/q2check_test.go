@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"log/slog"
 	"math"
@@ -13,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/dsfs/dsfs/internal/tinyckpt"
 
 	"github.com/dsfs/dsfs/blockcache"
 	"github.com/dsfs/dsfs/diskcache"
@@ -24,20 +25,7 @@ import (
 // tinyDir holds a v41-tiny checkpoint written once for the package's tests.
 var tinyDir string
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "dsfs-q2check-test-")
-	if err == nil {
-		err = synth.Write("v41-tiny", dir)
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "writing v41-tiny:", err)
-		os.Exit(1)
-	}
-	tinyDir = dir
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { tinyckpt.Main(m, "v41-tiny", &tinyDir) }
 
 func plan(t *testing.T, opt views.Options) *views.Q2 {
 	t.Helper()

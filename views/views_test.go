@@ -4,36 +4,22 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
-	"os"
 	"strings"
 	"testing"
+
+	"github.com/dsfs/dsfs/internal/tinyckpt"
 
 	"github.com/dsfs/dsfs/blockcache"
 	"github.com/dsfs/dsfs/codecs"
 	"github.com/dsfs/dsfs/manifest"
 	"github.com/dsfs/dsfs/safetensors"
-	"github.com/dsfs/dsfs/synth"
 )
 
 // tinyDir holds a v41-tiny checkpoint written once for the package's tests.
 var tinyDir string
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "dsfs-views-test-")
-	if err == nil {
-		err = synth.Write("v41-tiny", dir)
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "writing v41-tiny:", err)
-		os.Exit(1)
-	}
-	tinyDir = dir
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { tinyckpt.Main(m, "v41-tiny", &tinyDir) }
 
 // tinySet builds every view of a v41-tiny checkpoint written once per test
 // binary.
