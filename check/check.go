@@ -135,15 +135,11 @@ type NVFP4Result struct {
 // view differs exactly in the blocks its report counts as lossy.
 func NVFP4(srcDir, viewDir string) (NVFP4Result, error) {
 	var r NVFP4Result
-	src, err := manifest.Open(srcDir)
+	src, view, err := openPair(srcDir, viewDir)
 	if err != nil {
 		return r, err
 	}
 	defer src.Close()
-	view, err := manifest.Open(viewDir)
-	if err != nil {
-		return r, err
-	}
 	defer view.Close()
 	for _, t := range src.Tensors {
 		if t.Format != manifest.FormatMXFP4 || t.Scale == nil ||
@@ -208,15 +204,11 @@ type EngramResult struct {
 // measures their per-row cosine similarity.
 func Engram(srcDir, viewDir string) (EngramResult, error) {
 	r := EngramResult{MinCosine: 1}
-	src, err := manifest.Open(srcDir)
+	src, view, err := openPair(srcDir, viewDir)
 	if err != nil {
 		return r, err
 	}
 	defer src.Close()
-	view, err := manifest.Open(viewDir)
-	if err != nil {
-		return r, err
-	}
 	defer view.Close()
 	var sum float64
 	var n int64
@@ -262,6 +254,18 @@ func Engram(srcDir, viewDir string) (EngramResult, error) {
 	return r, nil
 }
 
+// openPair opens a source checkpoint and a view of it as catalogs.
+func openPair(srcDir, viewDir string) (src, view *manifest.Catalog, err error) {
+	if src, err = manifest.Open(srcDir); err != nil {
+		return nil, nil, err
+	}
+	if view, err = manifest.Open(viewDir); err != nil {
+		src.Close()
+		return nil, nil, err
+	}
+	return src, view, nil
+}
+
 func readPair(a, b *manifest.Tensor) ([]byte, []byte, error) {
 	x, err := read(a)
 	if err != nil {
@@ -287,15 +291,11 @@ func isNaN(f float32) bool { return f != f }
 // PrintExpertSample prints the first values of one routed expert decoded
 // from the source (MXFP4) and from the nvfp4 view, side by side.
 func PrintExpertSample(w io.Writer, srcDir, viewDir string) error {
-	src, err := manifest.Open(srcDir)
+	src, view, err := openPair(srcDir, viewDir)
 	if err != nil {
 		return err
 	}
 	defer src.Close()
-	view, err := manifest.Open(viewDir)
-	if err != nil {
-		return err
-	}
 	defer view.Close()
 	for _, t := range src.Tensors {
 		if t.Role != manifest.RoleRoutedExpert || t.Format != manifest.FormatMXFP4 || t.Scale == nil {

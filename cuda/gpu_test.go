@@ -3,12 +3,10 @@ package cuda
 import (
 	"context"
 	"encoding/binary"
-	"encoding/json"
 	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -315,23 +313,11 @@ func TestBadCacheRecompiled(t *testing.T) {
 // its sequences' token ids.
 func goldenModel(t *testing.T, name string) (*model.Model, []int, []int) {
 	t.Helper()
-	dir := filepath.Join(testdata.Dir(t), "trace", name)
-	raw, err := os.ReadFile(filepath.Join(dir, "golden.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var g struct {
-		Sequences []struct {
-			TokenIDs []int `json:"token_ids"`
-		} `json:"sequences"`
-	}
-	if err := json.Unmarshal(raw, &g); err != nil {
-		t.Fatal(err)
-	}
+	dir, seqs := testdata.TraceSequences(t, name)
 	var ids, lens []int
-	for _, s := range g.Sequences {
-		ids = append(ids, s.TokenIDs...)
-		lens = append(lens, len(s.TokenIDs))
+	for _, s := range seqs {
+		ids = append(ids, s...)
+		lens = append(lens, len(s))
 	}
 	cat, err := manifest.Open(dir)
 	if err != nil {

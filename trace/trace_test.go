@@ -8,8 +8,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"math"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -101,22 +99,10 @@ func TestStats(t *testing.T) {
 // shared/testdata/trace.
 func goldenPrompts(t *testing.T, name string) ([]Prompt, string) {
 	t.Helper()
-	dir := filepath.Join(testdata.Dir(t), "trace", name)
-	b, err := os.ReadFile(filepath.Join(dir, "golden.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var g struct {
-		Sequences []struct {
-			TokenIDs []int `json:"token_ids"`
-		} `json:"sequences"`
-	}
-	if err := json.Unmarshal(b, &g); err != nil {
-		t.Fatal(err)
-	}
+	dir, seqs := testdata.TraceSequences(t, name)
 	var p []Prompt
-	for i, s := range g.Sequences {
-		p = append(p, Prompt{ID: []string{"first", "second"}[i], Label: "golden", TokenIDs: s.TokenIDs})
+	for i, s := range seqs {
+		p = append(p, Prompt{ID: []string{"first", "second"}[i], Label: "golden", TokenIDs: s})
 	}
 	return p, dir
 }

@@ -3,6 +3,7 @@
 package testdata
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"testing"
@@ -31,4 +32,28 @@ func Dir(t testing.TB) string {
 		}
 		dir = parent
 	}
+}
+
+// TraceSequences returns the directory of a reference checkpoint of
+// shared/testdata/trace (e.g. "v2lite-tiny") and the token ids of its
+// golden sequences.
+func TraceSequences(tb testing.TB, name string) (dir string, seqs [][]int) {
+	tb.Helper()
+	dir = filepath.Join(Dir(tb), "trace", name)
+	raw, err := os.ReadFile(filepath.Join(dir, "golden.json"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var g struct {
+		Sequences []struct {
+			TokenIDs []int `json:"token_ids"`
+		} `json:"sequences"`
+	}
+	if err := json.Unmarshal(raw, &g); err != nil {
+		tb.Fatalf("%s: %v", dir, err)
+	}
+	for _, s := range g.Sequences {
+		seqs = append(seqs, s.TokenIDs)
+	}
+	return dir, seqs
 }
