@@ -7,6 +7,7 @@ import (
 
 	"github.com/dsfs/dsfs/codecs"
 	"github.com/dsfs/dsfs/manifest"
+	"github.com/dsfs/dsfs/simd"
 )
 
 // quantFormat is what the checks of a quantised weight need to know about
@@ -28,37 +29,35 @@ var (
 
 // Limits of the float types whose exactness the checks report.
 const (
-	maxF16       = 65504
-	minF16       = 0x1p-24  // the smallest float16 subnormal: every float16 is a multiple of it
-	minBF16      = 0x1p-133 // the same for bfloat16
-	minF32       = 0x1p-149
-	pairFlushCap = 1 << 31 // byte pairs counted before the 32-bit counters are flushed
+	maxF16  = 65504
+	minF16  = 0x1p-24  // the smallest float16 subnormal: every float16 is a multiple of it
+	minBF16 = 0x1p-133 // the same for bfloat16
+	minF32  = 0x1p-149
 )
 
 // quantScan accumulates the checks of one quantised weight, read block by
 // block with each block's scale, at a cost close to one counter increment
 // per two bytes:
 //
-//   - Code counts (the FP4 code histogram, FP8 NaN and negative-zero codes,
-//     and the zero codes that decode to zero) come from a histogram of byte
-//     pairs over all blocks.
+//   - Code counts come from vector kernels over all blocks: the FP4 code
+//     histogram, and for FP8 the NaN, zero and negative-zero codes and the
+//     largest code magnitude, which need no histogram.
 //   - The range and exactness of the decoded values need a block only when
 //     its scale could change them: a block whose largest possible value is
 //     below the largest seen, whose smallest possible nonzero value is above
 //     the smallest seen, and whose scale keeps every value exact in float16
 //     and bfloat16 is skipped on one table lookup. A block that could only
 //     raise the largest value has its codes compared with the largest code
-//     that would not, eight at a time in a word. The rest are looked at
-//     byte by byte; with real scale distributions they are few.
+//     that would not, eight at a time in a word (FP8 blocks of whole
+//     vectors: by simd.ExceedsE4M3). The rest are looked at byte by byte;
+//     with real scale distributions they are few.
 //   - Blocks whose scale is NaN, not positive, or so large or small that
 //     the float32 decode overflows or underflows are decoded value by value
 //     and counted apart.
 type quantScan struct {
-	f       quantFormat
-	pairs   *[1 << 16]uint32
-	direct  bool       // count bytes, not pairs: the weight is small
-	counted int64      // pairs counted since the last flush
-	bytes   [256]int64 // byte counts: flushed pairs and odd bytes
+	f   quantFormat
+	fp4 simd.NibbleHist
+	fp8 simd.E4M3Tally
 
 	special           valueAcc // the values of special blocks
 	specZero, specNaN int64    // zero and NaN codes in special blocks
@@ -72,6 +71,9 @@ type quantScan struct {
 	// lane's top bit when its code times the scale exceeds ext.absMax.
 	mode  [256]blockMode
 	above [256]uint64
+	// thr is mode for simd.ExceedsE4M3: the largest FP8 code magnitude
+	// that a block of the scale may hold and be skipped, -1 for fullBlock.
+	thr [256]int8
 }
 
 // blockMode is what a block of a given scale needs.
@@ -84,7 +86,7 @@ const (
 )
 
 func newQuantScan() *quantScan {
-	q := &quantScan{pairs: new([1 << 16]uint32)}
+	q := new(quantScan)
 	for b := range 256 {
 		q.e8m0[b] = codecs.E8M0ToFloat32(byte(b))
 	}
@@ -95,61 +97,23 @@ func newQuantScan() *quantScan {
 // soon as ext changes; after that, once a run of blocks.
 const eagerRefreshes = 64
 
-// pairsFrom is the weight size from which counting byte pairs pays for
-// the pass over the pair table that turns them into byte counts.
-const pairsFrom = 512 << 10
-
-// reset starts a weight of format f and size bytes.
-func (q *quantScan) reset(f quantFormat, size int64) {
+// reset starts a weight of format f.
+func (q *quantScan) reset(f quantFormat) {
 	q.f = f
-	q.direct = size < pairsFrom
-	q.counted = 0
-	q.bytes = [256]int64{}
+	q.fp4, q.fp8 = simd.NibbleHist{}, simd.E4M3Tally{}
 	q.special, q.ext = valueAcc{}, valueAcc{}
 	q.specZero, q.specNaN = 0, 0
 	q.refreshes = 0
 	q.refresh(true)
 }
 
-// count adds the bytes of p to the code counts.
+// count adds the codes of p to the code counts.
 func (q *quantScan) count(p []byte) {
-	if q.direct {
-		for _, b := range p {
-			q.bytes[b]++
-		}
-		return
+	if q.f.fp4 {
+		q.fp4.Add(p)
+	} else {
+		q.fp8.Add(p)
 	}
-	if q.counted+int64(len(p)) >= pairFlushCap {
-		q.flush()
-	}
-	h := q.pairs
-	i := 0
-	for ; i+8 <= len(p); i += 8 {
-		x := binary.LittleEndian.Uint64(p[i:])
-		h[uint16(x)]++
-		h[uint16(x>>16)]++
-		h[uint16(x>>32)]++
-		h[uint16(x>>48)]++
-	}
-	for ; i+2 <= len(p); i += 2 {
-		h[binary.LittleEndian.Uint16(p[i:])]++
-	}
-	if i < len(p) {
-		q.bytes[p[i]]++
-	}
-	q.counted += int64(len(p))
-}
-
-// flush moves the pair counts into the byte counts.
-func (q *quantScan) flush() {
-	for v, n := range q.pairs {
-		if n != 0 {
-			q.bytes[v&255] += int64(n)
-			q.bytes[v>>8] += int64(n)
-			q.pairs[v] = 0
-		}
-	}
-	q.counted = 0
 }
 
 // blocksE8M0 checks the blocks of w (block i is w[i*bl:(i+1)*bl], the last
@@ -158,6 +122,23 @@ func (q *quantScan) blocksE8M0(w, scales []byte, bl int) {
 	lanes, tops := uint64(0x7f7f7f7f7f7f7f7f), uint64(0x8080808080808080)
 	if q.f.fp4 {
 		lanes, tops = 0x7777777777777777, 0x8888888888888888
+	}
+	if !q.f.fp4 && bl%32 == 0 {
+		// FP8 blocks of whole vectors: a vector kernel finds those that
+		// need a look, 64 at a time, on modes at most 64 blocks stale,
+		// which only look at more blocks than they need.
+		whole := min(len(scales), len(w)/bl)
+		for i := 0; i < whole; i += 64 {
+			n := min(64, whole-i)
+			for m := simd.ExceedsE4M3(w[i*bl:(i+n)*bl], bl, scales[i:i+n], &q.thr); m != 0; m &= m - 1 {
+				j := i + bits.TrailingZeros64(m)
+				q.block(w[j*bl:j*bl+bl], q.e8m0[scales[j]])
+				if q.refreshes < eagerRefreshes {
+					q.refresh(false)
+				}
+			}
+		}
+		w, scales = w[whole*bl:], scales[whole:]
 	}
 	for i := 0; i < len(scales); i++ {
 		// Most blocks are skipped: look at eight scales at once.
@@ -265,21 +246,30 @@ func (q *quantScan) refresh(force bool) {
 	}
 	q.seen = now
 	q.refreshes++
+	top, unit := uint64(0x7f), uint64(0x0101010101010101)
+	if q.f.fp4 {
+		top, unit = 7, 0x1111111111111111
+	}
 	for b := range 256 {
 		s := float64(q.e8m0[b])
-		if q.mode[b] = q.modeOf(s); q.mode[b] == maxOnly {
-			q.above[b] = q.laneAdd(s)
+		switch q.mode[b] = q.modeOf(s); q.mode[b] {
+		case skipBlock:
+			q.thr[b] = 127
+		case fullBlock:
+			q.thr[b] = -1
+		case maxOnly:
+			lo := q.largestWithin(s)
+			q.above[b], q.thr[b] = (top-lo)*unit, int8(lo)
 		}
 	}
 }
 
-// laneAdd returns what, added to a word of code magnitudes (FP8: 7 bits a
-// byte; FP4: 3 bits a nibble), sets the top bit of each lane whose code
-// times s exceeds ext.absMax.
-func (q *quantScan) laneAdd(s float64) uint64 {
-	top, unit, decode := uint64(0x7f), uint64(0x0101010101010101), codecs.E4M3ToFloat32
+// largestWithin returns the largest code magnitude (FP8: 7 bits; FP4: 3
+// bits) below the top one whose value times s does not exceed ext.absMax.
+func (q *quantScan) largestWithin(s float64) uint64 {
+	top, decode := uint64(0x7f), codecs.E4M3ToFloat32
 	if q.f.fp4 {
-		top, unit, decode = 7, 0x1111111111111111, codecs.E2M1ToFloat32
+		top, decode = 7, codecs.E2M1ToFloat32
 	}
 	// The largest magnitude whose value does not exceed absMax, found by
 	// bisection: codes grow with their magnitude bits in both formats.
@@ -292,7 +282,7 @@ func (q *quantScan) laneAdd(s float64) uint64 {
 			hi = m - 1
 		}
 	}
-	return (top - lo) * unit
+	return lo
 }
 
 // block checks one block of scale s.
@@ -420,16 +410,14 @@ func (q *quantScan) exact(blk []byte, s float32) {
 
 // checks reports the checks of weight t.
 func (q *quantScan) checks(t *manifest.Tensor) *PairChecks {
-	q.flush()
 	c := &PairChecks{ShapeOK: true}
 	var n, zeroCodes, nanCodes int64
 	last := t.Shape[len(t.Shape)-1]
 	if q.f.fp4 {
 		hist := make([]int64, 16)
-		for b, k := range q.bytes {
-			hist[b&15] += k
-			hist[b>>4] += k
-			n += 2 * k
+		for code, k := range q.fp4 {
+			hist[code] = k
+			n += k
 		}
 		c.CodeHist, c.NegZeroCodes = hist, hist[8]
 		zeroCodes = hist[0] + hist[8]
@@ -438,16 +426,11 @@ func (q *quantScan) checks(t *manifest.Tensor) *PairChecks {
 			c.PadRows = pad(t.Shape[len(t.Shape)-2], codecs.MXBlock)
 		}
 	} else {
-		var absMax float64
-		for b, k := range q.bytes {
-			n += k
-			if v := codecs.E4M3ToFloat32(byte(b)); k > 0 && v == v {
-				absMax = max(absMax, math.Abs(float64(v)))
-			}
-		}
-		nanCodes = q.bytes[0x7f] + q.bytes[0xff]
-		zeroCodes = q.bytes[0] + q.bytes[0x80]
-		c.NaNCodes, c.NegZeroCodes, c.CodeAbsMax = ptr(nanCodes), q.bytes[0x80], ptr(absMax)
+		n = q.fp8.N
+		nanCodes = q.fp8.NaN
+		zeroCodes = q.fp8.Zero + q.fp8.NegZero
+		absMax := float64(codecs.E4M3ToFloat32(q.fp8.MaxMag))
+		c.NaNCodes, c.NegZeroCodes, c.CodeAbsMax = ptr(nanCodes), q.fp8.NegZero, ptr(absMax)
 		c.PadRows, c.PadCols = pad(t.Shape[0], t.Block[0]), pad(last, t.Block[1])
 	}
 	// The special blocks' values are counted; the others' counts follow

@@ -149,7 +149,7 @@ func readFull(t *manifest.Tensor, p []byte, off int64) error {
 func (s *scanner) scanMXFP4(ctx context.Context, t *manifest.Tensor) (string, error) {
 	const blockBytes = codecs.MXBlock / 2
 	q := s.quant
-	q.reset(fp4Format, t.Size)
+	q.reset(fp4Format)
 	var chunkOff, pos int64 // tensor offsets of the chunk and of its next step
 	return s.stream(ctx, t, blockBytes,
 		func(off, n int64) error {
@@ -172,7 +172,7 @@ func (s *scanner) scanFP8(ctx context.Context, t *manifest.Tensor) (string, erro
 	cols := t.Shape[1]
 	br, bc := t.Block[0], t.Block[1]
 	q := s.quant
-	q.reset(fp8Format, t.Size)
+	q.reset(fp8Format)
 	e8m0 := t.Scale.DType == safetensors.F8E8M0
 	srowBytes := t.Scale.Shape[1] * int64(t.Scale.DType.Bits()/8)
 	var row, srow0 int64 // the next row to check; the first scale row read
