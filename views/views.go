@@ -61,7 +61,7 @@ type Options struct {
 	// TracePrompts is a JSON file of prompts for trace/ (empty: the
 	// seed's four prompts).
 	TracePrompts string
-	// Device is where trace/ runs layers: auto (the default) or cpu.
+	// Device is where trace/ runs layers: auto (the default), cpu or cuda.
 	Device string
 	// TP is the tensor-parallel degree whose cuts manifest/ reports: 0
 	// means inventory.DefaultTP, 1 none.

@@ -60,7 +60,7 @@ func splitList(s string) []string {
 func runMount(args []string) error {
 	fs := flags("mount")
 	cacheMB := fs.Int("cache-mb", 1024, "memory budget of the block cache, MiB")
-	viewList := fs.String("views", "", "comma-separated views to serve (default all: "+strings.Join(views.Names(), ",")+")")
+	viewList := fs.String("views", "", "comma-separated views to serve (default all):"+viewHelp())
 	allowOther := fs.Bool("allow-other", false, "let other users read the mount")
 	debugFuse := fs.Bool("debug", false, "log every FUSE request")
 	qf := addQ2Flags(fs)
@@ -131,6 +131,15 @@ func runMount(args []string) error {
 	signal.Stop(sig)
 	slog.Info("unmounted", "mount", m.Dir)
 	return nil
+}
+
+// viewHelp lists the views, one line each, for --views.
+func viewHelp() string {
+	var b strings.Builder
+	for _, v := range views.All() {
+		fmt.Fprintf(&b, "\n  %-18s %s", v.Name, v.About)
+	}
+	return b.String()
 }
 
 func viewNamesOf(root *views.Node) []string {

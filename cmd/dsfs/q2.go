@@ -29,7 +29,7 @@ type q2Flags struct {
 // addQ2Flags registers --cache-dir, --cache-dir-gb and --revision.
 func addQ2Flags(fs *flag.FlagSet) *q2Flags {
 	f := &q2Flags{}
-	fs.StringVar(&f.cacheDir, "cache-dir", "", "keep computed q2/ blocks in this directory across mounts (may be shared by several mounts or hosts)")
+	fs.StringVar(&f.cacheDir, "cache-dir", "", "keep computed q2/ blocks and manifest/ digests in this directory across mounts (may be shared by several mounts or hosts)")
 	fs.Float64Var(&f.cacheGB, "cache-dir-gb", 200, "cap of --cache-dir in GiB; least recently used blocks are removed past it (0: no cap)")
 	fs.StringVar(&f.revision, "revision", "", "source revision q2/ records (default: the Hugging Face snapshot name, else unknown)")
 	return f
