@@ -136,7 +136,7 @@ func (f *fileNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint3
 		return nil, 0, syscall.EROFS
 	}
 	f.m.ctr.opens.Add(1)
-	h := &fileHandle{m: f.m, r: views.NewReader(f.f, f.m.cache), name: f.name}
+	h := &fileHandle{m: f.m, r: views.NewReader(f.f, f.m.cache), name: f.name, fd: -1}
 	if f.f.Source != "" && f.m.passthrough {
 		// The kernel may read an unchanged source file directly; go-fuse asks
 		// for the descriptor once and falls back to our Read if it cannot.
@@ -152,7 +152,7 @@ type fileHandle struct {
 	m    *Mount
 	r    *views.Reader
 	name string
-	fd   int // source descriptor for kernel passthrough, 0 if none
+	fd   int // source descriptor for kernel passthrough, -1 if none
 }
 
 var _ = (fs.FileReader)((*fileHandle)(nil))
@@ -160,7 +160,7 @@ var _ = (fs.FileReleaser)((*fileHandle)(nil))
 var _ = (fs.FilePassthroughFder)((*fileHandle)(nil))
 
 func (h *fileHandle) PassthroughFd() (int, bool) {
-	if h.fd == 0 {
+	if h.fd < 0 {
 		return 0, false
 	}
 	h.m.ctr.passthrough.Add(1)
@@ -183,9 +183,9 @@ func (h *fileHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.Rea
 }
 
 func (h *fileHandle) Release(ctx context.Context) syscall.Errno {
-	if h.fd != 0 {
+	if h.fd >= 0 {
 		syscall.Close(h.fd)
-		h.fd = 0
+		h.fd = -1
 	}
 	return 0
 }
