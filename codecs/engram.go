@@ -45,6 +45,13 @@ var (
 	e4m3Mag, e4m3Mag2 [128]int64
 	e2m1Signed        = [16]int64{0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12}
 	e2m1PairSq        [256]int64
+
+	// engramSteps is engramCode as simd.Steps for the vector kernel, which
+	// agrees with it on every byte but NaN.
+	engramSteps [len(engramCode)]simd.Steps
+	// engramVector selects the vector path of EngramFP4 and EngramScales;
+	// tests clear it to run the per-block loop over engramCode.
+	engramVector = simd.VectorBlocks()
 )
 
 // e2m1Mid4 holds 4 x the midpoints between consecutive E2M1 magnitudes
@@ -74,10 +81,35 @@ func init() {
 			engramCode[i][b] = c
 		}
 	}
+	for i := range engramSteps {
+		engramSteps[i] = simd.NewSteps(codeSteps(&engramCode[i]))
+		for b := range 256 {
+			if b&e4m3NaN != e4m3NaN && engramSteps[i].Code(byte(b)) != engramCode[i][b] {
+				panic("codecs: engramCode is not a step function of the magnitude")
+			}
+		}
+	}
 	for p := range e2m1PairSq {
 		lo, hi := e2m1Signed[p&15], e2m1Signed[p>>4]
 		e2m1PairSq[p] = lo*lo + hi*hi
 	}
+}
+
+// codeSteps returns the thresholds of a code table over E4M3 bytes: the
+// code magnitude of a byte b is the number of k with b&0x7F > above[k].
+// above[k] is one less than the smallest magnitude byte whose code reaches
+// k+1, or 0x7F (never exceeded) where none does.
+func codeSteps(code *[256]byte) (above [7]byte) {
+	for k := range above {
+		above[k] = 0x7f
+		for m := range e4m3NaN {
+			if code[m] > byte(k) {
+				above[k] = byte(m - 1)
+				break
+			}
+		}
+	}
+	return above
 }
 
 // ceilLog2Div6 returns the smallest u with 6 x 2^u >= m, for m in [1, 15].
@@ -129,6 +161,9 @@ func EngramFP4(dstW, dstS, srcW, srcS []byte) EngramCounts {
 	checkLen("EngramFP4 srcW", len(srcW), MXBlock*n)
 	checkLen("EngramFP4 dstW", len(dstW), MXBlock/2*n)
 	checkLen("EngramFP4 dstS", len(dstS), n)
+	if engramVector {
+		return engramFP4Vector(dstW, dstS, srcW, srcS)
+	}
 	c := EngramCounts{Blocks: int64(n)}
 	for i, s := range srcS {
 		src := (*[MXBlock]byte)(srcW[MXBlock*i:])
@@ -147,6 +182,49 @@ func EngramFP4(dstW, dstS, srcW, srcS []byte) EngramCounts {
 	return c
 }
 
+// engramChunk is how many blocks the vector path of EngramFP4 takes at a
+// time: its block maxima and table selectors stay on the stack.
+const engramChunk = 512
+
+// engramFP4Vector is EngramFP4 on the vector kernels: the block maxima of a
+// chunk at once, then the scales one by one, then the codes at once, each
+// block under the Steps of its shift. A zero block's bytes code to 0 under
+// any Steps; a NaN block's are cleared afterwards.
+func engramFP4Vector(dstW, dstS, srcW, srcS []byte) EngramCounts {
+	c := EngramCounts{Blocks: int64(len(srcS))}
+	var top, sel [engramChunk]byte
+	for len(srcS) > 0 {
+		k := min(len(srcS), engramChunk)
+		w, ds := srcW[:MXBlock*k], dstS[:k]
+		simd.MaxLow7s(top[:k], w)
+		nan := false
+		for i, s := range srcS[:k] {
+			t, e, ok := engramScale(top[i], s)
+			ds[i] = t
+			switch {
+			case ok:
+				sel[i] = byte(int(s) - 127 - e - engramMinShift)
+			case t == E8M0NaN:
+				sel[i], nan = 0, true
+			default:
+				sel[i] = 0
+			}
+		}
+		dw := dstW[:MXBlock/2*k]
+		simd.PackSteps(dw, w, engramSteps[:], sel[:k])
+		if nan {
+			for i, t := range ds {
+				if t == E8M0NaN {
+					c.NaNBlocks++
+					clear(dw[MXBlock/2*i : MXBlock/2*(i+1)])
+				}
+			}
+		}
+		srcW, srcS, dstW, dstS = srcW[MXBlock*k:], srcS[k:], dstW[MXBlock/2*k:], dstS[k:]
+	}
+	return c
+}
+
 // EngramScales writes only the new scale bytes of EngramFP4 (same
 // arguments less dstW): a view serving the scale tensor need not pack the
 // codes it would throw away.
@@ -155,11 +233,22 @@ func EngramScales(dstS, srcW, srcS []byte) EngramCounts {
 	checkLen("EngramScales srcW", len(srcW), MXBlock*n)
 	checkLen("EngramScales dstS", len(dstS), n)
 	c := EngramCounts{Blocks: int64(n)}
-	for i, s := range srcS {
-		t, _, _ := engramScale(simd.MaxLow7((*[MXBlock]byte)(srcW[MXBlock*i:])), s)
-		dstS[i] = t
-		if t == E8M0NaN {
-			c.NaNBlocks++
+	var top [engramChunk]byte
+	for i := 0; i < n; i += engramChunk {
+		k := min(n-i, engramChunk)
+		if engramVector {
+			simd.MaxLow7s(top[:k], srcW[MXBlock*i:MXBlock*(i+k)])
+		} else {
+			for j := range k {
+				top[j] = simd.MaxLow7((*[MXBlock]byte)(srcW[MXBlock*(i+j):]))
+			}
+		}
+		for j, s := range srcS[i : i+k] {
+			t, _, _ := engramScale(top[j], s)
+			dstS[i+j] = t
+			if t == E8M0NaN {
+				c.NaNBlocks++
+			}
 		}
 	}
 	return c

@@ -1,0 +1,40 @@
+package simd
+
+import "golang.org/x/sys/cpu"
+
+// vectorSteps selects the AVX2 kernels of MaxLow7s and PackSteps; tests
+// clear it to run the portable loops.
+var vectorSteps = cpu.X86.HasAVX2
+
+// maxLow7s8 writes the MaxLow7 of 8 x n8 blocks from src to dst.
+//
+//go:noescape
+func maxLow7s8(dst, src *byte, n8 int)
+
+// packSteps2 codes and packs 2 x n2 blocks from src to dst, block i with
+// the Steps at steps + 224 x sel[i].
+//
+//go:noescape
+func packSteps2(dst, src *byte, steps *Steps, sel *byte, n2 int)
+
+// maxLow7sVector runs maxLow7s8 over the whole groups of 8 blocks and
+// returns how many blocks it did.
+func maxLow7sVector(dst, src []byte) int {
+	n8 := len(dst) / 8
+	if !vectorSteps || n8 == 0 {
+		return 0
+	}
+	maxLow7s8(&dst[0], &src[0], n8)
+	return 8 * n8
+}
+
+// packStepsVector runs packSteps2 over the whole pairs of blocks and
+// returns how many blocks it did; sel is already checked against steps.
+func packStepsVector(dst, src []byte, steps []Steps, sel []byte) int {
+	n2 := len(sel) / 2
+	if !vectorSteps || n2 == 0 {
+		return 0
+	}
+	packSteps2(&dst[0], &src[0], &steps[0], &sel[0], n2)
+	return 2 * n2
+}

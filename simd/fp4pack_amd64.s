@@ -1,0 +1,128 @@
+#include "textflag.h"
+
+// func maxLow7s8(dst, src *byte, n8 int)
+//
+// Eight blocks fold into one register by unpacking pairs bytewise, then
+// wordwise, then doubleword-wise and keeping the maximum each time, which
+// leaves the eight blocks' partial maxima interleaved in order; two more
+// folds across the qwords and the lanes finish them.
+TEXT ·maxLow7s8(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n8+16(FP), CX
+	MOVL $0x7f7f7f7f, AX
+	MOVD AX, X15
+	VPBROADCASTD X15, Y15
+
+loop:
+	VPAND   (SI), Y15, Y0
+	VPAND   32(SI), Y15, Y1
+	VPAND   64(SI), Y15, Y2
+	VPAND   96(SI), Y15, Y3
+	VPAND   128(SI), Y15, Y4
+	VPAND   160(SI), Y15, Y5
+	VPAND   192(SI), Y15, Y6
+	VPAND   224(SI), Y15, Y7
+	VPUNPCKLBW Y1, Y0, Y8
+	VPUNPCKHBW Y1, Y0, Y0
+	VPMAXUB    Y8, Y0, Y0
+	VPUNPCKLBW Y3, Y2, Y8
+	VPUNPCKHBW Y3, Y2, Y2
+	VPMAXUB    Y8, Y2, Y2
+	VPUNPCKLBW Y5, Y4, Y8
+	VPUNPCKHBW Y5, Y4, Y4
+	VPMAXUB    Y8, Y4, Y4
+	VPUNPCKLBW Y7, Y6, Y8
+	VPUNPCKHBW Y7, Y6, Y6
+	VPMAXUB    Y8, Y6, Y6
+	VPUNPCKLWD Y2, Y0, Y8
+	VPUNPCKHWD Y2, Y0, Y0
+	VPMAXUB    Y8, Y0, Y0
+	VPUNPCKLWD Y6, Y4, Y8
+	VPUNPCKHWD Y6, Y4, Y4
+	VPMAXUB    Y8, Y4, Y4
+	VPUNPCKLDQ Y4, Y0, Y8
+	VPUNPCKHDQ Y4, Y0, Y0
+	VPMAXUB    Y8, Y0, Y0
+	VPSHUFD    $0x4e, Y0, Y8
+	VPMAXUB    Y8, Y0, Y0
+	VEXTRACTI128 $1, Y0, X8
+	VPMAXUB    X8, X0, X0
+	MOVQ X0, (DI)
+	ADDQ $256, SI
+	ADDQ $8, DI
+	DECQ CX
+	JNZ  loop
+	VZEROUPPER
+	RET
+
+// CODE leaves in b the codes of the block at off(SI) under the Steps at t:
+// the count of thresholds the magnitude exceeds (a sum of -1 masks,
+// subtracted), plus 8 where b^0x80 is a positive signed byte, that is
+// where b is negative with a nonzero magnitude. m, c1, c2 are scratch.
+#define CODE(off, t, b, m, c1, c2) \
+	VMOVDQU  off(SI), b      \
+	VPAND    Y15, b, m       \
+	VPCMPGTB (t), m, c1      \
+	VPCMPGTB 32(t), m, c2    \
+	VPADDB   c2, c1, c1      \
+	VPCMPGTB 64(t), m, c2    \
+	VPADDB   c2, c1, c1      \
+	VPCMPGTB 96(t), m, c2    \
+	VPADDB   c2, c1, c1      \
+	VPCMPGTB 128(t), m, c2   \
+	VPADDB   c2, c1, c1      \
+	VPCMPGTB 160(t), m, c2   \
+	VPADDB   c2, c1, c1      \
+	VPCMPGTB 192(t), m, c2   \
+	VPADDB   c2, c1, c1      \
+	VPXOR    Y14, b, b       \
+	VPCMPGTB Y12, b, b       \
+	VPAND    Y13, b, b       \
+	VPSUBB   c1, b, b
+
+// func packSteps2(dst, src *byte, steps *Steps, sel *byte, n2 int)
+//
+// Y15 = 0x7F, Y14 = 0x80, Y13 = 8, Y12 = 0, Y11 = the pair weights 1, 16
+// that VPMADDUBSW uses to put an odd element's code in the high nibble.
+TEXT ·packSteps2(SB), NOSPLIT, $0-40
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ steps+16(FP), R10
+	MOVQ sel+24(FP), R9
+	MOVQ n2+32(FP), CX
+	MOVL $0x7f7f7f7f, AX
+	MOVD AX, X15
+	VPBROADCASTD X15, Y15
+	MOVL $0x80808080, AX
+	MOVD AX, X14
+	VPBROADCASTD X14, Y14
+	MOVL $0x08080808, AX
+	MOVD AX, X13
+	VPBROADCASTD X13, Y13
+	VPXOR Y12, Y12, Y12
+	MOVL $0x10011001, AX
+	MOVD AX, X11
+	VPBROADCASTD X11, Y11
+
+loop:
+	MOVBQZX (R9), AX
+	IMUL3Q  $224, AX, AX
+	ADDQ    R10, AX
+	MOVBQZX 1(R9), BX
+	IMUL3Q  $224, BX, BX
+	ADDQ    R10, BX
+	CODE(0, AX, Y0, Y1, Y2, Y3)
+	CODE(32, BX, Y4, Y5, Y6, Y7)
+	VPMADDUBSW Y11, Y0, Y0
+	VPMADDUBSW Y11, Y4, Y4
+	VPACKUSWB  Y4, Y0, Y0
+	VPERMQ     $0xd8, Y0, Y0
+	VMOVDQU    Y0, (DI)
+	ADDQ $64, SI
+	ADDQ $32, DI
+	ADDQ $2, R9
+	DECQ CX
+	JNZ  loop
+	VZEROUPPER
+	RET
