@@ -166,4 +166,3 @@ func stopAll() {
 		}
 	}
 }
-
