@@ -52,19 +52,9 @@ var ErrMounted = errors.New("already a mount point")
 // Serve mounts root at dir with reads going through cache and returns once
 // the kernel has the mount. Call Wait to serve until unmounted.
 func Serve(dir string, root *views.Node, cache *blockcache.Cache, opt Options) (*Mount, error) {
-	dir, err := filepath.Abs(dir)
+	dir, err := CheckMountPoint(dir)
 	if err != nil {
 		return nil, err
-	}
-	if fi, err := os.Stat(dir); err != nil {
-		return nil, fmt.Errorf("mount point: %w", err)
-	} else if !fi.IsDir() {
-		return nil, fmt.Errorf("mount point %s: not a directory", dir)
-	}
-	if mounted, err := IsMountPoint(dir); err != nil {
-		return nil, err
-	} else if mounted {
-		return nil, fmt.Errorf("mount point %s: %w (unmount it first: dsfs umount %s)", dir, ErrMounted, dir)
 	}
 	m := &Mount{Dir: dir, cache: cache, log: opt.Log, start: time.Now(), status: opt.Status,
 		passthrough: os.Geteuid() == 0}
@@ -157,6 +147,27 @@ func (m *Mount) statusDir() *views.Node {
 		return append(b, '\n'), err
 	})
 	return views.Dir(".dsfs", &views.Node{Name: "stats.json", Doc: stats})
+}
+
+// CheckMountPoint returns the absolute path of dir if it can be mounted
+// on: an existing directory that is not a mount point already. Callers
+// check before slow work so that a busy mount point fails at once.
+func CheckMountPoint(dir string) (string, error) {
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return "", err
+	}
+	if fi, err := os.Stat(dir); err != nil {
+		return "", fmt.Errorf("mount point: %w", err)
+	} else if !fi.IsDir() {
+		return "", fmt.Errorf("mount point %s: not a directory", dir)
+	}
+	if mounted, err := IsMountPoint(dir); err != nil {
+		return "", err
+	} else if mounted {
+		return "", fmt.Errorf("mount point %s: %w (unmount it first: dsfs umount %s)", dir, ErrMounted, dir)
+	}
+	return dir, nil
 }
 
 // IsMountPoint reports whether dir is the mount point of a mount, from

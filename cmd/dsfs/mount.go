@@ -77,11 +77,24 @@ func runMount(args []string) error {
 	}
 	tf.apply(&opt)
 	opt.TP, opt.NoHash = *tp, *noHash
+	if _, err := vfs.CheckMountPoint(pos[1]); err != nil {
+		return err
+	}
+	// A signal during start-up is kept until the mount is up, then
+	// unmounts it: the kernel never keeps a mount whose server died.
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sig)
 	src, err := openSource(pos[0], opt)
 	if err != nil {
 		return err
 	}
 	defer src.Close()
+	// What the views cannot serve is logged before the mount appears, so
+	// that a reader who sees the mount sees the whole log.
+	for _, w := range src.set.Warnings() {
+		slog.Warn(w)
+	}
 	budget := int64(*cacheMB) << 20
 	// Freed blocks go back to the OS soon after eviction, so anonymous
 	// memory tracks the catalog, the cache budget and what views compute
@@ -115,11 +128,6 @@ func runMount(args []string) error {
 	}
 	slog.Info("mounted", "source", src.cat.Dir, "mount", m.Dir, "shards", len(src.cat.Shards),
 		"tensors", len(src.cat.Tensors), "problems", len(src.cat.Problems), "cache_mb", *cacheMB)
-	for _, w := range src.set.Warnings() {
-		slog.Warn(w)
-	}
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
 	go func() {
 		s := <-sig
 		slog.Info("unmounting", "signal", s.String())
@@ -128,7 +136,6 @@ func runMount(args []string) error {
 		}
 	}()
 	m.Wait()
-	signal.Stop(sig)
 	slog.Info("unmounted", "mount", m.Dir)
 	return nil
 }
