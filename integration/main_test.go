@@ -95,7 +95,7 @@ func needMount(t *testing.T) {
 type mount struct {
 	dir    string
 	cmd    *exec.Cmd
-	log    *syncBuffer
+	log    *logFile
 	done   chan struct{}
 	exited error
 }
@@ -117,14 +117,34 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
+// logFile is a child's stdout and stderr in a file: the child writes it
+// directly, so whatever it logged before answering a request is there when
+// the answer arrives (a pipe would be copied by a goroutine, later).
+type logFile struct{ f *os.File }
+
+func newLogFile(t *testing.T) *logFile {
+	t.Helper()
+	f, err := os.Create(filepath.Join(t.TempDir(), "log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return &logFile{f}
+}
+
+func (l *logFile) String() string {
+	b, _ := os.ReadFile(l.f.Name())
+	return string(b)
+}
+
 // startMount mounts src with `dsfs mount` and waits until .dsfs/stats.json
 // can be read; the mount is undone when the test ends.
 func startMount(t *testing.T, src string, args ...string) *mount {
 	t.Helper()
 	needMount(t)
-	m := &mount{dir: t.TempDir(), log: &syncBuffer{}, done: make(chan struct{})}
+	m := &mount{dir: t.TempDir(), log: newLogFile(t), done: make(chan struct{})}
 	m.cmd = exec.Command(dsfsBin, append(append([]string{"mount"}, args...), src, m.dir)...)
-	m.cmd.Stdout, m.cmd.Stderr = m.log, m.log
+	m.cmd.Stdout, m.cmd.Stderr = m.log.f, m.log.f
 	if err := m.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
