@@ -1,7 +1,6 @@
 package manifest
 
 import (
-	"fmt"
 	"strings"
 	"testing"
 )
@@ -59,7 +58,7 @@ func TestParseIndex(t *testing.T) {
 			}
 			var ps []string
 			for _, p := range idx.problems {
-				ps = append(ps, fmt.Sprintf("%s", p))
+				ps = append(ps, p.String())
 			}
 			if got := strings.Join(ps, "\n"); got != tt.problems {
 				t.Errorf("problems\n%s\nwant\n%s", got, tt.problems)

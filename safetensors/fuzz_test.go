@@ -97,11 +97,11 @@ func checkHeader(t *testing.T, h *Header, size int64) {
 	if len(l.Header)%8 != 0 || l.Size != l.DataStart()+end {
 		t.Fatalf("layout: header %d bytes, file %d bytes for %d data bytes", len(l.Header), l.Size, end)
 	}
-	h2, err := ReadHeader(bytes.NewReader(l.Header), int64(len(l.Header)))
+	_, err = ReadHeader(bytes.NewReader(l.Header), int64(len(l.Header)))
 	if err == nil && end != 0 {
 		t.Fatalf("a layout header without its data parsed")
 	}
-	h2, err = ParseHeader(l.Header[8:], l.Size)
+	h2, err := ParseHeader(l.Header[8:], l.Size)
 	if err != nil {
 		t.Fatalf("laid-out header does not parse: %v\n%s", err, l.Header[8:])
 	}
