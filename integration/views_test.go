@@ -179,3 +179,39 @@ func TestSHA256SumThroughMount(t *testing.T) {
 		}
 	}
 }
+
+// TestKernelSettings checks what the mount asks of the kernel: source files
+// read through kernel passthrough (as root), derived files in 1 MiB
+// requests once read_ahead_kb is raised, and a second read served by the
+// page cache without reaching dsfs.
+func TestKernelSettings(t *testing.T) {
+	m := startMount(t, tinySrc)
+	type stats struct {
+		Reads       int64 `json:"reads"`
+		Bytes       int64 `json:"bytes_served"`
+		Passthrough int64 `json:"passthrough"`
+	}
+	read := func() stats {
+		var s stats
+		b, err := os.ReadFile(m.path(".dsfs", "stats.json"))
+		if err != nil || json.Unmarshal(b, &s) != nil {
+			t.Fatalf("stats.json: %v %s", err, b)
+		}
+		return s
+	}
+	run(t, "cat", m.path("source", goodShard))
+	if s := read(); s.Passthrough == 0 || s.Bytes != 0 {
+		t.Errorf("source read: %+v, want kernel passthrough and no bytes through dsfs", s)
+	}
+	before := read()
+	run(t, "sh", "-c", "cat "+m.path("nvfp4", goodShard)+" > /dev/null")
+	first := read()
+	reads, n := first.Reads-before.Reads, first.Bytes-before.Bytes
+	if n == 0 || n/reads < 512<<10 {
+		t.Errorf("first read: %d bytes in %d requests, want about 1 MiB each", n, reads)
+	}
+	run(t, "sh", "-c", "cat "+m.path("nvfp4", goodShard)+" > /dev/null")
+	if second := read(); second.Bytes != first.Bytes {
+		t.Errorf("second read reached dsfs: %d more bytes served", second.Bytes-first.Bytes)
+	}
+}

@@ -97,7 +97,7 @@ func (d *dirNode) OnAdd(ctx context.Context) {
 		case c.File != nil:
 			child = &fileNode{m: d.m, f: c.File, name: c.Name}
 		default:
-			child = &docNode{m: d.m, gen: c.Doc.Bytes, size: c.Doc.Size, name: c.Name}
+			child = &docNode{m: d.m, gen: c.Doc.Bytes, size: c.Doc.Size, name: c.Name, live: c.Doc.Live()}
 		}
 		d.AddChild(c.Name, d.NewPersistentInode(ctx, child, fs.StableAttr{Mode: mode}), false)
 	}
@@ -198,6 +198,7 @@ type docNode struct {
 	gen  func(ctx context.Context) ([]byte, error)
 	size func() (int64, bool)
 	name string
+	live bool // status: not counted as bytes served
 }
 
 var _ = (fs.NodeGetattrer)((*docNode)(nil))
@@ -226,12 +227,13 @@ func (d *docNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32
 		d.m.log.Error("generating document failed", "file", d.name, "err", err)
 		return nil, 0, syscall.EIO
 	}
-	return &docHandle{m: d.m, b: b}, fuse.FOPEN_DIRECT_IO, 0
+	return &docHandle{m: d.m, b: b, live: d.live}, fuse.FOPEN_DIRECT_IO, 0
 }
 
 type docHandle struct {
-	m *Mount
-	b []byte
+	m    *Mount
+	b    []byte
+	live bool
 }
 
 var _ = (fs.FileReader)((*docHandle)(nil))
@@ -241,7 +243,9 @@ func (h *docHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.Read
 		return fuse.ReadResultData(nil), 0
 	}
 	n := copy(dest, h.b[off:])
-	h.m.ctr.reads.Add(1)
-	h.m.ctr.bytes.Add(int64(n))
+	if !h.live {
+		h.m.ctr.reads.Add(1)
+		h.m.ctr.bytes.Add(int64(n))
+	}
 	return fuse.ReadResultData(dest[:n]), 0
 }

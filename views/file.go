@@ -145,6 +145,9 @@ func (d *Doc) Bytes(ctx context.Context) ([]byte, error) {
 	return b, nil
 }
 
+// Live reports whether the document is generated afresh on every read.
+func (d *Doc) Live() bool { return d.dynamic }
+
 // Size returns the document's size once it has been generated.
 func (d *Doc) Size() (int64, bool) {
 	d.mu.Lock()
