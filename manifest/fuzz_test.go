@@ -5,9 +5,10 @@ import (
 	"fmt"
 	"path"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/dsfs/dsfs/internal/fuzzcheck"
 )
 
 // FuzzIndex parses arbitrary index documents: no panic, bounded memory,
@@ -15,9 +16,9 @@ import (
 // checkpoint directory.
 func FuzzIndex(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
-		before := allocated()
+		before := fuzzcheck.Allocated()
 		idx, err := parseIndex(data)
-		checkAllocated(t, before, len(data))
+		fuzzcheck.Bounded(t, before, len(data))
 		if err != nil {
 			return
 		}
@@ -64,9 +65,9 @@ func FuzzIndex(f *testing.F) {
 // leaves the other fields as they were.
 func FuzzConfig(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
-		before := allocated()
+		before := fuzzcheck.Allocated()
 		c, errs := parseConfig(data)
-		checkAllocated(t, before, len(data))
+		fuzzcheck.Bounded(t, before, len(data))
 		if c == nil || (c.Raw == nil && len(errs) == 0) {
 			t.Fatalf("config %+v with errors %v", c, errs)
 		}
@@ -103,19 +104,4 @@ func FuzzConfig(f *testing.F) {
 			t.Fatalf("patching changed the config:\n%+v\nwant\n%+v", got, want)
 		}
 	})
-}
-
-func allocated() uint64 {
-	var m runtime.MemStats
-	runtime.ReadMemStats(&m)
-	return m.TotalAlloc
-}
-
-// checkAllocated fails if more was allocated since before than a JSON
-// decode of n bytes can explain.
-func checkAllocated(t *testing.T, before uint64, n int) {
-	t.Helper()
-	if got, limit := allocated()-before, uint64(64*n+1<<20); got > limit {
-		t.Fatalf("allocated %d bytes reading %d input bytes (limit %d)", got, n, limit)
-	}
 }

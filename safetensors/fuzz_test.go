@@ -4,10 +4,11 @@ import (
 	"bytes"
 	"fmt"
 	"math/big"
-	"runtime"
 	"sort"
 	"strings"
 	"testing"
+
+	"github.com/dsfs/dsfs/internal/fuzzcheck"
 )
 
 // FuzzParseHeader reads arbitrary files. A header that parses must satisfy
@@ -16,38 +17,23 @@ import (
 // than the input, whatever lengths the input claims.
 func FuzzParseHeader(f *testing.F) {
 	f.Fuzz(func(t *testing.T, file []byte) {
-		before := allocated()
+		before := fuzzcheck.Allocated()
 		h, err := ReadHeader(bytes.NewReader(file), int64(len(file)))
-		checkAllocated(t, before, len(file))
+		fuzzcheck.Bounded(t, before, len(file))
 		if err == nil {
 			checkHeader(t, h, int64(len(file)))
 		}
 		// The same bytes as a bare header, so that mutations which break
 		// the length prefix still reach the JSON parser.
 		if len(file) >= 8 {
-			before := allocated()
+			before := fuzzcheck.Allocated()
 			h, err := ParseHeader(file[8:], -1)
-			checkAllocated(t, before, len(file))
+			fuzzcheck.Bounded(t, before, len(file))
 			if err == nil {
 				checkHeader(t, h, -1)
 			}
 		}
 	})
-}
-
-func allocated() uint64 {
-	var m runtime.MemStats
-	runtime.ReadMemStats(&m)
-	return m.TotalAlloc
-}
-
-// checkAllocated fails if more was allocated since before than a JSON
-// decode of n bytes can explain.
-func checkAllocated(t *testing.T, before uint64, n int) {
-	t.Helper()
-	if got, limit := allocated()-before, uint64(64*n+1<<20); got > limit {
-		t.Fatalf("allocated %d bytes reading %d input bytes (limit %d)", got, n, limit)
-	}
 }
 
 // checkHeader checks the invariants of a parsed header of a file of the
