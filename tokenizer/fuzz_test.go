@@ -37,3 +37,32 @@ func FuzzEncode(f *testing.F) {
 		}
 	})
 }
+
+// FuzzParse loads arbitrary tokenizer.json documents, as a mount does with
+// the checkpoint's file: no panic, and a document that loads encodes and
+// decodes text without panicking or producing ids outside its vocabulary.
+func FuzzParse(f *testing.F) {
+	good, err := Synthesize(40)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(good)
+	f.Add([]byte(`{"model":{"type":"BPE","vocab":{"a":0,"b":1,"ab":2},"merges":["a b"]}}`))
+	f.Add([]byte(`{"model":{"type":"BPE","vocab":{},"merges":[["a","b"]]},"pre_tokenizer":{"type":"Split","pattern":{"Regex":"\\s+(?!\\S)"},"behavior":"Isolated"}}`))
+	f.Add([]byte(`{"added_tokens":[{"id":5,"content":"<s>","special":true}],"model":{"type":"BPE","vocab":{"<s>":0}}}`))
+	f.Add([]byte(`null`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		tok, err := Parse(data)
+		if err != nil {
+			return
+		}
+		for _, s := range []string{"", "hello world 123", "深度学习", "<s> a\tb\n", "\xff"} {
+			for _, id := range tok.Encode(s, true) {
+				if id < 0 || id >= tok.VocabSize() {
+					t.Fatalf("Encode(%q) gave id %d of a %d-token vocabulary", s, id, tok.VocabSize())
+				}
+			}
+			tok.Decode(tok.Encode(s, false))
+		}
+	})
+}

@@ -12,6 +12,12 @@ import (
 // allocate id tables of arbitrary size; real vocabularies are far smaller.
 const maxTokenID = 1 << 24
 
+// idSlack is how far past the number of vocabulary entries an id may lie:
+// real vocabularies number their tokens densely, and a few holes are
+// harmless, but a handful of entries claiming huge ids would make the id
+// tables cost far more than the file.
+const idSlack = 1 << 16
+
 // Tokenizer encodes text to token ids and back. It is safe for concurrent
 // use once loaded; LoadConfig and ParseConfig must be called before it is
 // shared.
@@ -153,9 +159,10 @@ func (t *Tokenizer) parseModel(m *modelJSON) error {
 	}
 	t.vocab = m.Vocab
 	maxID := -1
+	limit := min(maxTokenID, len(m.Vocab)+idSlack)
 	for s, id := range m.Vocab {
-		if id < 0 || id >= maxTokenID {
-			return fmt.Errorf("token %q has id %d, outside [0, %d)", s, id, maxTokenID)
+		if id < 0 || id >= limit {
+			return fmt.Errorf("token %q has id %d, outside [0, %d) for a vocabulary of %d tokens", s, id, limit, len(m.Vocab))
 		}
 		maxID = max(maxID, id)
 	}
