@@ -66,3 +66,20 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+func TestSparseIDsAreRefused(t *testing.T) {
+	for _, tc := range []struct {
+		doc string
+		ok  bool
+	}{
+		{`"a":0,"b":1`, true},
+		{`"a":0,"b":60000`, true}, // a few holes are fine
+		{`"a":0,"b":16000000`, false},
+		{`"a":-1`, false},
+	} {
+		doc := `{"pre_tokenizer":{"type":"ByteLevel"},"decoder":{"type":"ByteLevel"},"model":{"type":"BPE","vocab":{` + tc.doc + `}}}`
+		if _, err := Parse([]byte(doc)); (err == nil) != tc.ok {
+			t.Errorf("Parse(%s) = %v, want ok %v", tc.doc, err, tc.ok)
+		}
+	}
+}
