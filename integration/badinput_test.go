@@ -382,8 +382,8 @@ func TestMountAsNormalUser(t *testing.T) {
 	os.Chmod(filepath.Dir(dsfsBin), 0o755)
 	as := []string{"--reuid=65534", "--regid=65534", "--clear-groups"}
 	cmd := exec.Command(setpriv, append(as, dsfsBin, "mount", src, mnt)...)
-	var log syncBuffer
-	cmd.Stdout, cmd.Stderr = &log, &log
+	log := newLogFile(t)
+	cmd.Stdout, cmd.Stderr = log.f, log.f
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

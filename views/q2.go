@@ -15,6 +15,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/dsfs/dsfs/blockcache"
 	"github.com/dsfs/dsfs/codecs"
 	"github.com/dsfs/dsfs/codecs/iq2xxs"
 	"github.com/dsfs/dsfs/codecs/q2k"
@@ -84,8 +85,9 @@ type Q2 struct {
 	Repo     string             // source repository, "unknown" when not known
 	Revision string             // source revision, "unknown" when not known
 
-	cat  *manifest.Catalog
-	disk *diskcache.Cache
+	cat   *manifest.Catalog
+	disk  *diskcache.Cache
+	cache Cache // may be nil
 
 	blocks, quantised, fromDisk atomic.Int64
 	warnPut                     sync.Once
@@ -311,7 +313,7 @@ func q2ShardNames(shards []*manifest.Shard) map[*manifest.Shard]string {
 
 // PlanQ2 lays out the q2/ view of cat from its headers.
 func PlanQ2(cat *manifest.Catalog, opt Options) (*Q2, error) {
-	q := &Q2{cat: cat, disk: opt.DiskCache}
+	q := &Q2{cat: cat, disk: opt.DiskCache, cache: opt.Cache}
 	q.Repo, q.Revision = sourceRevision(cat.Dir, opt.Revision)
 	names := q2ShardNames(cat.Shards)
 	for _, sh := range cat.Shards {
@@ -462,14 +464,28 @@ func sha256Tensor(ctx context.Context, t *manifest.Tensor) (string, error) {
 	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
-// sha256Blocks hashes the derived bytes of a quantised tensor, computing
-// its blocks in order (through the disk cache when there is one).
-func sha256Blocks(ctx context.Context, b *Blocks) (string, error) {
+// sha256Blocks hashes the derived bytes of a quantised tensor, block by
+// block through the block cache the files are read through (so a shard
+// read before or after its manifest is quantised once), or computing them
+// when there is none; computing goes through the disk cache when there is
+// one.
+func (q *Q2) sha256Blocks(ctx context.Context, b *Blocks) (string, error) {
 	h := sha256.New()
-	buf := make([]byte, b.BlockLen)
+	var buf []byte
 	for i := range b.Count() {
-		p := buf[:b.blockLen(i)]
-		if err := b.Compute(ctx, i, p); err != nil {
+		n := b.blockLen(i)
+		var p []byte
+		var err error
+		if q.cache != nil {
+			p, err = q.cache.Get(ctx, blockcache.Key{ID: b.ID, Block: i}, int(n), b.compute(i))
+		} else {
+			if buf == nil {
+				buf = make([]byte, b.BlockLen)
+			}
+			p = buf[:n]
+			err = b.Compute(ctx, i, p)
+		}
+		if err != nil {
 			return "", fmt.Errorf("%s block %d: %w", b.ID, i, err)
 		}
 		h.Write(p)

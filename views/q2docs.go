@@ -334,7 +334,7 @@ func (q *Q2) shardManifest(ctx context.Context, sh *Q2Shard) ([]byte, error) {
 	}
 	err = hashAll(ctx, len(quantised), func(ctx context.Context, j int) (err error) {
 		i := quantised[j]
-		m.Tensors[i].OutputSHA256, err = sha256Blocks(ctx, sh.Tensors[i].Blocks)
+		m.Tensors[i].OutputSHA256, err = q.sha256Blocks(ctx, sh.Tensors[i].Blocks)
 		return err
 	})
 	if err != nil {

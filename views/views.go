@@ -58,6 +58,10 @@ type Options struct {
 	// DiskCache, when set, keeps the blocks of expensive views (q2/)
 	// across mounts; the in-memory block cache stays in front of it.
 	DiskCache *diskcache.Cache
+	// Cache, when set, is the block cache files are read through; documents
+	// that need a file's derived bytes (q2/'s shard manifests) read them
+	// from it too, so a block read by both is computed once.
+	Cache Cache
 	// TracePrompts is a JSON file of prompts for trace/ (empty: the
 	// seed's four prompts).
 	TracePrompts string

@@ -89,13 +89,14 @@ func runDemo(args []string) error {
 // demoCheck verifies the mounted views against an in-process export and
 // the codecs.
 func demoCheck(src, mnt, tmp string) error {
-	s, err := openSource(src, views.Options{})
+	cache := blockcache.New(256<<20, runtime.NumCPU())
+	s, err := openSource(src, views.Options{Cache: cache})
 	if err != nil {
+		cache.Close()
 		return err
 	}
 	defer s.Close()
-	cache := blockcache.New(256<<20, runtime.NumCPU())
-	defer cache.Close()
+	defer cache.Close() // computations stop before the sources close
 	var failed []string
 	for _, v := range s.set.Root.Children {
 		out := filepath.Join(tmp, "export", v.Name)

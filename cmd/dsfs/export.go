@@ -28,13 +28,15 @@ func runExport(args []string) error {
 		return err
 	}
 	tf.apply(&opt)
+	cache := blockcache.New(int64(*cacheMB)<<20, runtime.NumCPU())
+	opt.Cache = cache
 	src, err := openSource(pos[1], opt)
 	if err != nil {
+		cache.Close()
 		return err
 	}
 	defer src.Close()
-	cache := blockcache.New(int64(*cacheMB)<<20, runtime.NumCPU())
-	defer cache.Close()
+	defer cache.Close() // computations stop before the sources close
 	view := src.set.Root.Child(pos[0])
 	n, err := export(context.Background(), view, cache, pos[2])
 	if err != nil {

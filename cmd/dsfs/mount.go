@@ -85,17 +85,21 @@ func runMount(args []string) error {
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sig)
+	budget := int64(*cacheMB) << 20
+	cache := blockcache.New(budget, runtime.NumCPU())
+	opt.Cache = cache
 	src, err := openSource(pos[0], opt)
 	if err != nil {
+		cache.Close()
 		return err
 	}
 	defer src.Close()
+	defer cache.Close() // computations stop before the sources close
 	// What the views cannot serve is logged before the mount appears, so
 	// that a reader who sees the mount sees the whole log.
 	for _, w := range src.set.Warnings() {
 		slog.Warn(w)
 	}
-	budget := int64(*cacheMB) << 20
 	// Freed blocks go back to the OS soon after eviction, so anonymous
 	// memory tracks the catalog, the cache budget and what views compute
 	// with, rather than the GC's high-water mark.
@@ -103,8 +107,6 @@ func runMount(args []string) error {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	debug.SetMemoryLimit(int64(ms.HeapAlloc) + budget + src.set.WorkingMemory() + 64<<20)
-	cache := blockcache.New(budget, runtime.NumCPU())
-	defer cache.Close()
 	m, err := vfs.Serve(pos[1], src.set.Root, cache, vfs.Options{
 		AllowOther: *allowOther,
 		Debug:      *debugFuse,
