@@ -19,6 +19,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+
+	"github.com/dsfs/dsfs/codecs/internal/ggmlfp16"
 )
 
 const (
@@ -96,7 +98,7 @@ var gridFloats = func() (g [256][8]float32) {
 }()
 
 func dequantizeBlock(y *[BlockWeights]float32, b *[BlockBytes]byte) {
-	d := halfToFloat32(binary.LittleEndian.Uint16(b[0:]))
+	d := ggmlfp16.Float32(binary.LittleEndian.Uint16(b[0:]))
 	for ib := range 8 {
 		w0 := binary.LittleEndian.Uint32(b[2+8*ib:])
 		w1 := binary.LittleEndian.Uint32(b[6+8*ib:])

@@ -3,6 +3,8 @@ package iq2xxs
 import (
 	"encoding/binary"
 	"math"
+
+	"github.com/dsfs/dsfs/codecs/internal/ggmlfp16"
 )
 
 // groupMaxEps is ggml's GROUP_MAX_EPS: sub-blocks whose largest magnitude is
@@ -50,7 +52,7 @@ func quantizeBlock(dst *[BlockBytes]byte, x *[BlockWeights]float32, qw *[BlockWe
 		return
 	}
 	d := maxScale / 31
-	binary.LittleEndian.PutUint16(dst[0:], halfBits(d))
+	binary.LittleEndian.PutUint16(dst[0:], ggmlfp16.Bits(d))
 	// The sub-block scales are coded against the unrounded d, not its fp16
 	// value.
 	id := 1 / d

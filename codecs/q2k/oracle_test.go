@@ -1,6 +1,10 @@
 package q2k
 
-import "math"
+import (
+	"math"
+
+	"github.com/dsfs/dsfs/codecs/internal/ggmlfp16"
+)
 
 // This file is a literal, unoptimised transcription of ggml's Q2_K
 // quantisers (testdata/ggml/ALGORITHM.md sections 1.3-1.5): every trial of
@@ -85,7 +89,7 @@ func oracleMakeQKX(x, w []float32, l []uint8, rmin, rdelta float32, nstep int, m
 
 // oracleFinish re-quantises with the fp16 super-scales and packs the block.
 func oracleFinish(b []byte, x []float32, l []uint8, d, dmin uint16) {
-	df, mf := fp16Float32(d), fp16Float32(dmin)
+	df, mf := ggmlfp16.Float32(d), ggmlfp16.Float32(dmin)
 	for j := range 16 {
 		dd := df * float32(b[j]&0xF)
 		if dd == 0 {
@@ -133,14 +137,14 @@ func oracleQuantizeRef(dst []byte, src []float32) {
 			for j := range 16 {
 				b[j] = uint8(nearestInt(float32(iscale * scales[j])))
 			}
-			d = fp16Bits(maxScale / 15)
+			d = ggmlfp16.Bits(maxScale / 15)
 		}
 		if maxMin > 0 {
 			iscale := 15 / maxMin
 			for j := range 16 {
 				b[j] |= uint8(nearestInt(float32(iscale*mins[j])) << 4)
 			}
-			dmin = fp16Bits(maxMin / 15)
+			dmin = ggmlfp16.Bits(maxMin / 15)
 		}
 		oracleFinish(b, x, l[:], d, dmin)
 		dst, src = dst[84:], src[256:]
@@ -167,7 +171,7 @@ func oracleQuantizeImportance(dst []byte, src, importance []float32) {
 				}
 				scales[j], mins[j] = oracleMakeQKX(x[16*j:16*j+16], w[:], l[16*j:], -0.9, 0.05, 36, false)
 			}
-			d, dmin := fp16Bits(fitScale(&scales, &ls, &sw)), fp16Bits(fitScale(&mins, &lm, &sw))
+			d, dmin := ggmlfp16.Bits(fitScale(&scales, &ls, &sw)), ggmlfp16.Bits(fitScale(&mins, &lm, &sw))
 			for j := range 16 {
 				b[j] = ls[j] | lm[j]<<4
 			}

@@ -26,6 +26,8 @@ package q2k
 import (
 	"fmt"
 	"math"
+
+	"github.com/dsfs/dsfs/codecs/internal/ggmlfp16"
 )
 
 const (
@@ -182,7 +184,7 @@ func quantizeRefBlock(b *[BlockBytes]byte, x *[BlockWeights]float32) {
 		for j := range sc {
 			sc[j] = byte(nearestInt(float32(iscale * scales[j])))
 		}
-		d = fp16Bits(maxScale / 15)
+		d = ggmlfp16.Bits(maxScale / 15)
 	} else {
 		*sc = [subBlocks]byte{}
 	}
@@ -191,9 +193,9 @@ func quantizeRefBlock(b *[BlockBytes]byte, x *[BlockWeights]float32) {
 		for j := range sc {
 			sc[j] |= byte(nearestInt(float32(iscale*mins[j])) << 4)
 		}
-		dmin = fp16Bits(maxMin / 15)
+		dmin = ggmlfp16.Bits(maxMin / 15)
 	}
-	requantize(x, sc, fp16Float32(d), fp16Float32(dmin), &codes)
+	requantize(x, sc, ggmlfp16.Float32(d), ggmlfp16.Float32(dmin), &codes)
 	pack(b, &codes, d, dmin)
 }
 
@@ -227,12 +229,12 @@ func quantizeImportanceBlock(b *[BlockBytes]byte, x, qw *[BlockWeights]float32) 
 
 	dm := fitScale(&scales, &ls, &sw)
 	mm := fitScale(&mins, &lm, &sw)
-	d, dmin := fp16Bits(dm), fp16Bits(mm)
+	d, dmin := ggmlfp16.Bits(dm), ggmlfp16.Bits(mm)
 	sc := (*[subBlocks]byte)(b[:])
 	for j := range sc {
 		sc[j] = ls[j] | lm[j]<<4
 	}
-	requantize(x, sc, fp16Float32(d), fp16Float32(dmin), &codes)
+	requantize(x, sc, ggmlfp16.Float32(d), ggmlfp16.Float32(dmin), &codes)
 	pack(b, &codes, d, dmin)
 }
 
@@ -274,8 +276,8 @@ func pack(b *[BlockBytes]byte, codes *[subBlocks]uint32, d, dmin uint16) {
 
 // dequantizeBlock is one block of dequantize_row_q2_K.
 func dequantizeBlock(y *[BlockWeights]float32, b *[BlockBytes]byte) {
-	d := fp16Float32(uint16(b[offD]) | uint16(b[offD+1])<<8)
-	dmin := fp16Float32(uint16(b[offDmin]) | uint16(b[offDmin+1])<<8)
+	d := ggmlfp16.Float32(uint16(b[offD]) | uint16(b[offD+1])<<8)
+	dmin := ggmlfp16.Float32(uint16(b[offDmin]) | uint16(b[offDmin+1])<<8)
 	qs := (*[64]byte)(b[offQS:])
 	for j := range subBlocks {
 		s := b[j]

@@ -1,4 +1,4 @@
-package q2k
+package ggmlfp16
 
 import (
 	"math"
@@ -30,8 +30,8 @@ func TestFP16Bits(t *testing.T) {
 		{float32(math.NaN()), 0x7E00},              // canonical quiet NaN
 		{math.Float32frombits(0xFFC00001), 0xFE00}, // payload dropped, sign kept
 	} {
-		if got := fp16Bits(tc.f); got != tc.want {
-			t.Errorf("fp16Bits(%g = %#08x) = %#04x, want %#04x", tc.f, math.Float32bits(tc.f), got, tc.want)
+		if got := Bits(tc.f); got != tc.want {
+			t.Errorf("Bits(%g = %#08x) = %#04x, want %#04x", tc.f, math.Float32bits(tc.f), got, tc.want)
 		}
 	}
 }
@@ -47,8 +47,8 @@ func TestFP16BitsMatchesX448(t *testing.T) {
 		if f != f {
 			return
 		}
-		if got, want := fp16Bits(f), float16.Fromfloat32(f).Bits(); got != want {
-			t.Fatalf("fp16Bits(%g = %#08x) = %#04x, x448 gives %#04x", f, u, got, want)
+		if got, want := Bits(f), float16.Fromfloat32(f).Bits(); got != want {
+			t.Fatalf("Bits(%g = %#08x) = %#04x, x448 gives %#04x", f, u, got, want)
 		}
 	}
 	for h := range uint32(0x7C00) {
@@ -66,18 +66,18 @@ func TestFP16BitsMatchesX448(t *testing.T) {
 	}
 }
 
-func TestFP16Float32(t *testing.T) {
+func TestFloat32MatchesX448(t *testing.T) {
 	for h := range 1 << 16 {
-		got := fp16Float32(uint16(h))
+		got := Float32(uint16(h))
 		want := float16.Frombits(uint16(h)).Float32()
 		if got != got || want != want {
 			if got == got || want == want {
-				t.Fatalf("fp16Float32(%#04x) = %g, want %g", h, got, want)
+				t.Fatalf("Float32(%#04x) = %g, want %g", h, got, want)
 			}
 			continue
 		}
 		if math.Float32bits(got) != math.Float32bits(want) {
-			t.Fatalf("fp16Float32(%#04x) = %g (%#08x), want %g (%#08x)", h, got, math.Float32bits(got), want, math.Float32bits(want))
+			t.Fatalf("Float32(%#04x) = %g (%#08x), want %g (%#08x)", h, got, math.Float32bits(got), want, math.Float32bits(want))
 		}
 	}
 }

@@ -1,4 +1,4 @@
-package iq2xxs
+package ggmlfp16
 
 import (
 	"math"
@@ -22,21 +22,21 @@ func halfValue(h uint16) float64 {
 
 func TestHalfToFloat32(t *testing.T) {
 	for h := range 1 << 16 {
-		got := halfToFloat32(uint16(h))
+		got := Float32(uint16(h))
 		exp := h >> 10 & 0x1f
 		switch {
 		case exp == 0x1f && h&0x3ff == 0:
 			if !math.IsInf(float64(got), 1-2*(h>>15)) {
-				t.Fatalf("halfToFloat32(%#04x) = %g, want infinity", h, got)
+				t.Fatalf("Float32(%#04x) = %g, want infinity", h, got)
 			}
 		case exp == 0x1f:
 			if got == got {
-				t.Fatalf("halfToFloat32(%#04x) = %g, want NaN", h, got)
+				t.Fatalf("Float32(%#04x) = %g, want NaN", h, got)
 			}
 		default:
 			want := float32(halfValue(uint16(h)))
 			if math.Float32bits(got) != math.Float32bits(want) {
-				t.Fatalf("halfToFloat32(%#04x) = %g, want %g", h, got, want)
+				t.Fatalf("Float32(%#04x) = %g, want %g", h, got, want)
 			}
 		}
 	}
@@ -47,11 +47,11 @@ func TestHalfToFloat32(t *testing.T) {
 func TestHalfBits(t *testing.T) {
 	check := func(f float32, want uint16) {
 		t.Helper()
-		if got := halfBits(f); got != want {
-			t.Fatalf("halfBits(%g = %#08x) = %#04x, want %#04x", f, math.Float32bits(f), got, want)
+		if got := Bits(f); got != want {
+			t.Fatalf("Bits(%g = %#08x) = %#04x, want %#04x", f, math.Float32bits(f), got, want)
 		}
-		if got := halfBits(-f); got != want|0x8000 {
-			t.Fatalf("halfBits(%g) = %#04x, want %#04x", -f, got, want|0x8000)
+		if got := Bits(-f); got != want|0x8000 {
+			t.Fatalf("Bits(%g) = %#04x, want %#04x", -f, got, want|0x8000)
 		}
 	}
 	const maxFinite = 0x7bff
@@ -83,7 +83,7 @@ func TestHalfBits(t *testing.T) {
 	} {
 		check(c.f, c.want)
 	}
-	if got := halfBits(float32(math.NaN())); got&0x7fff != 0x7e00 {
-		t.Fatalf("halfBits(NaN) = %#04x, want a quiet NaN 0x7e00", got)
+	if got := Bits(float32(math.NaN())); got&0x7fff != 0x7e00 {
+		t.Fatalf("Bits(NaN) = %#04x, want a quiet NaN 0x7e00", got)
 	}
 }

@@ -1,16 +1,19 @@
-package q2k
+// Package ggmlfp16 is ggml's float32 <-> binary16 conversion
+// (GGML_FP32_TO_FP16, GGML_FP16_TO_FP32) as the reference build for generic
+// x86-64 computes it, shared by the IQ2_XXS and Q2_K ports.
+package ggmlfp16
 
 import "math"
 
-// fp16Bits converts f to IEEE binary16 the way ggml's GGML_FP32_TO_FP16
+// Bits converts f to IEEE binary16 the way ggml's GGML_FP32_TO_FP16
 // does: round to nearest even with subnormal results, overflow to ±Inf, and
 // every NaN to sign|0x7E00. The last point is why this is not
-// github.com/x448/float16, which keeps NaN payload bits; a NaN super-scale
-// can arise from extreme finite inputs on the importance path.
+// github.com/x448/float16, which keeps NaN payload bits; a NaN scale can
+// arise from extreme finite inputs.
 //
 // The algorithm is ggml's branch-free one: scaling |f| by 2^112 and 2^-110
 // lets the float32 adder round the mantissa to 10 bits for us.
-func fp16Bits(f float32) uint16 {
+func Bits(f float32) uint16 {
 	const (
 		scaleToInf  = 0x1.0p+112
 		scaleToZero = 0x1.0p-110
@@ -30,9 +33,9 @@ func fp16Bits(f float32) uint16 {
 	return uint16(sign>>16 | nonsign)
 }
 
-// fp16Float32 widens binary16 bits to float32 exactly, as ggml's
+// Float32 widens binary16 bits to float32 exactly, as ggml's
 // GGML_FP16_TO_FP32 does (NaN stays NaN).
-func fp16Float32(h uint16) float32 {
+func Float32(h uint16) float32 {
 	sign := uint32(h&0x8000) << 16
 	exp := uint32(h>>10) & 0x1F
 	mant := uint32(h & 0x03FF)
