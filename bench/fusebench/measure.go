@@ -88,15 +88,16 @@ func measureReads(ctx context.Context, c config) (map[readKey][]read, error) {
 	}
 	// views reads each view's file twice through server s.
 	views := func(s *server, name string, path func(view string) string) error {
-		for _, v := range readViews {
-			for _, second := range []bool{false, true} {
-				if err := timed(readKey{name, v, second}, path(v), s.Pid()); err != nil {
-					s.stop()
-					return fmt.Errorf("%w\n%s", err, s.stderrTail())
+		return s.stopAfter(func() error {
+			for _, v := range readViews {
+				for _, second := range []bool{false, true} {
+					if err := timed(readKey{name, v, second}, path(v), s.Pid()); err != nil {
+						return err
+					}
 				}
 			}
-		}
-		return s.stop()
+			return nil
+		})
 	}
 	for pass := range c.passes {
 		if err := timed(readKey{server: "ext4"}, src, 0); err != nil {
@@ -133,15 +134,16 @@ func copyViews(ctx context.Context, c config, mnt string) (map[string]string, er
 		return nil, err
 	}
 	out := make(map[string]string)
-	for _, v := range readViews {
-		p := filepath.Join(dir, v+"-"+c.shard)
-		if err := copyFile(filepath.Join(mnt, v, c.shard), p); err != nil {
-			d.stop()
-			return nil, err
+	return out, d.stopAfter(func() error {
+		for _, v := range readViews {
+			p := filepath.Join(dir, v+"-"+c.shard)
+			if err := copyFile(filepath.Join(mnt, v, c.shard), p); err != nil {
+				return err
+			}
+			out[v] = p
 		}
-		out[v] = p
-	}
-	return out, d.stop()
+		return nil
+	})
 }
 
 func copyFile(from, to string) error {
@@ -196,12 +198,8 @@ func measureMemory(ctx context.Context, c config) ([]memPass, error) {
 		if err != nil {
 			return nil, err
 		}
-		p, err := readTogether(ctx, d.Pid(), files)
-		if err != nil {
-			d.stop()
-			return nil, fmt.Errorf("%w\n%s", err, d.stderrTail())
-		}
-		if err := d.stop(); err != nil {
+		var p memPass
+		if err := d.stopAfter(func() (err error) { p, err = readTogether(ctx, d.Pid(), files); return err }); err != nil {
 			return nil, err
 		}
 		out = append(out, p)
@@ -308,12 +306,8 @@ func measureMount(ctx context.Context, c config) ([]mountPass, error) {
 		if err != nil {
 			return nil, err
 		}
-		p, err := lsMount(ctx, c, d, mnt, i == c.passes-1)
-		if err != nil {
-			d.stop()
-			return nil, fmt.Errorf("%w\n%s", err, d.stderrTail())
-		}
-		if err := d.stop(); err != nil {
+		var p mountPass
+		if err := d.stopAfter(func() (err error) { p, err = lsMount(ctx, c, d, mnt, i == c.passes-1); return err }); err != nil {
 			return nil, err
 		}
 		out = append(out, p)

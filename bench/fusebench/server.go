@@ -104,6 +104,16 @@ func (s *server) stderrTail() string {
 	return t
 }
 
+// stopAfter runs measure against the server, then stops it; a failed
+// measurement comes back with the end of the server's stderr.
+func (s *server) stopAfter(measure func() error) error {
+	if err := measure(); err != nil {
+		s.stop()
+		return fmt.Errorf("%w\n%s", err, s.stderrTail())
+	}
+	return s.stop()
+}
+
 // stop asks the server to unmount (SIGTERM), and if it does not exit in
 // time, unmounts lazily and kills it. A server that died leaving its mount
 // behind has the mount detached.
