@@ -324,9 +324,7 @@ func (p *provenance) derived(td *tensorDoc, id string) {
 	}
 }
 
-// countBlocks sets the global exponent and block counts of NVFP4 scales:
-// clamped blocks follow from the scales alone, and the weight is read only
-// when a block is clamped, to see whether it is lossy.
+// countBlocks sets the global exponent and block counts of NVFP4 scales.
 func (p *provenance) countBlocks(ctx context.Context, tds []*tensorDoc) error {
 	eg, ctx := errgroup.WithContext(ctx)
 	eg.SetLimit(workers())
@@ -336,28 +334,9 @@ func (p *provenance) countBlocks(ctx context.Context, tds []*tensorDoc) error {
 				return err
 			}
 			w := p.set.Cat.Tensor(strings.TrimSuffix(td.Name, ".weight_scale") + ".weight")
-			g, err := p.nv.group(w).g()
+			g, c, err := p.nv.counts(w)
 			if err != nil {
 				return err
-			}
-			sc := make([]byte, w.Scale.Size)
-			if err := readTensor(w.Scale, sc, 0); err != nil {
-				return err
-			}
-			c := codecs.NVFP4Counts{Blocks: int64(len(sc))}
-			for _, b := range sc {
-				if b == codecs.E8M0NaN {
-					c.NaN++
-				} else if k := int(b) - 127 - g; k < codecs.E4M3MinPow2 || k > codecs.E4M3MaxPow2 {
-					c.Clamped++
-				}
-			}
-			if c.Clamped > 0 {
-				wb := make([]byte, w.Size)
-				if err := readTensor(w, wb, 0); err != nil {
-					return err
-				}
-				c = codecs.CountNVFP4(wb, sc, g)
 			}
 			td.GlobalExponent, td.Blocks = &g, &c
 			return nil

@@ -171,8 +171,45 @@ type nvReport struct {
 	codecs.NVFP4Counts
 }
 
-// report counts clamped and lossy blocks of every expert; it reads every
-// expert weight once, in parallel.
+// counts returns the global exponent of an expert weight and its block
+// counts. Clamped blocks follow from the scales alone; only their codes are
+// read, to tell whether they are lossy.
+func (n *nvfp4) counts(t *manifest.Tensor) (int, codecs.NVFP4Counts, error) {
+	g, err := n.group(t).g()
+	if err != nil {
+		return 0, codecs.NVFP4Counts{}, err
+	}
+	sc := make([]byte, t.Scale.Size)
+	if err := readTensor(t.Scale, sc, 0); err != nil {
+		return 0, codecs.NVFP4Counts{}, err
+	}
+	const blockBytes = codecs.MXBlock / 2
+	// Codes of blocks that are not clamped do not change the counts, so
+	// they stay zero; a tensor with many clamped blocks is read whole.
+	w := make([]byte, t.Size)
+	var clamped []int
+	for i, b := range sc {
+		if k := int(b) - 127 - g; b != codecs.E8M0NaN && (k < codecs.E4M3MinPow2 || k > codecs.E4M3MaxPow2) {
+			clamped = append(clamped, i)
+		}
+	}
+	if len(clamped) > len(sc)/64 {
+		err = readTensor(t, w, 0)
+	} else {
+		for _, i := range clamped {
+			if err = readTensor(t, w[i*blockBytes:(i+1)*blockBytes], int64(i*blockBytes)); err != nil {
+				break
+			}
+		}
+	}
+	if err != nil {
+		return 0, codecs.NVFP4Counts{}, err
+	}
+	return g, codecs.CountNVFP4(w, sc, g), nil
+}
+
+// report counts clamped and lossy blocks of every expert in parallel,
+// reading every scale and the codes of clamped blocks.
 func (n *nvfp4) report(ctx context.Context) (any, error) {
 	rows := make([]nvReport, len(n.experts))
 	eg, ctx := errgroup.WithContext(ctx)
@@ -182,19 +219,11 @@ func (n *nvfp4) report(ctx context.Context) (any, error) {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			g, err := n.group(t).g()
+			g, c, err := n.counts(t)
 			if err != nil {
 				return err
 			}
-			w := make([]byte, t.Size)
-			sc := make([]byte, t.Scale.Size)
-			if err := readTensor(t, w, 0); err != nil {
-				return err
-			}
-			if err := readTensor(t.Scale, sc, 0); err != nil {
-				return err
-			}
-			rows[i] = nvReport{Tensor: base(t.Name), Shard: t.Shard.Name, G: g, NVFP4Counts: codecs.CountNVFP4(w, sc, g)}
+			rows[i] = nvReport{Tensor: base(t.Name), Shard: t.Shard.Name, G: g, NVFP4Counts: c}
 			return nil
 		})
 	}

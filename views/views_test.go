@@ -293,3 +293,35 @@ func keys(m map[string]json.RawMessage) []string {
 	}
 	return k
 }
+
+// TestNVFP4CountsReadOnlyWhatTheyNeed checks the block counts, which read
+// the codes of clamped blocks only, against counting over whole weights.
+func TestNVFP4CountsReadOnlyWhatTheyNeed(t *testing.T) {
+	s, _ := tinySet(t)
+	rw, err := nvfp4Rewriter(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := rw.(*nvfp4)
+	sparse, whole := 0, 0
+	for _, w := range n.experts {
+		g, got, err := n.counts(w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sc := sourceBytes(t, w.Scale)
+		want := codecs.CountNVFP4(sourceBytes(t, w), sc, g)
+		if got != want {
+			t.Fatalf("%s: counts %+v, want %+v", w.Name, got, want)
+		}
+		if want.Clamped > int64(len(sc)/64) {
+			whole++
+		} else if want.Clamped > 0 {
+			sparse++
+		}
+	}
+	t.Logf("%d experts read block by block, %d whole", sparse, whole)
+	if sparse == 0 {
+		t.Fatal("no expert exercised reading clamped blocks one by one")
+	}
+}
