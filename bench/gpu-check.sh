@@ -4,7 +4,7 @@
 #
 # build compiles bench/gpucheck and the cuda package's test binary into DIR
 # (default bench/out/gpucheck, ignored by git) and copies beside them the
-# trace reference vectors (../shared/testdata/trace) and torch_layer.py, so
+# trace reference vectors (testdata/trace) and torch_layer.py, so
 # that DIR is all the GPU machine needs: carry it there.
 #
 # run finds NVRTC and cuBLAS (a CUDA toolkit under /usr/local/cuda, or the
@@ -27,19 +27,19 @@ die() { echo "gpu-check.sh: $*" >&2; exit 2; }
 
 build() {
 	set -e
-	local td=$root/../shared/testdata/trace
+	local td=$root/testdata/trace
 	[[ -d $td ]] || die "no reference vectors at $td"
 	rm -rf "$dir"
-	mkdir -p "$dir/mod" "$dir/shared/testdata"
+	mkdir -p "$dir/mod/testdata"
 	cd "$root"
 	# No cgo: purego reaches the dynamic loader itself, so no C toolchain or
 	# matching C library headers are needed to build.
 	CGO_ENABLED=0 GOOS=linux GOARCH=amd64 go build -o "$dir/gpucheck" ./bench/gpucheck
 	CGO_ENABLED=0 GOOS=linux GOARCH=amd64 go test -c -o "$dir/cuda.test" ./cuda
-	cp -r "$td" "$dir/shared/testdata/trace"
+	cp -r "$td" "$dir/mod/testdata/trace"
 	cp bench/gpucheck/torch_layer.py bench/gpu-check.sh "$dir/"
-	# The test binary finds ../shared/testdata from the nearest go.mod above
-	# its working directory (internal/testdata).
+	# The test binary finds testdata/ beside the nearest go.mod above its
+	# working directory (internal/testdata).
 	: >"$dir/mod/go.mod"
 	du -sh "$dir"
 }
@@ -72,7 +72,7 @@ run() {
 	if ((rc != 0)); then status=1; echo "cuda tests: FAIL ($rc)"; else echo "cuda tests: ok"; fi
 
 	echo; echo "== 2. CUDA backend against the CPU backend"
-	"$dir/gpucheck" -testdata "$dir/shared/testdata" -work "$work"
+	"$dir/gpucheck" -testdata "$dir/mod/testdata" -work "$work"
 	rc=$?
 	if ((rc == 2)); then die "gpucheck could not run"; fi
 	((rc != 0)) && status=1

@@ -309,7 +309,7 @@ func TestBadCacheRecompiled(t *testing.T) {
 	}
 }
 
-// goldenModel opens a reference checkpoint of shared/testdata/trace and
+// goldenModel opens a reference checkpoint of testdata/trace and
 // its sequences' token ids.
 func goldenModel(t *testing.T, name string) (*model.Model, []int, []int) {
 	t.Helper()

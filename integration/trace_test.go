@@ -128,7 +128,7 @@ func writePrompts(t *testing.T, prompts any) string {
 	return p
 }
 
-// TestTraceGolden mounts the reference checkpoints of shared/testdata/trace
+// TestTraceGolden mounts the reference checkpoints of testdata/trace
 // with their sequences as token-id prompts and compares every activation
 // of layers/NN.safetensors, read through the mount, with DeepSeek's
 // reference: max |Δ| ≤ 1e-4 × the tensor's max per tensor, identical expert

@@ -18,7 +18,7 @@ import (
 // latent attention, mixture of experts) in Hugging Face naming, as the
 // released V2-Lite and V3 checkpoints lay it out: every tensor BF16 except
 // V3's F32 router correction bias. Values are drawn the way the trace
-// reference checkpoints were (shared/testdata/trace): linear weights
+// reference checkpoints were (testdata/trace): linear weights
 // N(0, 1/fan_in), RMSNorm weights 1 + N(0, 0.1²), embeddings N(0, 1), the
 // correction bias N(0, 0.1²), so attention and routing are far from
 // uniform. With a vocabulary of at least 259 it also writes a byte-level
@@ -286,7 +286,7 @@ func WriteMLA(s MLASpec, dir string) error {
 }
 
 // V2LiteTinySpec is the v2lite-tiny preset: DeepSeek-V2-Lite's layout and
-// routing made small, the shapes of shared/testdata/trace/v2lite-tiny.
+// routing made small, the shapes of testdata/trace/v2lite-tiny.
 func V2LiteTinySpec() MLASpec {
 	return MLASpec{
 		Seed: 4, Hidden: 128, Vocab: 512, Layers: 4, DenseLayers: 1, Inter: 384, MoEInter: 64,
@@ -297,7 +297,7 @@ func V2LiteTinySpec() MLASpec {
 }
 
 // V3TinySpec is the v3-tiny preset: DeepSeek-V3's layout and routing made
-// small, the shapes of shared/testdata/trace/v3-tiny.
+// small, the shapes of testdata/trace/v3-tiny.
 func V3TinySpec() MLASpec {
 	return MLASpec{
 		Seed: 5, V3: true, Hidden: 128, Vocab: 512, Layers: 4, DenseLayers: 1, Inter: 384, MoEInter: 48,

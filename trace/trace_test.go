@@ -96,7 +96,7 @@ func TestStats(t *testing.T) {
 }
 
 // goldenPrompts are the token ids of the reference sequences of
-// shared/testdata/trace.
+// testdata/trace.
 func goldenPrompts(t *testing.T, name string) ([]Prompt, string) {
 	t.Helper()
 	dir, seqs := testdata.TraceSequences(t, name)

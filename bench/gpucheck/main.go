@@ -4,7 +4,7 @@
 // which also runs the PyTorch comparison (torch_layer.py) on the files it
 // writes.
 //
-// It runs every layer of the reference checkpoints (shared/testdata/trace)
+// It runs every layer of the reference checkpoints (testdata/trace)
 // and one random V2-Lite-shaped MoE layer (hidden 2048, 16 heads, kv_lora
 // 512, 64 experts top-6 of width 1408, 2 shared) on both backends, in
 // float32 and bf16 products, and prints per tensor max|Δ| / max|ref|
@@ -51,7 +51,7 @@ func v2Lite() synth.MLASpec {
 }
 
 func main() {
-	testdata := flag.String("testdata", "../shared/testdata", "the shared test vectors (holding trace/)")
+	testdata := flag.String("testdata", "testdata", "the reference vectors (holding trace/)")
 	work := flag.String("work", "/tmp/dsfs-gpucheck", "where the V2-Lite-shaped checkpoint and the PyTorch inputs are written")
 	reps := flag.Int("reps", 5, "timed forwards per shape and backend (the median is reported)")
 	flag.Parse()

@@ -12,7 +12,7 @@ import (
 )
 
 // GGMLCase is one case of ggml's reference quantiser vectors
-// (shared/testdata/ggml/README.md), decoded.
+// (testdata/README.md), decoded.
 type GGMLCase struct {
 	Name, Kind, Type, Recipe string
 	NPerRow, NRows           int
@@ -57,7 +57,7 @@ func GGML(tb testing.TB, file, typ string) []GGMLCase {
 }
 
 // GzipJSON decodes the gzip-compressed JSON file at rel (relative to
-// shared/testdata) into v.
+// testdata/) into v.
 func GzipJSON(tb testing.TB, rel string, v any) {
 	tb.Helper()
 	path := filepath.Join(Dir(tb), rel)

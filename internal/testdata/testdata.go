@@ -1,5 +1,6 @@
-// Package testdata locates the shared reference vectors (../shared/testdata
-// beside the repository root) for tests, wherever the checkout lives.
+// Package testdata locates the reference vectors of the repository's
+// testdata/ directory (see testdata/README.md) for tests, wherever the
+// checkout lives.
 package testdata
 
 import (
@@ -9,9 +10,9 @@ import (
 	"testing"
 )
 
-// Dir returns the absolute path of shared/testdata, found by walking up from
-// the working directory to the module root. The test fails if it is missing:
-// the vectors are part of the project's contract, never optional.
+// Dir returns the absolute path of testdata/ at the module root, found by
+// walking up from the working directory to go.mod. The test fails if it is
+// missing: the vectors are part of the project's contract, never optional.
 func Dir(t testing.TB) string {
 	t.Helper()
 	dir, err := os.Getwd()
@@ -20,9 +21,9 @@ func Dir(t testing.TB) string {
 	}
 	for {
 		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			td := filepath.Join(dir, "..", "shared", "testdata")
+			td := filepath.Join(dir, "testdata")
 			if _, err := os.Stat(td); err != nil {
-				t.Fatalf("shared test vectors not found at %s: %v", td, err)
+				t.Fatalf("reference vectors not found at %s: %v", td, err)
 			}
 			return td
 		}
@@ -35,8 +36,8 @@ func Dir(t testing.TB) string {
 }
 
 // TraceSequences returns the directory of a reference checkpoint of
-// shared/testdata/trace (e.g. "v2lite-tiny") and the token ids of its
-// golden sequences.
+// testdata/trace (e.g. "v2lite-tiny") and the token ids of its golden
+// sequences.
 func TraceSequences(tb testing.TB, name string) (dir string, seqs [][]int) {
 	tb.Helper()
 	dir = filepath.Join(Dir(tb), "trace", name)

@@ -18,7 +18,7 @@
 // model.py differ, the package follows config.json and the HF file of its
 // model type, with model.py's masking of dropped expert groups (-inf) and
 // its interleaved rotary layout for the recorded k_pe (see
-// ../shared/testdata/trace/README.md).
+// testdata/README.md at the repository root).
 //
 // The operations run on a Backend, an interface shaped for device memory:
 // CPU (this package, on simd's kernels) now, a GPU backend later.

@@ -76,7 +76,7 @@ type golden struct {
 	} `json:"sequences"`
 }
 
-// goldenModels are the reference checkpoints of shared/testdata/trace.
+// goldenModels are the reference checkpoints of testdata/trace.
 var goldenModels = []string{"v2lite-tiny", "v3-tiny"}
 
 func loadGolden(t *testing.T, name string) (*Model, *golden) {
