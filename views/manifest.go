@@ -36,14 +36,16 @@ func buildManifest(s *Set, name string) (*Node, error) {
 	inv := inventory.New(s.Cat, opt)
 	s.stats[name] = func() any { return inv.Progress().Snapshot() }
 	files := map[string]*Node{
-		"summary.json": jsonDoc(func(context.Context) (any, error) { return inventory.NewOverview(s.Cat), nil }),
-		"README.md": {Doc: NewDoc(func(context.Context) ([]byte, error) {
+		"summary.json": {Doc: NewHeaderDoc(jsonText(func(context.Context) (any, error) { return inventory.NewOverview(s.Cat), nil }))},
+		"README.md": {Doc: NewHeaderDoc(func(context.Context) ([]byte, error) {
 			return inventory.NewOverview(s.Cat).Markdown(), nil
 		})},
 		"manifest.json": manifestDoc(inv),
 	}
 	for _, sh := range s.Cat.Shards {
-		files["shards/"+sh.Name+".json"] = manifestDoc(inv, sh.Name)
+		n := manifestDoc(inv, sh.Name)
+		n.From = s.shardSources(sh)
+		files["shards/"+sh.Name+".json"] = n
 	}
 	prov := &provenance{set: s}
 	for _, v := range s.selected() {
