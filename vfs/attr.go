@@ -21,7 +21,11 @@ const rootIno = 1
 // are below 2^53 and never 0 or the root's; a collision (about one in 10^6
 // mounts of a 100k-file checkpoint) moves the later path, in walk order, to
 // the next free number, so the same tree always gets the same numbers.
-func inodes(root *views.Node) map[*views.Node]uint64 {
+func inodes(root *views.Node) map[*views.Node]uint64 { return inodesMasked(root, maxIno) }
+
+// inodesMasked is inodes with numbers cut to mask, which tests make small
+// to force collisions.
+func inodesMasked(root *views.Node, mask uint64) map[*views.Node]uint64 {
 	ino := map[*views.Node]uint64{root: rootIno}
 	used := map[uint64]bool{rootIno: true}
 	root.Walk(func(path string, n *views.Node) error {
@@ -29,9 +33,9 @@ func inodes(root *views.Node) map[*views.Node]uint64 {
 			return nil
 		}
 		sum := sha256.Sum256([]byte(path))
-		i := binary.LittleEndian.Uint64(sum[:]) & maxIno
+		i := binary.LittleEndian.Uint64(sum[:]) & mask
 		for i == 0 || used[i] {
-			i = (i + 1) & maxIno
+			i = (i + 1) & mask
 		}
 		used[i] = true
 		ino[n] = i

@@ -56,3 +56,24 @@ func TestInodes(t *testing.T) {
 		}
 	}
 }
+
+// TestInodeCollisions numbers more nodes than a 5-bit space holds half of,
+// so that hashes collide, and checks the numbers stay distinct, in range
+// and the same for the same tree.
+func TestInodeCollisions(t *testing.T) {
+	const mask = 1<<5 - 1
+	a, b := tree(2, 10), tree(2, 10)
+	inoA, inoB := inodesMasked(a, mask), inodesMasked(b, mask)
+	seen := make(map[uint64]string)
+	a.Walk(func(p string, n *views.Node) error {
+		i := inoA[n]
+		if i == 0 || i > mask || (i == 1) != (p == "") || seen[i] != "" {
+			t.Errorf("%q: inode %d (also %q)", p, i, seen[i])
+		}
+		seen[i] = p
+		if nb, _ := b.Lookup(p); inoB[nb] != i {
+			t.Errorf("%q: inode %d, then %d", p, i, inoB[nb])
+		}
+		return nil
+	})
+}

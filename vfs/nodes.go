@@ -232,9 +232,9 @@ func (d *docNode) Getattr(ctx context.Context, _ fs.FileHandle, out *fuse.AttrOu
 		return 0
 	}
 	if d.doc.FromHeaders() {
-		if _, errno := d.generate(ctx); errno != 0 {
-			return errno
-		}
+		// A failure shows as size 0 here and is reported by the open,
+		// once, rather than by every stat.
+		d.doc.Bytes(ctx)
 	}
 	if n, ok := d.doc.Size(); ok {
 		out.Size = uint64(n)

@@ -106,10 +106,6 @@ func (s *Set) setAttrs() {
 		every = append(every, stat(f.Path))
 	}
 	whole := combine(every...)
-	if len(every) == 0 {
-		whole = dir
-		whole.Perm &^= 0o111
-	}
 	s.Root.Walk(func(_ string, n *Node) error {
 		switch {
 		case n.IsDir():
