@@ -156,19 +156,36 @@ func TestAttrsFollowSources(t *testing.T) {
 // TestHeaderDocs pins which documents follow from the headers (exact size
 // from the first stat) and which need real work.
 func TestHeaderDocs(t *testing.T) {
-	s, _ := tinySet(t)
-	fromHeaders := map[string]bool{
-		"q2/plan.json": true, "q2/README.md": true,
-		"manifest/summary.json": true, "manifest/README.md": true,
+	cat, err := manifest.Open(tinyDir)
+	if err != nil {
+		t.Fatal(err)
 	}
-	s.Root.Walk(func(p string, n *Node) error {
-		if n.Doc != nil && n.Doc.FromHeaders() != fromHeaders[p] {
-			t.Errorf("%s: from headers %v, want %v", p, n.Doc.FromHeaders(), fromHeaders[p])
+	t.Cleanup(func() { cat.Close() })
+	for _, noHash := range []bool{false, true} {
+		s, err := Build(cat, Options{NoHash: noHash})
+		if err != nil {
+			t.Fatal(err)
 		}
-		delete(fromHeaders, p)
-		return nil
-	})
-	if len(fromHeaders) > 0 {
-		t.Errorf("missing: %v", fromHeaders)
+		fromHeaders := map[string]bool{
+			"q2/plan.json": true, "q2/README.md": true,
+			"manifest/summary.json": true, "manifest/README.md": true,
+		}
+		if noHash { // manifest/ reads no data
+			fromHeaders["manifest/manifest.json"] = true
+			for _, sh := range cat.Shards {
+				fromHeaders["manifest/shards/"+sh.Name+".json"] = true
+			}
+		}
+		s.Root.Walk(func(p string, n *Node) error {
+			if n.Doc != nil && n.Doc.FromHeaders() != fromHeaders[p] {
+				t.Errorf("no-hash %v: %s: from headers %v, want %v", noHash, p, n.Doc.FromHeaders(), fromHeaders[p])
+			}
+			delete(fromHeaders, p)
+			return nil
+		})
+		if len(fromHeaders) > 0 {
+			t.Errorf("no-hash %v: missing %v", noHash, fromHeaders)
+		}
+		s.Close()
 	}
 }
