@@ -32,6 +32,9 @@ type Options struct {
 	Log    *slog.Logger
 	// Debug logs every FUSE request.
 	Debug bool
+	// SourceBytes is the size of the source checkpoint, which statfs (df)
+	// reports as the file system's size.
+	SourceBytes int64
 }
 
 // Mount is a live dsfs mount.
@@ -44,6 +47,8 @@ type Mount struct {
 	ctr         counters
 	status      func() map[string]any
 	passthrough bool
+	ino         map[*views.Node]uint64 // every node's inode number
+	sourceBytes int64
 }
 
 // ErrMounted says the mount point is already a mount.
@@ -57,11 +62,13 @@ func Serve(dir string, root *views.Node, cache *blockcache.Cache, opt Options) (
 		return nil, err
 	}
 	m := &Mount{Dir: dir, cache: cache, log: opt.Log, start: time.Now(), status: opt.Status,
-		passthrough: os.Geteuid() == 0}
+		passthrough: os.Geteuid() == 0, sourceBytes: opt.SourceBytes}
 	if m.log == nil {
 		m.log = slog.Default()
 	}
-	top := views.Dir("", append(append([]*views.Node(nil), root.Children...), m.statusDir())...)
+	top := views.Dir("", append(append([]*views.Node(nil), root.Children...), m.statusDir(root.Attr))...)
+	top.Attr = root.Attr
+	m.ino = inodes(top)
 	rootNode := &dirNode{m: m, n: top}
 	entry := immutable
 	neg := time.Second
@@ -71,6 +78,10 @@ func Serve(dir string, root *views.Node, cache *blockcache.Cache, opt Options) (
 		// AttrTimeout stays nil: each node sets its own, so documents can
 		// show their size once computed.
 		MountOptions: MountOptions(opt.AllowOther, opt.Debug),
+		// Modes are the sources' (a 0000 one included), for the kernel's
+		// default_permissions checks.
+		NullPermissions: true,
+		RootStableAttr:  &fs.StableAttr{Ino: rootIno},
 	}
 	if os.Geteuid() != 0 {
 		if _, err := exec.LookPath("fusermount3"); err != nil {
@@ -126,8 +137,9 @@ func (m *Mount) Wait() { m.server.Wait() }
 // Unmount unmounts the file system; Wait then returns.
 func (m *Mount) Unmount() error { return m.server.Unmount() }
 
-// statusDir is .dsfs/: the live status of the mount.
-func (m *Mount) statusDir() *views.Node {
+// statusDir is .dsfs/: the live status of the mount, readable by whoever
+// may list the checkpoint directory, whose attributes are dir.
+func (m *Mount) statusDir(dir views.Attr) *views.Node {
 	stats := views.NewDynamicDoc(func(ctx context.Context) ([]byte, error) {
 		doc := map[string]any{
 			"uptime_seconds": time.Since(m.start).Seconds(),
@@ -146,7 +158,11 @@ func (m *Mount) statusDir() *views.Node {
 		b, err := json.MarshalIndent(doc, "", "  ")
 		return append(b, '\n'), err
 	})
-	return views.Dir(".dsfs", &views.Node{Name: "stats.json", Doc: stats})
+	file := dir
+	file.Perm &^= 0o111
+	status := views.Dir(".dsfs", &views.Node{Name: "stats.json", Doc: stats, Attr: file})
+	status.Attr = dir
+	return status
 }
 
 // CheckMountPoint returns the absolute path of dir if it can be mounted

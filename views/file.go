@@ -106,6 +106,7 @@ type Doc struct {
 	generate func(ctx context.Context) ([]byte, error)
 
 	dynamic bool // regenerated on every read (live status)
+	headers bool // follows from the headers: cheap enough to generate when stat'ed
 
 	mu   sync.Mutex
 	data []byte
@@ -115,6 +116,13 @@ type Doc struct {
 // NewDoc returns a document produced by generate.
 func NewDoc(generate func(ctx context.Context) ([]byte, error)) *Doc {
 	return &Doc{generate: generate}
+}
+
+// NewHeaderDoc returns a document that follows from the headers alone
+// (plan.json, a README): cheap enough to generate when its size is first
+// asked for, so that it has its exact size from the first stat.
+func NewHeaderDoc(generate func(ctx context.Context) ([]byte, error)) *Doc {
+	return &Doc{generate: generate, headers: true}
 }
 
 // NewDynamicDoc returns a document generated afresh on every read, such as
@@ -148,6 +156,10 @@ func (d *Doc) Bytes(ctx context.Context) ([]byte, error) {
 // Live reports whether the document is generated afresh on every read.
 func (d *Doc) Live() bool { return d.dynamic }
 
+// FromHeaders reports whether the document follows from the headers, so
+// that it may be generated to answer a stat.
+func (d *Doc) FromHeaders() bool { return d.headers }
+
 // Size returns the document's size once it has been generated.
 func (d *Doc) Size() (int64, bool) {
 	d.mu.Lock()
@@ -162,6 +174,11 @@ type Node struct {
 	Children []*Node
 	File     *File
 	Doc      *Doc
+	// From lists the source files a file is made from, for its
+	// attributes; nil means every file of the checkpoint.
+	From []string
+	// Attr is what the node shows of its sources, set by Build.
+	Attr Attr
 }
 
 // IsDir reports whether n is a directory.

@@ -36,14 +36,16 @@ func buildManifest(s *Set, name string) (*Node, error) {
 	inv := inventory.New(s.Cat, opt)
 	s.stats[name] = func() any { return inv.Progress().Snapshot() }
 	files := map[string]*Node{
-		"summary.json": jsonDoc(func(context.Context) (any, error) { return inventory.NewOverview(s.Cat), nil }),
-		"README.md": {Doc: NewDoc(func(context.Context) ([]byte, error) {
+		"summary.json": {Doc: NewHeaderDoc(jsonText(func(context.Context) (any, error) { return inventory.NewOverview(s.Cat), nil }))},
+		"README.md": {Doc: NewHeaderDoc(func(context.Context) ([]byte, error) {
 			return inventory.NewOverview(s.Cat).Markdown(), nil
 		})},
-		"manifest.json": manifestDoc(inv),
+		"manifest.json": manifestDoc(inv, opt.NoHash),
 	}
 	for _, sh := range s.Cat.Shards {
-		files["shards/"+sh.Name+".json"] = manifestDoc(inv, sh.Name)
+		n := manifestDoc(inv, opt.NoHash, sh.Name)
+		n.From = s.shardSources(sh)
+		files["shards/"+sh.Name+".json"] = n
 	}
 	prov := &provenance{set: s}
 	for _, v := range s.selected() {
@@ -68,15 +70,19 @@ func buildManifest(s *Set, name string) (*Node, error) {
 func ManifestCacheDir(cacheDir string) string { return filepath.Join(cacheDir, "manifest") }
 
 // manifestDoc is manifest.json, or a shard's document when shards are
-// named.
-func manifestDoc(inv *inventory.Inventory, shards ...string) *Node {
-	return &Node{Doc: NewDoc(func(ctx context.Context) ([]byte, error) {
+// named. Without hashing (headersOnly) it follows from the headers.
+func manifestDoc(inv *inventory.Inventory, headersOnly bool, shards ...string) *Node {
+	gen := func(ctx context.Context) ([]byte, error) {
 		m, err := inv.Manifest(ctx, shards...)
 		if err != nil {
 			return nil, err
 		}
 		return m.JSON()
-	})}
+	}
+	if headersOnly {
+		return &Node{Doc: NewHeaderDoc(gen)}
+	}
+	return &Node{Doc: NewDoc(gen)}
 }
 
 // registered lists the registered views. It is set by init because the

@@ -387,8 +387,8 @@ func buildQ2(s *Set, _ string) (*Node, error) {
 	weightMap := make(map[string]string)
 	var total int64
 	for _, sh := range q.Shards {
-		files[sh.Name] = &Node{File: sh.File}
-		files[sh.Name+".manifest.json"] = &Node{Doc: sh.manifest}
+		files[sh.Name] = &Node{File: sh.File, From: s.shardSources(sh.Source)}
+		files[sh.Name+".manifest.json"] = &Node{Doc: sh.manifest, From: s.shardSources(sh.Source)}
 		for _, t := range sh.Tensors {
 			weightMap[t.Name] = sh.Name
 			total += t.Size
@@ -397,9 +397,9 @@ func buildQ2(s *Set, _ string) (*Node, error) {
 	if len(weightMap) > 0 {
 		files["model.safetensors.index.json"] = &Node{File: indexFile("q2/model.safetensors.index.json", total, weightMap)}
 	}
-	files["plan.json"] = jsonDoc(func(context.Context) (any, error) { return q.Plan(), nil })
+	files["plan.json"] = &Node{Doc: NewHeaderDoc(jsonText(func(context.Context) (any, error) { return q.Plan(), nil }))}
 	files["manifest.json"] = jsonDoc(func(ctx context.Context) (any, error) { return q.Manifest(ctx) })
-	files["README.md"] = &Node{Doc: NewDoc(func(context.Context) ([]byte, error) { return q.README(), nil })}
+	files["README.md"] = &Node{Doc: NewHeaderDoc(func(context.Context) ([]byte, error) { return q.README(), nil })}
 	return tree("", files), nil
 }
 

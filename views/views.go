@@ -121,6 +121,7 @@ func Build(cat *manifest.Catalog, opt Options) (*Set, error) {
 		return nil, fmt.Errorf("unknown view %q (have %s)", n, strings.Join(Names(), ", "))
 	}
 	s.Root = Dir("", dirs...)
+	s.setAttrs()
 	return s, nil
 }
 
@@ -179,7 +180,7 @@ func (s *Set) sourceFile(name, p string, size int64) (*Node, error) {
 	}
 	file := NewFile(Range{R: f, Off: 0, N: size})
 	file.Source = p
-	return &Node{Name: name, File: file}, nil
+	return &Node{Name: name, File: file, From: []string{p}}, nil
 }
 
 // tree places file nodes at their slash-separated paths under a directory.
@@ -281,7 +282,7 @@ func (s *Set) rewrite(view string, rws []Rewriter) (*Node, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", sh.Name, err)
 		}
-		files[sh.Name] = &Node{File: f}
+		files[sh.Name] = &Node{File: f, From: s.shardSources(sh)}
 		for _, o := range outs {
 			weightMap[o.Name] = sh.Name
 			total += o.Data.Len()
@@ -308,7 +309,7 @@ func (s *Set) rewrite(view string, rws []Rewriter) (*Node, error) {
 		case f.Name == "model.safetensors.index.json":
 			continue
 		case f.Name == "config.json" && !bytes.Equal(config, s.Cat.ConfigBytes):
-			files[f.Name] = &Node{File: NewFile(Bytes(config))}
+			files[f.Name] = &Node{File: NewFile(Bytes(config)), From: []string{f.Path}}
 		default:
 			n, err := s.sourceFile(f.Name, f.Path, f.Size)
 			if err != nil {
@@ -401,14 +402,19 @@ func safetensorsLayout(view string, outs []Out) (*File, *safetensors.Layout, err
 
 // jsonDoc is a generated JSON document.
 func jsonDoc(gen func(ctx context.Context) (any, error)) *Node {
-	return &Node{Doc: NewDoc(func(ctx context.Context) ([]byte, error) {
+	return &Node{Doc: NewDoc(jsonText(gen))}
+}
+
+// jsonText generates a document as indented JSON.
+func jsonText(gen func(ctx context.Context) (any, error)) func(ctx context.Context) ([]byte, error) {
+	return func(ctx context.Context) ([]byte, error) {
 		v, err := gen(ctx)
 		if err != nil {
 			return nil, err
 		}
 		b, err := json.MarshalIndent(v, "", "  ")
 		return append(b, '\n'), err
-	})}
+	}
 }
 
 // base strips a tensor name's last component (".weight", ".scale").

@@ -108,8 +108,9 @@ func runMount(args []string) error {
 	runtime.ReadMemStats(&ms)
 	debug.SetMemoryLimit(int64(ms.HeapAlloc) + budget + src.set.WorkingMemory() + 64<<20)
 	m, err := vfs.Serve(pos[1], src.set.Root, cache, vfs.Options{
-		AllowOther: *allowOther,
-		Debug:      *debugFuse,
+		AllowOther:  *allowOther,
+		Debug:       *debugFuse,
+		SourceBytes: src.set.SourceBytes(),
 		Status: func() map[string]any {
 			st := map[string]any{
 				"source":     src.cat.Dir,

@@ -1,0 +1,191 @@
+package views
+
+import (
+	"io"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/dsfs/dsfs/manifest"
+)
+
+func TestCombine(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 0)
+	t1 := t0.Add(time.Hour)
+	for _, tc := range []struct {
+		name string
+		in   []Attr
+		want Attr
+	}{
+		{"one source", []Attr{{Perm: 0o550, Uid: 7, Gid: 8, Mtime: t0, Ctime: t1}},
+			Attr{Perm: 0o550, Uid: 7, Gid: 8, Mtime: t0, Ctime: t1}},
+		{"same owner: bits every source grants, newest times",
+			[]Attr{{Perm: 0o444, Uid: 7, Gid: 8, Mtime: t1, Ctime: t0}, {Perm: 0o440, Uid: 7, Gid: 8, Mtime: t0, Ctime: t1}},
+			Attr{Perm: 0o440, Uid: 7, Gid: 8, Mtime: t1, Ctime: t1}},
+		{"owners differ: root owns it",
+			[]Attr{{Perm: 0o444, Uid: 7, Gid: 8}, {Perm: 0o404, Uid: 9, Gid: 8}},
+			Attr{Perm: 0o404, Uid: 0, Gid: 8}},
+		{"groups differ: group root, group bits no more than others'",
+			[]Attr{{Perm: 0o444, Uid: 7, Gid: 8}, {Perm: 0o440, Uid: 7, Gid: 9}},
+			Attr{Perm: 0o400, Uid: 7, Gid: 0}},
+		{"groups differ, others may read",
+			[]Attr{{Perm: 0o555, Uid: 7, Gid: 8}, {Perm: 0o545, Uid: 7, Gid: 9}},
+			Attr{Perm: 0o545, Uid: 7, Gid: 0}},
+	} {
+		if got := combine(tc.in...); got != tc.want {
+			t.Errorf("%s: got %+v, want %+v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// copyDir copies the regular files of src into a new directory.
+func copyDir(t *testing.T, src string) string {
+	t.Helper()
+	dst := filepath.Join(t.TempDir(), "ckpt")
+	if err := os.Mkdir(dst, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ents, err := os.ReadDir(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		in, err := os.Open(filepath.Join(src, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := os.Create(filepath.Join(dst, e.Name()))
+		if err == nil {
+			_, err = io.Copy(out, in)
+			if cerr := out.Close(); err == nil {
+				err = cerr
+			}
+		}
+		in.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dst
+}
+
+// TestAttrsFollowSources checks that each file shows its sources' owner,
+// permissions and newest times, and each directory the checkpoint
+// directory's.
+func TestAttrsFollowSources(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to give files other owners")
+	}
+	dir := copyDir(t, tinyDir)
+	const (
+		private = "model-00001-of-00004.safetensors" // 0600, newest
+		other   = "model-00002-of-00004.safetensors" // another owner and group, 0640
+		plain   = "model-00003-of-00004.safetensors" // older than config.json
+	)
+	t0 := time.Unix(1_700_000_000, 0)
+	tConfig, tPrivate := t0.Add(time.Hour), t0.Add(2*time.Hour)
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		os.Chtimes(filepath.Join(dir, e.Name()), t0, t0)
+	}
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(os.Chtimes(filepath.Join(dir, manifest.ConfigName), tConfig, tConfig))
+	must(os.Chmod(filepath.Join(dir, private), 0o600))
+	must(os.Chtimes(filepath.Join(dir, private), tPrivate, tPrivate))
+	must(os.Chown(filepath.Join(dir, other), 1000, 1000))
+	must(os.Chmod(filepath.Join(dir, other), 0o640))
+	must(os.Chmod(dir, 0o750))
+
+	cat, err := manifest.Open(dir)
+	must(err)
+	s, err := Build(cat, Options{})
+	must(err)
+	t.Cleanup(func() { s.Close(); cat.Close() })
+	dirAttr, err := attrOf(dir)
+	must(err)
+	if dirAttr.Perm != 0o550 {
+		t.Fatalf("checkpoint directory: perm %o", dirAttr.Perm)
+	}
+
+	for _, tc := range []struct {
+		path     string
+		perm     uint32
+		uid, gid uint32
+		mtime    time.Time
+	}{
+		{"source/" + private, 0o400, 0, 0, tPrivate},
+		{"source/" + other, 0o440, 1000, 1000, t0},
+		{"source/" + plain, 0o444, 0, 0, t0},
+		{"source/config.json", 0o444, 0, 0, tConfig},
+		{"nvfp4/" + private, 0o400, 0, 0, tPrivate},
+		{"nvfp4/" + plain, 0o444, 0, 0, tConfig}, // config.json names the roles
+		{"nvfp4/" + other, 0o400, 0, 0, tConfig}, // owners and groups differ: root's, group bits cut to others'
+		{"nvfp4/config.json", 0o444, 0, 0, tConfig},
+		{"nvfp4/TRANSCODE.json", 0o400, 0, 0, tPrivate}, // the whole checkpoint
+		{"q2/plan.json", 0o400, 0, 0, tPrivate},         // the whole checkpoint
+		{"q2/quant-00003-of-00004.safetensors", 0o444, 0, 0, tConfig},
+		{"manifest/shards/" + private + ".json", 0o400, 0, 0, tPrivate},
+	} {
+		n, err := s.Root.Lookup(tc.path)
+		if err != nil {
+			t.Errorf("%s: %v", tc.path, err)
+			continue
+		}
+		a := n.Attr
+		if a.Perm != tc.perm || a.Uid != tc.uid || a.Gid != tc.gid || !a.Mtime.Equal(tc.mtime) {
+			t.Errorf("%s: perm %o uid %d gid %d mtime %v, want %o %d %d %v", tc.path, a.Perm, a.Uid, a.Gid, a.Mtime, tc.perm, tc.uid, tc.gid, tc.mtime)
+		}
+		if a.Ctime.Before(a.Mtime) {
+			t.Errorf("%s: ctime %v before mtime", tc.path, a.Ctime)
+		}
+	}
+	s.Root.Walk(func(p string, n *Node) error {
+		if n.IsDir() && n.Attr != dirAttr {
+			t.Errorf("directory %q: %+v, want the checkpoint directory's %+v", p, n.Attr, dirAttr)
+		}
+		return nil
+	})
+}
+
+// TestHeaderDocs pins which documents follow from the headers (exact size
+// from the first stat) and which need real work.
+func TestHeaderDocs(t *testing.T) {
+	cat, err := manifest.Open(tinyDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cat.Close() })
+	for _, noHash := range []bool{false, true} {
+		s, err := Build(cat, Options{NoHash: noHash})
+		if err != nil {
+			t.Fatal(err)
+		}
+		fromHeaders := map[string]bool{
+			"q2/plan.json": true, "q2/README.md": true,
+			"manifest/summary.json": true, "manifest/README.md": true,
+		}
+		if noHash { // manifest/ reads no data
+			fromHeaders["manifest/manifest.json"] = true
+			for _, sh := range cat.Shards {
+				fromHeaders["manifest/shards/"+sh.Name+".json"] = true
+			}
+		}
+		s.Root.Walk(func(p string, n *Node) error {
+			if n.Doc != nil && n.Doc.FromHeaders() != fromHeaders[p] {
+				t.Errorf("no-hash %v: %s: from headers %v, want %v", noHash, p, n.Doc.FromHeaders(), fromHeaders[p])
+			}
+			delete(fromHeaders, p)
+			return nil
+		})
+		if len(fromHeaders) > 0 {
+			t.Errorf("no-hash %v: missing %v", noHash, fromHeaders)
+		}
+		s.Close()
+	}
+}
