@@ -95,6 +95,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"verify", "q2", "a"}, "dsfs verify: --against DIR is required"},
 		{[]string{"audit", "nvfp4", "a"}, `dsfs audit: only q2 can be audited, not "nvfp4"`},
 		{[]string{"diff", "a"}, "dsfs diff: want 2 arguments, got 1"},
+		{[]string{"export", "nosuch", tinySrc, filepath.Join(dir, "out")}, `dsfs export: unknown view "nosuch" (have source,`},
 	} {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
 			stdout, stderr, status := dsfs(t, tt.args...)
