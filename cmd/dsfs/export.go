@@ -217,8 +217,10 @@ func exportView(ctx context.Context, view *views.Node, cache views.Cache, out, i
 	}
 	dirs := &exportDirs{out: out, fds: map[string]int{"": root}}
 	defer dirs.close()
-	if err := unix.Flock(root, unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		return res, fmt.Errorf("%s: another dsfs export is writing there (%v)", out, err)
+	if err := unix.Flock(root, unix.LOCK_EX|unix.LOCK_NB); errors.Is(err, unix.EWOULDBLOCK) {
+		return res, fmt.Errorf("%s: another dsfs export is writing there", out)
+	} else if err != nil {
+		return res, &os.PathError{Op: "flock", Path: out, Err: err}
 	}
 	if err := refuseSnapshot(out); err != nil {
 		return res, err
@@ -239,29 +241,12 @@ func exportView(ctx context.Context, view *views.Node, cache views.Cache, out, i
 			writeBytes += f.node.File.Size()
 		}
 	}
-	bar := newProgress("verifying", "")
-	var done int64
-	for i, f := range files {
-		if !f.verify {
-			continue
-		}
-		ok, err := dirs.matches(ctx, f, func(n int64) { done += n; bar.set(done, verifyBytes) })
-		if err != nil {
-			bar.finish()
-			return res, err
-		}
-		if ok {
-			files[i].node = nil // complete: nothing to write
-			res.skipped++
-			if f.node.File != nil {
-				writeBytes -= f.node.File.Size()
-			}
-		}
+	if err := verifyExisting(ctx, dirs, files, verifyBytes, &res, &writeBytes); err != nil {
+		return res, err
 	}
-	bar.finish()
-	bar = newProgress("exporting", "")
+	bar := newProgress("exporting", "")
 	defer bar.finish()
-	done = 0
+	var done int64 // may pass writeBytes: documents' sizes are known once computed
 	var warned bool
 	for _, f := range files {
 		if f.node == nil {
@@ -270,12 +255,41 @@ func exportView(ctx context.Context, view *views.Node, cache views.Cache, out, i
 		if err := ctx.Err(); err != nil {
 			return res, err
 		}
-		if err := dirs.write(ctx, f, cache, identity, &warned, func(n int64) { done += n; bar.set(done, writeBytes) }); err != nil {
+		if err := dirs.write(ctx, f, cache, identity, &warned, func(n int64) { done += n; bar.set(done, max(done, writeBytes)) }); err != nil {
 			return res, err
 		}
 		res.written++
 	}
 	return res, nil
+}
+
+// verifyExisting hashes the files a previous run of the same export
+// finished and marks those whose bytes still match their record as kept
+// (node nil), taking their size off writeBytes.
+func verifyExisting(ctx context.Context, dirs *exportDirs, files []exportFile, total int64, res *exportResult, writeBytes *int64) error {
+	if total == 0 {
+		return nil
+	}
+	bar := newProgress("verifying", "")
+	defer bar.finish()
+	var done int64
+	for i, f := range files {
+		if !f.verify {
+			continue
+		}
+		ok, err := dirs.matches(ctx, f, func(n int64) { done += n; bar.set(done, total) })
+		if err != nil {
+			return err
+		}
+		if ok {
+			files[i].node = nil // complete: nothing to write
+			res.skipped++
+			if f.node.File != nil {
+				*writeBytes -= f.node.File.Size()
+			}
+		}
+	}
+	return nil
 }
 
 // refuseSnapshot refuses an export directory that holds symbolic links
