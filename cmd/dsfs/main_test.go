@@ -210,3 +210,42 @@ func copyDir(t *testing.T, dir string) string {
 	}
 	return out
 }
+
+// TestProgressBarOnlyOnATerminal runs commands that show progress under
+// script(1), which gives them a terminal, and with stderr in a pipe: the
+// bar (bytes or units, rate, time left) appears only on the terminal.
+func TestProgressBarOnlyOnATerminal(t *testing.T) {
+	script, err := exec.LookPath("script")
+	if err != nil {
+		t.Skip("no script(1) to give the command a terminal")
+	}
+	q2 := t.TempDir()
+	for _, tt := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"export", "q2", tinySrc, q2}, []string{"exporting", "MiB", "/s"}},
+		{[]string{"audit", "q2", tinySrc, "--sample", "1"}, []string{"audit", "weights", "weights/s"}},
+		{[]string{"verify", "q2", tinySrc, "--against", q2, "--sample", "4"}, []string{"verify", "blocks"}},
+	} {
+		t.Run(tt.args[0], func(t *testing.T) {
+			_, stderr, status := dsfs(t, tt.args...)
+			if status != 0 || strings.Contains(stderr, "\r") || strings.Contains(stderr, tt.want[0]+" ") {
+				t.Errorf("without a terminal: status %d, stderr %q", status, stderr)
+			}
+			if tt.args[0] == "export" { // export again, through a terminal, into a fresh directory
+				tt.args[3] = t.TempDir()
+			}
+			line := dsfsBin + " " + strings.Join(tt.args, " ")
+			out, err := exec.Command(script, "-qec", line, "/dev/null").CombinedOutput()
+			if err != nil {
+				t.Fatalf("script -qec %q: %v\n%s", line, err, out)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(string(out), w) {
+					t.Errorf("on a terminal the output lacks %q:\n%q", w, out)
+				}
+			}
+		})
+	}
+}
