@@ -146,6 +146,39 @@ func TestVersion(t *testing.T) {
 	}
 }
 
+// TestVersionOfAClone builds dsfs in a fresh clone of this repository, as
+// a user would, and checks that --version names the commit it was built
+// from. (A git worktree gets no VCS stamp: the go command looks for a .git
+// directory.)
+func TestVersionOfAClone(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds dsfs again")
+	}
+	top, err := exec.Command("git", "rev-parse", "--show-toplevel").Output()
+	if err != nil {
+		t.Skipf("not in a git repository: %v", err)
+	}
+	clone := filepath.Join(t.TempDir(), "dsfs")
+	if out, err := exec.Command("git", "clone", "-q", strings.TrimSpace(string(top)), clone).CombinedOutput(); err != nil {
+		t.Fatalf("git clone: %v\n%s", err, out)
+	}
+	head, err := exec.Command("git", "-C", clone, "rev-parse", "HEAD").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(t.TempDir(), "dsfs")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/dsfs")
+	build.Dir = clone
+	build.Env = append(os.Environ(), "GOFLAGS=-buildvcs=true")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	out, err := exec.Command(bin, "--version").Output()
+	if want := "revision " + strings.TrimSpace(string(head)) + " "; err != nil || !strings.Contains(string(out), want) || strings.Contains(string(out), "modified") {
+		t.Errorf("dsfs --version = %q (%v), want it to contain %q and not modified", out, err, want)
+	}
+}
+
 // TestFindingsExitOne checks inspect's and diff's statuses: 0 when all is
 // well, 1 when they find problems or differences, 2 on an error.
 func TestFindingsExitOne(t *testing.T) {
