@@ -14,11 +14,12 @@ import (
 // engram transcodes FP8 Engram tables to FP4 with block-32 E8M0 scales
 // (FORMATS.md "engram-fp4/").
 type engram struct {
+	config *manifest.Config
 	tables []*manifest.Tensor
 }
 
 func engramRewriter(s *Set) (Rewriter, error) {
-	e := &engram{}
+	e := &engram{config: s.Cat.Config}
 	for _, t := range s.Cat.Tensors {
 		if isEngramTable(t) {
 			e.tables = append(e.tables, t)
@@ -86,7 +87,7 @@ func (e *engram) Rewrite(t *manifest.Tensor) ([]Out, bool) {
 }
 
 func (e *engram) ConfigPatch() map[string]any {
-	return map[string]any{"quantization_config.engram_dtype": "fp4"}
+	return quantConfigPatch(e.config, len(e.tables), "engram_dtype", "fp4")
 }
 
 func (e *engram) Files() map[string]*Node {

@@ -153,14 +153,32 @@ func (n *nvfp4) Rewrite(t *manifest.Tensor) ([]Out, bool) {
 }
 
 func (n *nvfp4) ConfigPatch() map[string]any {
-	return map[string]any{"quantization_config.expert_dtype": "nvfp4"}
+	return quantConfigPatch(n.set.Cat.Config, len(n.experts), "expert_dtype", "nvfp4")
 }
 
+// Files are the report and, when the view holds NVFP4 experts, their
+// ModelOpt description: a checkpoint without MXFP4 experts (V2, V3) gets
+// no hf_quant_config.json claiming a quantisation it does not hold.
 func (n *nvfp4) Files() map[string]*Node {
-	return map[string]*Node{
-		"TRANSCODE.json":       jsonDoc(n.report),
-		"hf_quant_config.json": {File: NewFile(Bytes(n.hfQuantConfig()))},
+	files := map[string]*Node{"TRANSCODE.json": jsonDoc(n.report)}
+	if len(n.experts) > 0 {
+		files["hf_quant_config.json"] = &Node{File: NewFile(Bytes(n.hfQuantConfig()))}
 	}
+	return files
+}
+
+// quantConfigPatch sets quantization_config.KEY to value in config.json
+// when the view converted at least one tensor and config.json has a
+// quantization_config naming its quant_method. Otherwise config.json stays
+// as it is: loaders (transformers' AutoQuantizationConfig, vLLM) dispatch
+// on quant_method, so a quantization_config without one, or one claiming a
+// conversion that did not happen, would break or mislead them.
+func quantConfigPatch(cfg *manifest.Config, converted int, key, value string) map[string]any {
+	q, _ := cfg.Raw["quantization_config"].(map[string]any)
+	if method, _ := q["quant_method"].(string); converted == 0 || method == "" {
+		return nil
+	}
+	return map[string]any{"quantization_config." + key: value}
 }
 
 // nvReport is one row of nvfp4/TRANSCODE.json.

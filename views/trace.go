@@ -34,10 +34,10 @@ func buildTrace(s *Set, _ string) (*Node, error) {
 	}
 	m, err := model.Open(s.Cat)
 	if ue := (*model.UnsupportedError)(nil); errors.As(err, &ue) {
-		return s.traceError("cannot run "+ue.What+"; the engine lacks:", ue.Missing...), nil
+		return s.traceError("cannot run "+ue.What, "cannot run "+ue.What+"; the engine lacks:", ue.Missing...), nil
 	}
 	if err != nil {
-		return s.traceError(err.Error()), nil
+		return s.traceError("cannot read the model", err.Error()), nil
 	}
 	var problems []string
 	tok, err := trace.LoadTokenizer(s.Cat)
@@ -51,7 +51,7 @@ func buildTrace(s *Set, _ string) (*Node, error) {
 		if user {
 			return nil, fmt.Errorf("--trace-prompts %s: %w", s.Opt.TracePrompts, err)
 		}
-		return s.traceError(fmt.Sprintf("the default prompts cannot run: %v", err), problems...), nil
+		return s.traceError("cannot run the default prompts", fmt.Sprintf("the default prompts cannot run: %v", err), problems...), nil
 	}
 	// The backend starts only for a model it can run: CUDA compiles its
 	// kernels and takes device memory.
@@ -101,9 +101,7 @@ func buildTrace(s *Set, _ string) (*Node, error) {
 	}
 	if len(problems) > 0 {
 		files["ERROR.txt"] = errorText(problems)
-		for _, p := range problems {
-			s.warnings = append(s.warnings, "trace: "+p)
-		}
+		s.warnings = append(s.warnings, traceWarning(fmt.Sprintf("serves part of the model (%d problems)", len(problems))))
 	}
 	return tree("", files), nil
 }
@@ -122,15 +120,22 @@ func traceLayerFile(tr *trace.Tracer, l int, id string) (*File, error) {
 }
 
 // traceError is a trace/ that holds only ERROR.txt: the reason, then
-// its details one per line.
-func (s *Set) traceError(reason string, details ...string) *Node {
-	s.warnings = append(s.warnings, "trace: "+reason+" "+strings.Join(details, "; "))
+// its details one per line. The log gets the summary alone.
+func (s *Set) traceError(summary, reason string, details ...string) *Node {
+	s.warnings = append(s.warnings, traceWarning(summary))
 	var b strings.Builder
 	b.WriteString("trace/: " + reason + "\n")
 	for _, d := range details {
 		b.WriteString("- " + d + "\n")
 	}
 	return tree("", map[string]*Node{"ERROR.txt": {File: NewFile(Bytes(b.String()))}})
+}
+
+// traceWarning is the one log line of a mount whose trace/ has an
+// ERROR.txt: a model's list of missing features or layer problems can run
+// to dozens of lines, which belong in the file, not in every mount's log.
+func traceWarning(summary string) string {
+	return "trace/ " + summary + "; details in trace/ERROR.txt"
 }
 
 // errorText is the ERROR.txt of a trace/ that serves part of the model:

@@ -11,12 +11,10 @@ import (
 	"slices"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/dsfs/dsfs/inventory"
 	"github.com/dsfs/dsfs/manifest"
 	"github.com/dsfs/dsfs/views"
-	"golang.org/x/sys/unix"
 )
 
 // inventoryFlags are the flags of the commands that take stock of a
@@ -80,9 +78,9 @@ func runInspect(args []string) error {
 	}
 	ctx, cancel := interruptible()
 	defer cancel()
-	stop := showProgress(os.Stderr, inv.Progress())
+	bar := watchInventory(inv.Progress())
 	m, err := inv.Manifest(ctx, shards...)
-	stop()
+	bar.finish()
 	if err != nil {
 		return err
 	}
@@ -92,6 +90,9 @@ func runInspect(args []string) error {
 		}
 	}
 	printManifest(os.Stdout, m, inv.Progress().Snapshot())
+	if len(m.Problems) > 0 {
+		return exitStatus(1)
+	}
 	return nil
 }
 
@@ -154,45 +155,15 @@ func printManifest(w io.Writer, m *inventory.Manifest, p inventory.ProgressSnaps
 
 func gib(n int64) float64 { return float64(n) / (1 << 30) }
 
-// showProgress draws a progress bar of p on w while the inventory reads,
-// if w is a terminal; stop erases it.
-func showProgress(w *os.File, p *inventory.Progress) (stop func()) {
-	if _, err := unix.IoctlGetTermios(int(w.Fd()), unix.TCGETS); err != nil {
-		return func() {}
-	}
-	done := make(chan struct{})
-	finished := make(chan struct{})
-	go func() {
-		defer close(finished)
-		tick := time.NewTicker(200 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-done:
-				fmt.Fprint(w, "\r\033[K")
-				return
-			case <-tick.C:
-				if s := p.Snapshot(); s.Running && s.TotalBytes > 0 {
-					fmt.Fprint(w, "\r\033[K"+progressLine(s))
-				}
-			}
-		}
-	}()
-	return func() { close(done); <-finished }
-}
-
-// progressLine is one line of progress: bytes, a bar, rate and ETA.
-func progressLine(s inventory.ProgressSnapshot) string {
-	const width = 30
-	frac := min(1, float64(s.HashedBytes)/float64(s.TotalBytes))
-	fill := int(frac * width)
-	eta := "-"
-	if s.ETASeconds != nil {
-		eta = (time.Duration(*s.ETASeconds) * time.Second).Round(time.Second).String()
-	}
-	return fmt.Sprintf("hashing %.2f / %.2f GiB [%s%s] %3.0f%% %6.0f MB/s ETA %s",
-		gib(s.HashedBytes), gib(s.TotalBytes), strings.Repeat("#", fill), strings.Repeat(".", width-fill),
-		100*frac, s.RateMBps, eta)
+// watchInventory shows the bytes an inventory has hashed of those it set
+// out to read.
+func watchInventory(p *inventory.Progress) *progress {
+	bar := newProgress("hashing", "")
+	bar.watch(func() (int64, int64) {
+		s := p.Snapshot()
+		return s.HashedBytes, s.TotalBytes
+	})
+	return bar
 }
 
 func runDiff(args []string) error {
@@ -224,7 +195,22 @@ func runDiff(args []string) error {
 		}
 	}
 	fmt.Print(c.Text())
+	if differ(c) {
+		return exitStatus(1)
+	}
 	return nil
+}
+
+// differ reports whether any tensor differs between the two sides: its
+// bytes, its representation, its presence or its header. Tensors that
+// could not be hashed (--no-hash) compare by name, dtype and shape alone.
+func differ(c *inventory.Comparison) bool {
+	for _, ch := range c.Changes {
+		if (ch.Status != inventory.Same && ch.Status != inventory.Unhashed) || ch.Note != "" {
+			return true
+		}
+	}
+	return false
 }
 
 // recordsOf returns the records of a checkpoint directory (hashing it) or
@@ -254,7 +240,7 @@ func recordsOf(ctx context.Context, path string, inf inventoryFlags) ([]inventor
 	for _, p := range inv.Catalog().Problems {
 		fmt.Fprintf(os.Stderr, "%s: %s\n", path, p)
 	}
-	stop := showProgress(os.Stderr, inv.Progress())
-	defer stop()
+	bar := watchInventory(inv.Progress())
+	defer bar.finish()
 	return inv.Records(ctx)
 }

@@ -10,6 +10,11 @@
 //	dsfs audit q2 SRC [--json F]
 //	dsfs inspect SRC [--json F] [--shard NAME] [--tp N] [--no-hash]
 //	dsfs diff A B
+//	dsfs --version
+//
+// Exit status: 0 on success, 2 for a usage error (one line on stderr), 1
+// for any other failure; inspect and diff exit 1 when they find problems or
+// differences and 2 on any error, as diff(1) and cmp(1) do.
 package main
 
 import (
@@ -18,28 +23,39 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
+	"runtime/debug"
+	"slices"
+	"strconv"
 	"strings"
+
+	"github.com/dsfs/dsfs/synth"
+	"github.com/dsfs/dsfs/trace"
+	"github.com/dsfs/dsfs/views"
 )
 
 type command struct {
 	name, usage, about string
 	run                func(args []string) error
+	// errStatus is the exit status of a failure other than a usage error:
+	// 2 for the commands whose status 1 means "found something".
+	errStatus int
 }
 
 var commands []command
 
 func init() {
 	commands = []command{
-		{"mount", "[--cache-mb N] [--cache-dir DIR] [--cache-dir-gb N] [--revision REV] [--views LIST] [--device auto|cpu|cuda] [--trace-prompts FILE] [--tp N] [--no-hash] [--allow-other] [--debug] SRC MNT", "mount SRC at MNT (foreground; Ctrl-C or SIGTERM unmounts)", runMount},
-		{"umount", "MNT", "unmount a dsfs mount", runUmount},
-		{"demo", "[--check] [--preset NAME] [MNT]", "synthesise a small checkpoint, mount it and show it; --check verifies the views and exits", runDemo},
-		{"synth", "--preset NAME OUT", "write a synthetic checkpoint (presets: see --help)", runSynth},
-		{"export", "[--cache-mb N] [--cache-dir DIR] [--cache-dir-gb N] [--revision REV] [--device auto|cpu|cuda] [--trace-prompts FILE] VIEW SRC OUT", "write a view as ordinary files, through the same code as the mount", runExport},
-		{"verify", "q2 SRC --against DIR [--sample N] [--seed S] [--json F]", "recompute sampled q2/ blocks and check them against an exported q2 directory or a --cache-dir, and the recorded digests", runVerify},
-		{"audit", "q2 SRC [--json F] [--sample N] [--cache-dir DIR]", "cosine similarity and relative RMS error of the q2/ blocks against the exact MXFP4 decode, per projection", runAudit},
-		{"inspect", "[--json F] [--shard NAME] [--tp N] [--no-hash] [--cache-dir DIR] SRC", "the manifest summary and problems of a checkpoint, hashing and checking every tensor (progress bar on a terminal)", runInspect},
-		{"diff", "[--json F] [--tp N] [--no-hash] [--cache-dir DIR] A B", "compare two checkpoints or manifest.json files tensor by tensor: same bytes, different bytes, missing, re-quantised", runDiff},
+		{"mount", "[--cache-mb N] [--cache-dir DIR] [--cache-dir-gb N] [--revision REV] [--views LIST] [--device auto|cpu|cuda] [--trace-prompts FILE] [--tp N] [--no-hash] [--allow-other] [--debug] SRC MNT", "mount SRC at MNT (foreground; Ctrl-C or SIGTERM unmounts)", runMount, 1},
+		{"umount", "MNT", "unmount a dsfs mount", runUmount, 1},
+		{"demo", "[--check] [--preset NAME] [MNT]", "synthesise a small checkpoint, mount it and show it; --check verifies the views and exits", runDemo, 1},
+		{"synth", "--preset NAME OUT", "write a synthetic checkpoint (presets: see --help)", runSynth, 1},
+		{"export", "[--cache-mb N] [--cache-dir DIR] [--cache-dir-gb N] [--revision REV] [--device auto|cpu|cuda] [--trace-prompts FILE] VIEW SRC OUT", "write a view as ordinary files, through the same code as the mount; a rerun completes an interrupted export", runExport, 1},
+		{"verify", "q2 SRC --against DIR [--sample N] [--seed S] [--json F]", "recompute sampled q2/ blocks and check them against an exported q2 directory or a --cache-dir, and the recorded digests", runVerify, 1},
+		{"audit", "q2 SRC [--json F] [--sample N] [--cache-dir DIR]", "cosine similarity and relative RMS error of the q2/ blocks against the exact MXFP4 decode, per projection", runAudit, 1},
+		{"inspect", "[--json F] [--shard NAME] [--tp N] [--no-hash] [--cache-dir DIR] SRC", "the manifest summary and problems of a checkpoint, hashing and checking every tensor (progress bar on a terminal); exits 1 when it finds problems", runInspect, 2},
+		{"diff", "[--json F] [--tp N] [--no-hash] [--cache-dir DIR] A B", "compare two checkpoints or manifest.json files tensor by tensor: same bytes, different bytes, missing, re-quantised; exits 1 when they differ", runDiff, 2},
 	}
 }
 
@@ -49,52 +65,140 @@ func usage(w io.Writer) {
 	for _, c := range commands {
 		fmt.Fprintf(w, "  dsfs %s %s\n      %s\n", c.name, c.usage, c.about)
 	}
+	fmt.Fprintln(w, "  dsfs --version\n      the module version and VCS revision of this binary")
+	fmt.Fprintln(w, "\nExit status: 0 on success, 1 on failure (inspect: problems found; diff: the checkpoints differ), 2 on a usage error (inspect, diff: on any error).")
+	fmt.Fprintln(w, "dsfs COMMAND --help shows a command's flags.")
 }
 
 func main() {
 	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})))
-	if len(os.Args) < 2 || os.Args[1] == "-h" || os.Args[1] == "--help" || os.Args[1] == "help" {
-		usage(os.Stdout)
-		return
-	}
-	for _, c := range commands {
-		if c.name == os.Args[1] {
-			if err := c.run(os.Args[2:]); err != nil {
-				if errors.Is(err, flag.ErrHelp) {
-					return
-				}
-				fmt.Fprintf(os.Stderr, "dsfs %s: %v\n", c.name, err)
-				os.Exit(1)
-			}
-			return
-		}
-	}
-	fmt.Fprintf(os.Stderr, "dsfs: unknown command %q\n", os.Args[1])
-	usage(os.Stderr)
-	os.Exit(2)
+	os.Exit(run(os.Args[1:]))
 }
 
-// flags returns a flag set for a command whose usage line is printed on error.
+// run runs the command line args and returns the exit status.
+func run(args []string) int {
+	if len(args) == 0 {
+		fmt.Fprintln(os.Stderr, "dsfs: no command given; see dsfs --help")
+		return 2
+	}
+	switch args[0] {
+	case "-h", "-help", "--help", "help":
+		usage(os.Stdout)
+		return 0
+	case "-version", "--version", "version":
+		fmt.Println(version())
+		return 0
+	}
+	i := slices.IndexFunc(commands, func(c command) bool { return c.name == args[0] })
+	if i < 0 {
+		what := "command"
+		if strings.HasPrefix(args[0], "-") {
+			what = "flag"
+		}
+		fmt.Fprintf(os.Stderr, "dsfs: unknown %s %q; see dsfs --help\n", what, args[0])
+		return 2
+	}
+	c := commands[i]
+	err := c.run(args[1:])
+	var status exitStatus
+	var ue usageError
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.As(err, &status):
+		return int(status)
+	case errors.As(err, &ue):
+		fmt.Fprintf(os.Stderr, "dsfs %s: %v; see dsfs %s --help\n", c.name, err, c.name)
+		return 2
+	default:
+		fmt.Fprintf(os.Stderr, "dsfs %s: %v\n", c.name, err)
+		return c.errStatus
+	}
+}
+
+// usageError is a mistake in the command line: dsfs says what it is in one
+// line and exits 2.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+func usagef(format string, a ...any) error { return usageError{fmt.Errorf(format, a...)} }
+
+// exitStatus ends a command whose output has already said what it found
+// (inspect's problems, diff's differences) with that status.
+type exitStatus int
+
+func (e exitStatus) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
+
+// version is the module version and VCS revision the binary was built
+// from, as the go command recorded them.
+func version() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "dsfs: no build information in this binary"
+	}
+	return versionOf(bi)
+}
+
+func versionOf(bi *debug.BuildInfo) string {
+	set := make(map[string]string)
+	for _, s := range bi.Settings {
+		set[s.Key] = s.Value
+	}
+	v := "dsfs " + bi.Main.Version
+	rev := set["vcs.revision"]
+	if rev == "" {
+		return v + " " + bi.GoVersion + " (no VCS revision recorded: built outside a git clone or with -buildvcs=false)"
+	}
+	v += " revision " + rev
+	if t := set["vcs.time"]; t != "" {
+		v += " " + t
+	}
+	if set["vcs.modified"] == "true" {
+		v += " (modified)"
+	}
+	return v + " " + bi.GoVersion
+}
+
+// flags returns a flag set for a command. It prints nothing itself: --help
+// prints the command's usage on stdout and a bad flag comes back from parse
+// as a usageError.
 func flags(name string) *flag.FlagSet {
 	fs := flag.NewFlagSet("dsfs "+name, flag.ContinueOnError)
-	for _, c := range commands {
-		if c.name == name {
-			fs.Usage = func() {
-				fmt.Fprintf(fs.Output(), "usage: dsfs %s %s\n  %s\n", c.name, c.usage, c.about)
-				fs.PrintDefaults()
-			}
-		}
-	}
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
 	return fs
 }
 
+// printUsage prints a command's usage line and flags on w.
+func printUsage(w io.Writer, fs *flag.FlagSet) {
+	name := strings.TrimPrefix(fs.Name(), "dsfs ")
+	for _, c := range commands {
+		if c.name == name {
+			fmt.Fprintf(w, "usage: dsfs %s %s\n  %s\n", c.name, c.usage, c.about)
+		}
+	}
+	fs.SetOutput(w)
+	fs.PrintDefaults()
+	fs.SetOutput(io.Discard)
+}
+
 // parse parses flags that may stand before or after the positional
-// arguments and checks their count.
+// arguments, checks their count and the values of the flags flagChecks
+// knows.
 func parse(fs *flag.FlagSet, args []string, min, max int) ([]string, error) {
 	var pos []string
 	for {
 		if err := fs.Parse(args); err != nil {
-			return nil, err
+			if errors.Is(err, flag.ErrHelp) {
+				printUsage(os.Stdout, fs)
+				return nil, err
+			}
+			if name, ok := strings.CutPrefix(err.Error(), "flag provided but not defined: -"); ok {
+				return nil, usagef("unknown flag --%s", name)
+			}
+			return nil, usageError{err}
 		}
 		args = fs.Args()
 		if len(args) == 0 {
@@ -104,15 +208,88 @@ func parse(fs *flag.FlagSet, args []string, min, max int) ([]string, error) {
 		args = args[1:]
 	}
 	if len(pos) < min || len(pos) > max {
-		fs.Usage()
-		return nil, fmt.Errorf("want %s, got %q", argCount(min, max), strings.Join(pos, " "))
+		return nil, usagef("want %s, got %d%s", argCount(min, max), len(pos), quoted(pos))
 	}
-	return pos, nil
+	var err error
+	fs.Visit(func(f *flag.Flag) {
+		if check := flagChecks[f.Name]; check != nil && err == nil {
+			if cerr := check(f.Value.String()); cerr != nil {
+				err = usagef("--%s %s: %v", f.Name, f.Value, cerr)
+			}
+		}
+	})
+	return pos, err
+}
+
+func quoted(args []string) string {
+	if len(args) == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (%q)", strings.Join(args, " "))
 }
 
 func argCount(min, max int) string {
-	if min == max {
+	switch {
+	case min == max && min == 1:
+		return "1 argument"
+	case min == max:
 		return fmt.Sprintf("%d arguments", min)
 	}
 	return fmt.Sprintf("%d to %d arguments", min, max)
+}
+
+// flagChecks validates the values of the flags several commands share, by
+// flag name, so that each command rejects a bad value before it does
+// anything.
+var flagChecks = map[string]func(string) error{
+	"cache-mb":     intIn(1, 1<<30, "want a number of MiB from 1 to 1073741824"),
+	"cache-dir-gb": floatIn(0, 1<<32, "want a number of GiB from 0 (no cap) to 4294967296"),
+	"tp":           intIn(1, 1<<16, "want a tensor-parallel degree from 1 (no cuts) to 65536"),
+	"sample":       intIn(0, math.MaxInt64, "want 0 (all) or a positive count"),
+	"device":       trace.CheckDevice,
+	"views":        checkViews,
+	"preset":       checkPreset,
+}
+
+// intIn accepts an integer in [lo, hi].
+func intIn(lo, hi int64, want string) func(string) error {
+	return func(s string) error {
+		if n, err := strconv.ParseInt(s, 10, 64); err != nil || n < lo || n > hi {
+			return errors.New(want)
+		}
+		return nil
+	}
+}
+
+// floatIn accepts a number in [lo, hi].
+func floatIn(lo, hi float64, want string) func(string) error {
+	return func(s string) error {
+		// NaN fails both comparisons.
+		if x, err := strconv.ParseFloat(s, 64); err != nil || !(x >= lo && x <= hi) {
+			return errors.New(want)
+		}
+		return nil
+	}
+}
+
+// checkViews accepts a comma-separated list of known views.
+func checkViews(s string) error {
+	for _, v := range strings.Split(s, ",") {
+		if !slices.Contains(views.Names(), v) {
+			return fmt.Errorf("unknown view %q (have %s)", v, strings.Join(views.Names(), ", "))
+		}
+	}
+	return nil
+}
+
+// checkPreset accepts the name of a synth preset.
+func checkPreset(s string) error {
+	var names []string
+	for _, p := range synth.Presets() {
+		if p.Name == s {
+			return nil
+		}
+		names = append(names, p.Name)
+	}
+	return fmt.Errorf("unknown preset (have %s)", strings.Join(names, ", "))
 }

@@ -5,18 +5,14 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"io"
 	"os"
 	"os/signal"
-	"strings"
-	"sync"
 	"syscall"
 	"time"
 
 	"github.com/dsfs/dsfs/diskcache"
 	"github.com/dsfs/dsfs/q2check"
 	"github.com/dsfs/dsfs/views"
-	"golang.org/x/sys/unix"
 )
 
 // q2Flags are the flags of the commands that serve or read q2/.
@@ -79,10 +75,10 @@ func runVerify(args []string) error {
 		return err
 	}
 	if pos[0] != "q2" {
-		return fmt.Errorf("only q2 can be verified, not %q", pos[0])
+		return usagef("only q2 can be verified, not %q", pos[0])
 	}
 	if *against == "" {
-		return fmt.Errorf("--against DIR is required")
+		return usagef("--against DIR is required")
 	}
 	src, q, err := openQ2(pos[1], views.Options{})
 	if err != nil {
@@ -91,8 +87,8 @@ func runVerify(args []string) error {
 	defer src.Close()
 	ctx, stop := signalContext()
 	defer stop()
-	bar := newProgressBar(os.Stderr, "verify", "blocks")
-	r, err := q2check.Verify(ctx, q, *against, *sample, *seed, bar.update)
+	bar := newProgress("verify", "blocks")
+	r, err := q2check.Verify(ctx, q, *against, *sample, *seed, bar.set)
 	bar.finish()
 	if err != nil {
 		return err
@@ -123,7 +119,7 @@ func runAudit(args []string) error {
 		return err
 	}
 	if pos[0] != "q2" {
-		return fmt.Errorf("only q2 can be audited, not %q", pos[0])
+		return usagef("only q2 can be audited, not %q", pos[0])
 	}
 	opt, err := qf.options(nil)
 	if err != nil {
@@ -136,8 +132,8 @@ func runAudit(args []string) error {
 	defer src.Close()
 	ctx, stop := signalContext()
 	defer stop()
-	bar := newProgressBar(os.Stderr, "audit", "weights")
-	r, err := q2check.Audit(ctx, q, *sample, bar.update)
+	bar := newProgress("audit", "weights")
+	r, err := q2check.Audit(ctx, q, *sample, bar.set)
 	bar.finish()
 	if err != nil {
 		return err
@@ -160,57 +156,4 @@ func writeJSON(path string, v any) error {
 		return err
 	}
 	return os.WriteFile(path, append(b, '\n'), 0o644)
-}
-
-// progressBar draws a one-line bar on a terminal, at most ten times a
-// second; on anything else it stays silent.
-type progressBar struct {
-	w           io.Writer
-	what, units string
-	start       time.Time
-
-	mu    sync.Mutex
-	last  time.Time
-	drawn bool
-}
-
-func newProgressBar(f *os.File, what, units string) *progressBar {
-	b := &progressBar{what: what, units: units, start: time.Now()}
-	if _, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS); err == nil {
-		b.w = f
-	}
-	return b
-}
-
-func (b *progressBar) update(done, total int64) {
-	if b.w == nil {
-		return
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	now := time.Now()
-	if now.Sub(b.last) < 100*time.Millisecond && done < total {
-		return
-	}
-	b.last = now
-	const width = 30
-	frac := 1.0
-	if total > 0 {
-		frac = float64(done) / float64(total)
-	}
-	fill := int(frac * width)
-	eta := "--"
-	if elapsed := now.Sub(b.start); done > 0 && done < total {
-		eta = (time.Duration(float64(elapsed) * (1/frac - 1))).Round(time.Second).String()
-	}
-	fmt.Fprintf(b.w, "\r%s [%s%s] %5.1f%% %d/%d %s, eta %s ", b.what,
-		strings.Repeat("=", fill), strings.Repeat(" ", width-fill), 100*frac, done, total, b.units, eta)
-	b.drawn = true
-}
-
-// finish ends the bar's line.
-func (b *progressBar) finish() {
-	if b.w != nil && b.drawn {
-		fmt.Fprintln(b.w)
-	}
 }

@@ -1,0 +1,284 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime/debug"
+	"strings"
+	"testing"
+
+	"github.com/dsfs/dsfs/synth"
+)
+
+var (
+	// dsfsBin is this command, built once for the tests that run it.
+	dsfsBin string
+	// tinySrc is a v41-tiny checkpoint the tests only read.
+	tinySrc string
+)
+
+func TestMain(m *testing.M) {
+	tmp, err := os.MkdirTemp("", "dsfs-cmd-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := func() int {
+		defer os.RemoveAll(tmp)
+		dsfsBin = filepath.Join(tmp, "dsfs")
+		if out, err := exec.Command("go", "build", "-o", dsfsBin, ".").CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "building dsfs: %v\n%s", err, out)
+			return 1
+		}
+		tinySrc = filepath.Join(tmp, "tiny")
+		if err := synth.Write("v41-tiny", tinySrc); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		return m.Run()
+	}()
+	os.Exit(code)
+}
+
+// dsfs runs the built command and returns its stdout, stderr and exit
+// status.
+func dsfs(t *testing.T, args ...string) (stdout, stderr string, status int) {
+	t.Helper()
+	var o, e bytes.Buffer
+	cmd := exec.Command(dsfsBin, args...)
+	cmd.Stdout, cmd.Stderr = &o, &e
+	err := cmd.Run()
+	var ee *exec.ExitError
+	switch {
+	case errors.As(err, &ee):
+		status = ee.ExitCode()
+	case err != nil:
+		t.Fatal(err)
+	}
+	return o.String(), e.String(), status
+}
+
+// TestUsageErrors checks that every mistake in the command line gets one
+// line on stderr naming it and pointing at --help, and exit status 2,
+// before dsfs touches anything.
+func TestUsageErrors(t *testing.T) {
+	dir := t.TempDir()
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "dsfs: no command given; see dsfs --help"},
+		{[]string{"nosuch"}, `dsfs: unknown command "nosuch"; see dsfs --help`},
+		{[]string{"--nosuch"}, `dsfs: unknown flag "--nosuch"; see dsfs --help`},
+		{[]string{"mount", "--nosuch", "a", "b"}, "dsfs mount: unknown flag --nosuch; see dsfs mount --help"},
+		{[]string{"mount", "a"}, `dsfs mount: want 2 arguments, got 1 ("a"); see dsfs mount --help`},
+		{[]string{"umount"}, "dsfs umount: want 1 argument, got 0; see dsfs umount --help"},
+		{[]string{"export", "source", "a", "b", "c"}, "dsfs export: want 3 arguments, got 4"},
+		{[]string{"mount", "--cache-mb", "-5", "a", "b"}, "dsfs mount: --cache-mb -5: want a number of MiB"},
+		{[]string{"export", "--cache-mb", "x", "source", "a", "b"}, `invalid value "x" for flag -cache-mb`},
+		{[]string{"mount", "--cache-dir-gb", "-1", "a", "b"}, "dsfs mount: --cache-dir-gb -1: want a number of GiB"},
+		{[]string{"mount", "--cache-dir-gb", "NaN", "a", "b"}, "dsfs mount: --cache-dir-gb NaN: want a number of GiB"},
+		{[]string{"mount", "--tp", "0", "a", "b"}, "dsfs mount: --tp 0: want a tensor-parallel degree"},
+		{[]string{"inspect", "--tp", "-2", "a"}, "dsfs inspect: --tp -2: want a tensor-parallel degree"},
+		{[]string{"audit", "q2", "a", "--sample", "-3"}, "dsfs audit: --sample -3: want 0 (all) or a positive count"},
+		{[]string{"verify", "q2", "a", "--against", dir, "--sample", "-3"}, "dsfs verify: --sample -3: want 0 (all)"},
+		{[]string{"mount", "--device", "foo", "a", "b"}, `dsfs mount: --device foo: unknown device "foo" (want auto, cpu or cuda)`},
+		{[]string{"export", "--device", "tpu", "trace", "a", "b"}, `--device tpu: unknown device "tpu"`},
+		{[]string{"mount", "--views", "nosuch", "a", "b"}, `dsfs mount: --views nosuch: unknown view "nosuch" (have source, `},
+		{[]string{"mount", "--views", "source,,q2", "a", "b"}, `unknown view ""`},
+		{[]string{"synth", "--preset", "v9", filepath.Join(dir, "x")}, "dsfs synth: --preset v9: unknown preset (have v41-tiny,"},
+		{[]string{"verify", "nvfp4", "a", "--against", dir}, `dsfs verify: only q2 can be verified, not "nvfp4"`},
+		{[]string{"verify", "q2", "a"}, "dsfs verify: --against DIR is required"},
+		{[]string{"audit", "nvfp4", "a"}, `dsfs audit: only q2 can be audited, not "nvfp4"`},
+		{[]string{"diff", "a"}, "dsfs diff: want 2 arguments, got 1"},
+		{[]string{"export", "nosuch", tinySrc, filepath.Join(dir, "out")}, `dsfs export: unknown view "nosuch" (have source,`},
+	} {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			stdout, stderr, status := dsfs(t, tt.args...)
+			if status != 2 {
+				t.Errorf("exit status %d, want 2", status)
+			}
+			if stdout != "" {
+				t.Errorf("stdout %q, want nothing", stdout)
+			}
+			if lines := strings.Split(strings.TrimSuffix(stderr, "\n"), "\n"); len(lines) != 1 || !strings.Contains(lines[0], tt.want) || !strings.HasSuffix(lines[0], "--help") {
+				t.Errorf("stderr %q, want one line containing %q and ending in a pointer to --help", stderr, tt.want)
+			}
+		})
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+		t.Errorf("a rejected command line wrote %d entries", len(ents))
+	}
+}
+
+// TestHelp checks that --help prints the whole usage on stdout and exits 0.
+func TestHelp(t *testing.T) {
+	for _, args := range [][]string{{"--help"}, {"-h"}, {"help"}, {"mount", "--help"}, {"export", "-h"}} {
+		stdout, stderr, status := dsfs(t, args...)
+		if status != 0 || stderr != "" || !strings.HasPrefix(stdout, "usage: dsfs ") {
+			t.Errorf("dsfs %s: status %d, stderr %q, stdout %.60q", strings.Join(args, " "), status, stderr, stdout)
+		}
+		if args[0] == "mount" && !strings.Contains(stdout, "-cache-mb") {
+			t.Errorf("dsfs mount --help lacks the flags:\n%s", stdout)
+		}
+		if len(args) == 1 && !strings.Contains(stdout, "Exit status") {
+			t.Errorf("dsfs %s does not document the exit statuses", args[0])
+		}
+	}
+}
+
+func TestVersion(t *testing.T) {
+	stdout, stderr, status := dsfs(t, "--version")
+	if status != 0 || stderr != "" || !strings.HasPrefix(stdout, "dsfs ") || strings.Count(stdout, "\n") != 1 {
+		t.Fatalf("dsfs --version: status %d, stderr %q, stdout %q", status, stderr, stdout)
+	}
+	bi := &debug.BuildInfo{GoVersion: "go1.26.8", Main: debug.Module{Version: "v1.2.3"}}
+	if got, want := versionOf(bi), "dsfs v1.2.3 go1.26.8 (no VCS revision recorded: built outside a git clone or with -buildvcs=false)"; got != want {
+		t.Errorf("without VCS settings: %q, want %q", got, want)
+	}
+	bi.Settings = []debug.BuildSetting{{Key: "vcs.revision", Value: "0123abcd"}, {Key: "vcs.time", Value: "2026-12-01T16:00:00Z"}, {Key: "vcs.modified", Value: "true"}}
+	if got, want := versionOf(bi), "dsfs v1.2.3 revision 0123abcd 2026-12-01T16:00:00Z (modified) go1.26.8"; got != want {
+		t.Errorf("with VCS settings: %q, want %q", got, want)
+	}
+}
+
+// TestVersionOfAClone builds dsfs in a fresh clone of this repository, as
+// a user would, and checks that --version names the commit it was built
+// from. (A git worktree gets no VCS stamp: the go command looks for a .git
+// directory.)
+func TestVersionOfAClone(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds dsfs again")
+	}
+	top, err := exec.Command("git", "rev-parse", "--show-toplevel").Output()
+	if err != nil {
+		t.Skipf("not in a git repository: %v", err)
+	}
+	clone := filepath.Join(t.TempDir(), "dsfs")
+	if out, err := exec.Command("git", "clone", "-q", strings.TrimSpace(string(top)), clone).CombinedOutput(); err != nil {
+		t.Fatalf("git clone: %v\n%s", err, out)
+	}
+	head, err := exec.Command("git", "-C", clone, "rev-parse", "HEAD").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(t.TempDir(), "dsfs")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/dsfs")
+	build.Dir = clone
+	build.Env = append(os.Environ(), "GOFLAGS=-buildvcs=true")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	out, err := exec.Command(bin, "--version").Output()
+	if want := "revision " + strings.TrimSpace(string(head)) + " "; err != nil || !strings.Contains(string(out), want) || strings.Contains(string(out), "modified") {
+		t.Errorf("dsfs --version = %q (%v), want it to contain %q and not modified", out, err, want)
+	}
+}
+
+// TestFindingsExitOne checks inspect's and diff's statuses: 0 when all is
+// well, 1 when they find problems or differences, 2 on an error.
+func TestFindingsExitOne(t *testing.T) {
+	// A copy with one tensor's bytes changed, and one with a shard whose
+	// header is cut short.
+	changed := copyDir(t, tinySrc)
+	shards, _ := filepath.Glob(filepath.Join(changed, "*.safetensors"))
+	f, err := os.OpenFile(shards[0], os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fi, _ := f.Stat()
+	if _, err := f.WriteAt([]byte{0x5a}, fi.Size()-1); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	broken := copyDir(t, tinySrc)
+	if err := os.Truncate(filepath.Join(broken, filepath.Base(shards[0])), 4); err != nil {
+		t.Fatal(err)
+	}
+	missing := filepath.Join(t.TempDir(), "none")
+	for _, tt := range []struct {
+		args   []string
+		status int
+	}{
+		{[]string{"inspect", tinySrc}, 0},
+		{[]string{"inspect", broken}, 1},
+		{[]string{"inspect", missing}, 2},
+		{[]string{"diff", "--no-hash", tinySrc, changed}, 0}, // headers only: they agree
+		{[]string{"diff", tinySrc, tinySrc}, 0},
+		{[]string{"diff", tinySrc, changed}, 1},
+		{[]string{"diff", tinySrc, missing}, 2},
+	} {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			stdout, stderr, status := dsfs(t, tt.args...)
+			if status != tt.status {
+				t.Errorf("exit status %d, want %d\nstdout:\n%s\nstderr:\n%s", status, tt.status, stdout, stderr)
+			}
+			if tt.status == 2 && strings.Count(stderr, "\n") != 1 {
+				t.Errorf("want one line on stderr, got %q", stderr)
+			}
+		})
+	}
+}
+
+// copyDir copies the regular files of dir into a new temporary directory.
+func copyDir(t *testing.T, dir string) string {
+	t.Helper()
+	out := t.TempDir()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(out, e.Name()), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return out
+}
+
+// TestProgressBarOnlyOnATerminal runs commands that show progress under
+// script(1), which gives them a terminal, and with stderr in a pipe: the
+// bar (bytes or units, rate, time left) appears only on the terminal.
+func TestProgressBarOnlyOnATerminal(t *testing.T) {
+	script, err := exec.LookPath("script")
+	if err != nil {
+		t.Skip("no script(1) to give the command a terminal")
+	}
+	q2 := t.TempDir()
+	for _, tt := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"export", "q2", tinySrc, q2}, []string{"exporting", "MiB", "/s"}},
+		{[]string{"audit", "q2", tinySrc, "--sample", "1"}, []string{"audit", "weights", "weights/s"}},
+		{[]string{"verify", "q2", tinySrc, "--against", q2, "--sample", "4"}, []string{"verify", "blocks"}},
+	} {
+		t.Run(tt.args[0], func(t *testing.T) {
+			_, stderr, status := dsfs(t, tt.args...)
+			if status != 0 || strings.Contains(stderr, "\r") || strings.Contains(stderr, tt.want[0]+" ") {
+				t.Errorf("without a terminal: status %d, stderr %q", status, stderr)
+			}
+			if tt.args[0] == "export" { // export again, through a terminal, into a fresh directory
+				tt.args[3] = t.TempDir()
+			}
+			line := dsfsBin + " " + strings.Join(tt.args, " ")
+			out, err := exec.Command(script, "-qec", line, "/dev/null").CombinedOutput()
+			if err != nil {
+				t.Fatalf("script -qec %q: %v\n%s", line, err, out)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(string(out), w) {
+					t.Errorf("on a terminal the output lacks %q:\n%q", w, out)
+				}
+			}
+		})
+	}
+}

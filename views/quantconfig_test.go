@@ -1,0 +1,73 @@
+package views
+
+import (
+	"bytes"
+	"maps"
+	"slices"
+	"testing"
+
+	"github.com/dsfs/dsfs/blockcache"
+	"github.com/dsfs/dsfs/manifest"
+	"github.com/dsfs/dsfs/synth"
+)
+
+// TestNoQuantisationClaimedWithoutConversion builds the transcoding views
+// of checkpoints that hold neither MXFP4 experts nor Engram tables (V2,
+// V3): their config.json must be the source's, byte for byte, and nvfp4/
+// must not describe NVFP4 experts in hf_quant_config.json.
+func TestNoQuantisationClaimedWithoutConversion(t *testing.T) {
+	for _, preset := range []string{"v2lite-tiny", "v3-tiny"} {
+		t.Run(preset, func(t *testing.T) {
+			dir := t.TempDir()
+			if err := synth.Write(preset, dir); err != nil {
+				t.Fatal(err)
+			}
+			cat, err := manifest.Open(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s, err := Build(cat, Options{Views: []string{"nvfp4", "engram-fp4", "nvfp4+engram-fp4"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			cache := blockcache.New(16<<20, 2)
+			t.Cleanup(func() { cache.Close(); s.Close(); cat.Close() })
+			for _, name := range []string{"nvfp4", "engram-fp4", "nvfp4+engram-fp4"} {
+				view := s.Root.Child(name)
+				if view == nil {
+					t.Fatalf("%s: no view", name)
+				}
+				if got := readAll(t, view.Child("config.json"), cache); !bytes.Equal(got, cat.ConfigBytes) {
+					t.Errorf("%s/config.json differs from the source's:\n%s", name, got)
+				}
+				if view.Child("hf_quant_config.json") != nil {
+					t.Errorf("%s/hf_quant_config.json exists for a checkpoint without MXFP4 experts", name)
+				}
+			}
+		})
+	}
+}
+
+func TestQuantConfigPatch(t *testing.T) {
+	for _, tt := range []struct {
+		name      string
+		config    string
+		converted int
+		want      map[string]any
+	}{
+		{"converted", `{"quantization_config": {"quant_method": "fp8"}}`, 3, map[string]any{"quantization_config.expert_dtype": "nvfp4"}},
+		{"nothing converted", `{"quantization_config": {"quant_method": "fp8"}}`, 0, nil},
+		{"no quantization_config", `{"model_type": "deepseek_v2"}`, 3, nil},
+		{"no quant_method", `{"quantization_config": {"weight_block_size": [128, 128]}}`, 3, nil},
+		{"quant_method not a string", `{"quantization_config": {"quant_method": 8}}`, 3, nil},
+		{"quantization_config null", `{"quantization_config": null}`, 3, nil},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg, _ := manifest.ParseConfig([]byte(tt.config))
+			got := quantConfigPatch(cfg, tt.converted, "expert_dtype", "nvfp4")
+			if !maps.Equal(got, tt.want) {
+				t.Errorf("patch = %v, want %v (keys %v)", got, tt.want, slices.Sorted(maps.Keys(got)))
+			}
+		})
+	}
+}
