@@ -217,7 +217,7 @@ func (c *Cache) Lookup(k Key) ([]byte, error) {
 // requires the payload to be len(dst) bytes).
 func (c *Cache) read(k Key, dst []byte, exact bool) ([]byte, error) {
 	p := c.path(k)
-	f, err := openEntry(p)
+	f, err := OpenRegular(p)
 	if err != nil {
 		return nil, err
 	}
@@ -283,12 +283,14 @@ func entrySum(hdr, payload []byte) [sumSize]byte {
 	return [sumSize]byte(h.Sum(nil))
 }
 
-// openEntry opens the regular file at p for reading without ever blocking
-// on it or following a link: p is examined with lstat first, opened with
-// O_NONBLOCK|O_NOFOLLOW (a FIFO put there in between opens at once
-// instead of waiting for a writer) and checked again with fstat. Anything
-// but a regular file is a *CorruptError; a missing file wraps ErrNotFound.
-func openEntry(p string) (*os.File, error) {
+// OpenRegular opens the regular file at p for reading without ever
+// blocking on it or following a link: p is examined with lstat first,
+// opened with O_NONBLOCK|O_NOFOLLOW (a FIFO put there in between opens at
+// once instead of waiting for a writer) and checked again with fstat.
+// Anything but a regular file is a *CorruptError; a missing file wraps
+// ErrNotFound. Other caches kept in a shared directory open their files
+// with it too.
+func OpenRegular(p string) (*os.File, error) {
 	notRegular := func(m fs.FileMode) error {
 		return &CorruptError{Path: p, Reason: "a " + fileKind(m) + ", not a regular file"}
 	}
