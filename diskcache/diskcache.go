@@ -2,25 +2,38 @@
 // expensive view (q2/) computes each block once. Entries are content
 // addressed: the caller names an entry by a Key, the SHA-256 of everything
 // its bytes depend on (the source bytes, the codec version, the output
-// geometry), so an entry can never be stale, only corrupt.
+// geometry), so an entry can never be stale, only damaged.
 //
 // Several processes, on one host or on several hosts sharing the directory
 // over a network file system, may use one directory at the same time. An
 // entry is written to a temporary file and renamed into place, so a reader
 // sees a whole entry or none; two writers of one key write the same bytes.
-// Every entry carries a CRC-32C of its header and payload: a corrupt or
-// truncated entry is logged, removed and reported as a miss, never served.
 // The directory is capped: when it grows past the cap the least recently
 // used entries (by modification time, which a hit refreshes) are removed.
+//
+// Trust model. Every process that can write the directory is trusted: an
+// entry's bytes are not recomputed on read (that would cost what the cache
+// saves), so a writer that computes a wrong payload and a matching digest
+// is believed. What a reader does guarantee is that it never serves bytes
+// that do not belong to the key asked for, as written by a dsfs writer:
+// each entry ends with the SHA-256 of its key, length and payload, so an
+// entry copied or renamed to another key's path, a swapped pair, a payload
+// edited by hand or by a tool that fixed up a plain checksum, a torn or
+// truncated write and bit rot are all detected, logged once, removed and
+// recomputed. A FIFO, device, socket, symbolic link or directory at an
+// entry's path is never opened for reading (the path is examined with
+// lstat, opened with O_NONBLOCK|O_NOFOLLOW and checked again with fstat),
+// so it cannot hang a reader or the process's exit; it is a problem,
+// removed when that is only an unlink (a non-empty directory is left).
 package diskcache
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"io"
 	"io/fs"
 	"log/slog"
@@ -31,6 +44,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -41,12 +55,13 @@ type Key [32]byte
 func (k Key) String() string { return hex.EncodeToString(k[:]) }
 
 // Entry file layout: magic | key | payload length (uint64 LE) | payload |
-// CRC-32C (Castagnoli, uint32 LE) of everything before it. The key inside
-// the file catches an entry that landed under another name.
+// SHA-256 of everything before it. The key inside the file names the entry
+// that landed under another name in the log; the digest binds key and
+// payload, so neither can be changed without it.
 const (
-	magic      = "DSFSDC01"
+	magic      = "DSFSDC02"
 	headerSize = len(magic) + len(Key{}) + 8
-	crcSize    = 4
+	sumSize    = sha256.Size
 	// Marker is the file that marks a directory as a dsfs disk cache.
 	Marker = "DSFS-DISK-CACHE"
 	// staleTemp is how old a temporary file must be before a scan removes
@@ -55,7 +70,9 @@ const (
 	staleTemp = time.Hour
 )
 
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+// oldMagics are the magics of earlier entry formats: such an entry is a
+// miss (its key is recomputed and the entry rewritten), not a problem.
+var oldMagics = []string{"DSFSDC01"}
 
 // ErrNotFound is wrapped by Lookup's error when the cache holds no entry
 // for the key.
@@ -173,10 +190,15 @@ func (c *Cache) finish(k Key, n int, err error) bool {
 		return true
 	case errors.As(err, &ce):
 		c.corrupt.Add(1)
-		c.log.Warn("disk cache: corrupt entry removed; the block is recomputed", "path", ce.Path, "reason", ce.Reason)
 		// Another process may have just replaced the bad file with a good
 		// one; removing that costs one recomputation, never a wrong byte.
-		os.Remove(ce.Path)
+		// os.Remove unlinks a name or an empty directory, never content
+		// that is not ours.
+		if rerr := os.Remove(ce.Path); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
+			c.log.Warn("disk cache: corrupt entry left in place (cannot remove it); the block is recomputed", "path", ce.Path, "reason", ce.Reason, "err", rerr)
+		} else {
+			c.log.Warn("disk cache: corrupt entry removed; the block is recomputed", "path", ce.Path, "reason", ce.Reason)
+		}
 	case !errors.Is(err, ErrNotFound):
 		c.log.Warn("disk cache: unreadable entry; the block is recomputed", "err", err)
 	}
@@ -195,10 +217,7 @@ func (c *Cache) Lookup(k Key) ([]byte, error) {
 // requires the payload to be len(dst) bytes).
 func (c *Cache) read(k Key, dst []byte, exact bool) ([]byte, error) {
 	p := c.path(k)
-	f, err := os.Open(p)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("%s: %w", p, ErrNotFound)
-	}
+	f, err := OpenRegular(p)
 	if err != nil {
 		return nil, err
 	}
@@ -211,11 +230,19 @@ func (c *Cache) read(k Key, dst []byte, exact bool) ([]byte, error) {
 		return nil, &CorruptError{Path: p, Reason: fmt.Sprintf(format, a...)}
 	}
 	size := fi.Size()
-	if size < int64(headerSize+crcSize) {
+	var hdr [headerSize]byte
+	if size >= int64(len(magic)) {
+		if _, err := io.ReadFull(f, hdr[:len(magic)]); err != nil {
+			return bad("reading header: %v", err)
+		}
+		if slices.Contains(oldMagics, string(hdr[:len(magic)])) {
+			return nil, fmt.Errorf("%s: entry of an earlier format: %w", p, ErrNotFound)
+		}
+	}
+	if size < int64(headerSize+sumSize) {
 		return bad("%d bytes, shorter than an empty entry", size)
 	}
-	var hdr [headerSize]byte
-	if _, err := io.ReadFull(f, hdr[:]); err != nil {
+	if _, err := io.ReadFull(f, hdr[len(magic):]); err != nil {
 		return bad("reading header: %v", err)
 	}
 	if string(hdr[:len(magic)]) != magic {
@@ -225,7 +252,7 @@ func (c *Cache) read(k Key, dst []byte, exact bool) ([]byte, error) {
 		return bad("holds the entry of key %x", hdr[len(magic):len(magic)+len(k)])
 	}
 	n := binary.LittleEndian.Uint64(hdr[len(magic)+len(k):])
-	if want := uint64(size) - uint64(headerSize+crcSize); n != want {
+	if want := uint64(size) - uint64(headerSize+sumSize); n != want {
 		return bad("payload of %d bytes in a file with room for %d (truncated or overlong)", n, want)
 	}
 	if exact && n != uint64(len(dst)) {
@@ -237,15 +264,82 @@ func (c *Cache) read(k Key, dst []byte, exact bool) ([]byte, error) {
 	if _, err := io.ReadFull(f, dst); err != nil {
 		return bad("reading payload: %v", err)
 	}
-	var tail [crcSize]byte
+	var tail [sumSize]byte
 	if _, err := io.ReadFull(f, tail[:]); err != nil {
-		return bad("reading checksum: %v", err)
+		return bad("reading digest: %v", err)
 	}
-	sum := crc32.Update(crc32.Checksum(hdr[:], castagnoli), castagnoli, dst)
-	if got := binary.LittleEndian.Uint32(tail[:]); got != sum {
-		return bad("checksum %08x, content sums to %08x", got, sum)
+	if sum := entrySum(hdr[:], dst); tail != sum {
+		return bad("sha256 %x does not match key and payload (%x): edited, swapped or damaged", tail[:8], sum[:8])
 	}
 	return dst, nil
+}
+
+// entrySum is the digest that binds an entry's header (magic, key,
+// length) to its payload.
+func entrySum(hdr, payload []byte) [sumSize]byte {
+	h := sha256.New()
+	h.Write(hdr)
+	h.Write(payload)
+	return [sumSize]byte(h.Sum(nil))
+}
+
+// OpenRegular opens the regular file at p for reading without ever
+// blocking on it or following a link: p is examined with lstat first,
+// opened with O_NONBLOCK|O_NOFOLLOW (a FIFO put there in between opens at
+// once instead of waiting for a writer) and checked again with fstat.
+// Anything but a regular file is a *CorruptError; a missing file wraps
+// ErrNotFound. Other caches kept in a shared directory open their files
+// with it too.
+func OpenRegular(p string) (*os.File, error) {
+	notRegular := func(m fs.FileMode) error {
+		return &CorruptError{Path: p, Reason: "a " + fileKind(m) + ", not a regular file"}
+	}
+	fi, err := os.Lstat(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("%s: %w", p, ErrNotFound)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, notRegular(fi.Mode())
+	}
+	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOFOLLOW, 0)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil, fmt.Errorf("%s: %w", p, ErrNotFound)
+	case errors.Is(err, syscall.ELOOP):
+		return nil, notRegular(fs.ModeSymlink)
+	case err != nil:
+		return nil, err
+	}
+	if fi, err = f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		f.Close()
+		if err != nil {
+			return nil, err
+		}
+		return nil, notRegular(fi.Mode())
+	}
+	return f, nil
+}
+
+// fileKind names the type of a file mode for a problem line.
+func fileKind(m fs.FileMode) string {
+	switch {
+	case m&fs.ModeDir != 0:
+		return "directory"
+	case m&fs.ModeSymlink != 0:
+		return "symbolic link"
+	case m&fs.ModeNamedPipe != 0:
+		return "named pipe (FIFO)"
+	case m&fs.ModeSocket != 0:
+		return "socket"
+	case m&fs.ModeCharDevice != 0:
+		return "character device"
+	case m&fs.ModeDevice != 0:
+		return "block device"
+	}
+	return "special file"
 }
 
 // Put stores b as the entry of k, replacing any entry there atomically, and
@@ -256,8 +350,7 @@ func (c *Cache) Put(k Key, b []byte) error {
 	copy(hdr[:], magic)
 	copy(hdr[len(magic):], k[:])
 	binary.LittleEndian.PutUint64(hdr[len(magic)+len(k):], uint64(len(b)))
-	var tail [crcSize]byte
-	binary.LittleEndian.PutUint32(tail[:], crc32.Update(crc32.Checksum(hdr[:], castagnoli), castagnoli, b))
+	tail := entrySum(hdr[:], b)
 	p := c.path(k)
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 		c.writeErrs.Add(1)
@@ -267,7 +360,7 @@ func (c *Cache) Put(k Key, b []byte) error {
 		c.writeErrs.Add(1)
 		return fmt.Errorf("disk cache: %w", err)
 	}
-	n := int64(headerSize + len(b) + crcSize)
+	n := int64(headerSize + len(b) + sumSize)
 	c.writes.Add(1)
 	c.bytesWritten.Add(int64(len(b)))
 	c.entries.Add(1)
@@ -290,7 +383,7 @@ func (c *Cache) scanEvery() int64 {
 
 // writeAtomic writes the concatenation of parts to a temporary file beside
 // p and renames it to p. It does not sync: after a crash a torn entry fails
-// its checksum and is recomputed.
+// its digest and is recomputed.
 func writeAtomic(p string, parts ...[]byte) error {
 	tmp := filepath.Join(filepath.Dir(p), fmt.Sprintf(".tmp-%s-%d-%016x", filepath.Base(p), os.Getpid(), rand.Uint64()))
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)

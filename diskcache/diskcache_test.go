@@ -81,8 +81,8 @@ func TestDamagedEntries(t *testing.T) {
 			i := headerSize + rng.IntN(n)
 			b[i] ^= 1 << rng.IntN(8)
 			return b
-		}, "checksum"},
-		{"flipped checksum bit", func(_ string, b []byte) []byte { b[len(b)-1] ^= 0x10; return b }, "checksum"},
+		}, "sha256"},
+		{"flipped digest bit", func(_ string, b []byte) []byte { b[len(b)-1] ^= 0x10; return b }, "sha256"},
 		{"truncated payload", func(_ string, b []byte) []byte { return b[:headerSize+rng.IntN(n)] }, "truncated"},
 		{"truncated header", func(_ string, b []byte) []byte { return b[:rng.IntN(headerSize)] }, "shorter"},
 		{"empty file", func(_ string, b []byte) []byte { return nil }, "shorter"},
@@ -218,7 +218,7 @@ func TestConcurrentWriters(t *testing.T) {
 // used entries go first and a recently read one stays.
 func TestEviction(t *testing.T) {
 	const n = 100 << 10
-	entry := int64(headerSize + n + crcSize)
+	entry := int64(headerSize + n + sumSize)
 	c, _ := open(t, t.TempDir(), 20*entry)
 	old := time.Now().Add(-time.Hour)
 	for i := range 16 {

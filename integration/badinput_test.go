@@ -2,7 +2,6 @@ package integration
 
 import (
 	"bytes"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"os"
@@ -13,12 +12,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dsfs/dsfs/internal/badinput"
 	"github.com/dsfs/dsfs/synth"
 )
 
 const (
-	goodShard = "model-00001-of-00004.safetensors"
-	badShard  = "model-00004-of-00004.safetensors"
+	goodShard = badinput.GoodShard
+	badShard  = badinput.BadShard
 )
 
 // copyTiny copies the shared v41-tiny checkpoint into a fresh directory.
@@ -32,141 +32,31 @@ func copyTiny(t *testing.T) string {
 // rewriteHeader rewrites a shard's header JSON with edit and keeps its data.
 func rewriteHeader(t *testing.T, path string, edit func(h map[string]map[string]any)) {
 	t.Helper()
-	b, err := os.ReadFile(path)
+	err := badinput.RewriteHeader(path, func(h map[string]map[string]any) error { edit(h); return nil })
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := binary.LittleEndian.Uint64(b)
-	var h map[string]map[string]any
-	if err := json.Unmarshal(b[8:8+n], &h); err != nil {
-		t.Fatal(err)
-	}
-	edit(h)
-	hj, _ := json.Marshal(h)
-	out := binary.LittleEndian.AppendUint64(nil, uint64(len(hj)))
-	out = append(append(out, hj...), b[8+n:]...)
-	if err := os.WriteFile(path, out, 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// lastTensor returns the name of the tensor whose data ends the shard.
-func lastTensor(h map[string]map[string]any) string {
-	var name string
-	var end float64 = -1
-	for k, v := range h {
-		if k == "__metadata__" {
-			continue
-		}
-		if e := v["data_offsets"].([]any)[1].(float64); e > end {
-			name, end = k, e
-		}
-	}
-	return name
 }
 
 func patchBytes(t *testing.T, path string, off int64, b []byte) {
 	t.Helper()
-	f, err := os.OpenFile(path, os.O_WRONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if _, err := f.WriteAt(b, off); err != nil {
+	if err := badinput.PatchBytes(path, off, b); err != nil {
 		t.Fatal(err)
 	}
 }
 
-// TestBadInput plants each bad input of FORMATS.md in a copy of v41-tiny and
-// checks that the mount logs exactly one line naming the file and the
-// reason, keeps serving the good shards, and leaves the bad one out of the
-// derived views.
+// TestBadInput plants each bad input of FORMATS.md (internal/badinput) in
+// a copy of v41-tiny and checks that the mount logs exactly one line
+// naming the file and the reason, keeps serving the good shards, and
+// leaves the bad one out of the derived views.
 func TestBadInput(t *testing.T) {
 	needMount(t)
-	tests := []struct {
-		name   string
-		file   string // the file the one log line names
-		reason string // a phrase of the reason
-		plant  func(t *testing.T, dir string)
-		absent bool // the bad shard is left out of nvfp4/
-	}{
-		{"header length beyond the file", badShard, "past the end", func(t *testing.T, dir string) {
-			patchBytes(t, filepath.Join(dir, badShard), 0, binary.LittleEndian.AppendUint64(nil, 90_000_000))
-		}, true},
-		{"header over 100 MB", badShard, "limit", func(t *testing.T, dir string) {
-			patchBytes(t, filepath.Join(dir, badShard), 0, binary.LittleEndian.AppendUint64(nil, 200_000_000))
-		}, true},
-		{"JSON that does not parse", badShard, "JSON", func(t *testing.T, dir string) {
-			patchBytes(t, filepath.Join(dir, badShard), 9, []byte("#"))
-		}, true},
-		{"unknown dtype", badShard, "dtype", func(t *testing.T, dir string) {
-			rewriteHeader(t, filepath.Join(dir, badShard), func(h map[string]map[string]any) {
-				h[lastTensor(h)]["dtype"] = "Q7"
-			})
-		}, true},
-		{"shape does not match byte range", badShard, "needs", func(t *testing.T, dir string) {
-			rewriteHeader(t, filepath.Join(dir, badShard), func(h map[string]map[string]any) {
-				sh := h[lastTensor(h)]["shape"].([]any)
-				sh[0] = sh[0].(float64) + 1
-			})
-		}, true},
-		{"overlapping ranges", badShard, "overlap", func(t *testing.T, dir string) {
-			rewriteHeader(t, filepath.Join(dir, badShard), func(h map[string]map[string]any) {
-				off := h[lastTensor(h)]["data_offsets"].([]any)
-				off[0], off[1] = off[0].(float64)-8, off[1].(float64)-8
-			})
-		}, true},
-		{"gap between ranges", badShard, "gap", func(t *testing.T, dir string) {
-			rewriteHeader(t, filepath.Join(dir, badShard), func(h map[string]map[string]any) {
-				off := h[lastTensor(h)]["data_offsets"].([]any)
-				off[0], off[1] = off[0].(float64)+8, off[1].(float64)+8
-			})
-		}, true},
-		{"data past the end", badShard, "past the end", func(t *testing.T, dir string) {
-			p := filepath.Join(dir, badShard)
-			fi, _ := os.Stat(p)
-			os.Truncate(p, fi.Size()-100)
-		}, true},
-		{"index entry outside the checkpoint", "model.safetensors.index.json", "..", func(t *testing.T, dir string) {
-			editIndex(t, dir, func(m map[string]string) {
-				for k, v := range m {
-					if v == badShard {
-						m[k] = "../" + badShard
-						break
-					}
-				}
-			})
-		}, false},
-		{"absolute index entry", "model.safetensors.index.json", "absolute", func(t *testing.T, dir string) {
-			editIndex(t, dir, func(m map[string]string) {
-				for k, v := range m {
-					if v == badShard {
-						m[k] = "/etc/" + badShard
-						break
-					}
-				}
-			})
-		}, false},
-		{"missing shard", badShard, "missing", func(t *testing.T, dir string) {
-			os.Remove(filepath.Join(dir, badShard))
-		}, true},
-		{"scale shape not matching its weight", badShard, "scale", func(t *testing.T, dir string) {
-			rewriteHeader(t, filepath.Join(dir, badShard), func(h map[string]map[string]any) {
-				for k, v := range h {
-					if strings.Contains(k, ".experts.") && strings.HasSuffix(k, ".scale") {
-						sh := v["shape"].([]any)
-						sh[0], sh[1] = sh[0].(float64)/2, sh[1].(float64)*2
-						return
-					}
-				}
-				t.Fatal("no expert scale in the shard")
-			})
-		}, false},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
+	for _, tt := range badinput.Cases() {
+		t.Run(tt.Name, func(t *testing.T) {
 			src := copyTiny(t)
-			tt.plant(t, src)
+			if err := tt.Plant(src); err != nil {
+				t.Fatal(err)
+			}
 			m := startMount(t, src)
 			var lines []string
 			for _, l := range strings.Split(m.log.String(), "\n") {
@@ -174,8 +64,8 @@ func TestBadInput(t *testing.T) {
 					lines = append(lines, l)
 				}
 			}
-			if len(lines) != 1 || !strings.Contains(lines[0], tt.file) || !strings.Contains(lines[0], tt.reason) {
-				t.Fatalf("want one line naming %s and %q, got:\n%s", tt.file, tt.reason, strings.Join(lines, "\n"))
+			if len(lines) != 1 || !strings.Contains(lines[0], tt.File) || !strings.Contains(lines[0], tt.Reason) {
+				t.Fatalf("want one line naming %s and %q, got:\n%s", tt.File, tt.Reason, strings.Join(lines, "\n"))
 			}
 			// The good parts are served.
 			good, err := os.ReadFile(m.path("nvfp4", goodShard))
@@ -183,7 +73,7 @@ func TestBadInput(t *testing.T) {
 				t.Fatalf("reading a good shard: %v", err)
 			}
 			run(t, "cat", m.path("nvfp4", "model.safetensors.index.json"))
-			if _, err := os.Stat(m.path("nvfp4", badShard)); tt.absent && !errors.Is(err, os.ErrNotExist) {
+			if _, err := os.Stat(m.path("nvfp4", badShard)); tt.Absent && !errors.Is(err, os.ErrNotExist) {
 				t.Fatalf("bad shard still in nvfp4/: %v", err)
 			}
 		})
@@ -192,21 +82,7 @@ func TestBadInput(t *testing.T) {
 
 func editIndex(t *testing.T, dir string, edit func(map[string]string)) {
 	t.Helper()
-	p := filepath.Join(dir, "model.safetensors.index.json")
-	b, err := os.ReadFile(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ix struct {
-		Metadata  map[string]any    `json:"metadata"`
-		WeightMap map[string]string `json:"weight_map"`
-	}
-	if err := json.Unmarshal(b, &ix); err != nil {
-		t.Fatal(err)
-	}
-	edit(ix.WeightMap)
-	b, _ = json.Marshal(ix)
-	if err := os.WriteFile(p, b, 0o644); err != nil {
+	if err := badinput.EditIndex(dir, edit); err != nil {
 		t.Fatal(err)
 	}
 }

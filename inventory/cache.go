@@ -4,19 +4,28 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 
 	"github.com/dsfs/dsfs/codecs"
+	"github.com/dsfs/dsfs/diskcache"
 	"github.com/dsfs/dsfs/manifest"
 	"github.com/dsfs/dsfs/safetensors"
 )
 
 // cacheSchema names the layout of a cache file and the rules its checks
 // were computed with; a file of another schema is ignored.
-const cacheSchema = "dsfs-inventory-cache/1 codec/" + codecs.Version
+const cacheSchema = "dsfs-inventory-cache/2 codec/" + codecs.Version
+
+// maxCacheFile bounds a cache file read back: far above the records of
+// the largest shard (about 300 bytes per tensor), far below what would
+// hurt the process.
+const maxCacheFile = 256 << 20
 
 // Cache keeps the digests and checks of shards on disk, one JSON file per
 // shard, keyed by the shard's path, size and modification time (and those
@@ -24,20 +33,46 @@ const cacheSchema = "dsfs-inventory-cache/1 codec/" + codecs.Version
 // its weight). A file that is missing, corrupt or stale is ignored and
 // rewritten; files are replaced atomically, so a crash leaves the old one
 // or the new one.
+//
+// The directory may be shared (it lives in a --cache-dir), and its writers
+// are trusted as the disk cache's are (package diskcache): each file is
+// an envelope holding the SHA-256 of its shard's path and its body, so a
+// digest edited in place, or a file copied from another shard's name, is
+// logged once, removed and recomputed rather than served. A file that is
+// not a regular file is never opened blocking.
 type Cache struct {
 	dir string
+	log *slog.Logger
 }
 
-// OpenCache returns a cache in dir, created if missing.
+// OpenCache returns a cache in dir, created if missing. Problems with its
+// files are logged on slog.Default().
 func OpenCache(dir string) (*Cache, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("inventory cache: %w", err)
 	}
-	return &Cache{dir: dir}, nil
+	return &Cache{dir: dir, log: slog.Default()}, nil
 }
 
+// cacheEnvelope is a cache file as stored: Body (a cacheFile) bound to its
+// shard's path by SHA256 (see bodySum).
+type cacheEnvelope struct {
+	Schema string          `json:"schema"`
+	SHA256 string          `json:"sha256"`
+	Body   json.RawMessage `json:"body"`
+}
+
+// bodySum is the digest of a cache file's body for the shard at path.
+func bodySum(path string, body []byte) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "%s\x00%s\x00", cacheSchema, path)
+	h.Write(body)
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// cacheFile is the body of a cache file: the records of one version of a
+// shard.
 type cacheFile struct {
-	Schema  string       `json:"schema"`
 	File    fileStamp    `json:"file"`
 	Deps    []fileStamp  `json:"deps,omitempty"`
 	Tensors []cacheEntry `json:"tensors"`
@@ -85,14 +120,28 @@ func (c *Cache) path(s *manifest.Shard) string {
 }
 
 // load returns the usable entries of shard s by tensor name, or nil.
-// shards finds the catalog's shard of a dependency's path.
+// shards finds the catalog's shard of a dependency's path. A file of an
+// older schema or for an older version of the shard is a plain miss; one
+// that fails its digest or is not a regular file is logged and removed.
 func (c *Cache) load(s *manifest.Shard, shards map[string]*manifest.Shard) map[string]cacheEntry {
-	b, err := os.ReadFile(c.path(s))
+	p := c.path(s)
+	b, err := readCacheFile(p)
 	if err != nil {
+		if !errors.Is(err, diskcache.ErrNotFound) {
+			c.drop(p, s, err.Error())
+		}
+		return nil
+	}
+	var env cacheEnvelope
+	if json.Unmarshal(b, &env) != nil || env.Schema != cacheSchema {
+		return nil // another version's file (or a torn one): rewritten after the scan
+	}
+	if env.SHA256 != bodySum(s.Path, env.Body) {
+		c.drop(p, s, "sha256 does not match the shard's path and the records (edited, copied or damaged)")
 		return nil
 	}
 	var f cacheFile
-	if json.Unmarshal(b, &f) != nil || f.Schema != cacheSchema || f.File != stampOf(s) {
+	if json.Unmarshal(env.Body, &f) != nil || f.File != stampOf(s) {
 		return nil
 	}
 	for _, d := range f.Deps {
@@ -107,14 +156,43 @@ func (c *Cache) load(s *manifest.Shard, shards map[string]*manifest.Shard) map[s
 	return m
 }
 
+// drop logs a cache file that cannot be trusted and removes it (an unlink,
+// or an empty directory's removal: never anything else).
+func (c *Cache) drop(p string, s *manifest.Shard, reason string) {
+	c.log.Warn("manifest digest cache: bad file removed; the shard is hashed again", "shard", s.Name, "path", p, "reason", reason)
+	os.Remove(p)
+}
+
+// readCacheFile reads the regular file at p, at most maxCacheFile bytes,
+// without blocking on a FIFO or a device put there.
+func readCacheFile(p string) ([]byte, error) {
+	f, err := diskcache.OpenRegular(p)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxCacheFile+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > maxCacheFile {
+		return nil, fmt.Errorf("%s: over %d bytes", p, maxCacheFile)
+	}
+	return b, nil
+}
+
 // store writes the entries of shard s, whose checks also read the shards
 // in deps.
 func (c *Cache) store(s *manifest.Shard, deps []*manifest.Shard, entries []cacheEntry) error {
-	f := cacheFile{Schema: cacheSchema, File: stampOf(s), Tensors: entries}
+	f := cacheFile{File: stampOf(s), Tensors: entries}
 	for _, d := range deps {
 		f.Deps = append(f.Deps, stampOf(d))
 	}
-	b, err := json.Marshal(f)
+	body, err := json.Marshal(f)
+	if err != nil {
+		return err
+	}
+	b, err := json.Marshal(cacheEnvelope{Schema: cacheSchema, SHA256: bodySum(s.Path, body), Body: body})
 	if err != nil {
 		return err
 	}

@@ -47,9 +47,35 @@ func DefaultPrompts() []Prompt {
 // validID is what a prompt id may be: it names tensors (<id>.attn_out).
 var validID = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
 
-// MaxPromptTokens bounds one prompt, so that a prompt file cannot make a
-// layer's activations arbitrarily large.
-const MaxPromptTokens = 1 << 16
+// Prompts are bounded by what a layer forward costs. Attention is
+// quadratic: the CPU backend computes T² · heads · (2·kv_lora + rope)
+// multiply-adds per layer for a prompt of T tokens, 2.3·10¹² for a
+// 4096-token prompt on DeepSeek-V3's shapes (seconds per layer on a
+// many-core host; 32,768 tokens would be 64 times that). Memory is linear:
+// the residual stream entering every layer is kept, tokens · hidden · 4
+// bytes per layer, 1.9 GB for 8192 tokens on V2-Lite's 27 layers of 2048
+// and 15 GB on V3's 61 layers of 7168.
+const (
+	// MaxPromptTokens bounds one prompt.
+	MaxPromptTokens = 4096
+	// MaxTotalTokens bounds all prompts together.
+	MaxTotalTokens = 8192
+)
+
+// tokenBudget counts prompts' tokens against the bounds.
+type tokenBudget struct{ total int }
+
+// add counts a prompt of n tokens; where names it for the error.
+func (b *tokenBudget) add(where string, n int) error {
+	if n > MaxPromptTokens {
+		return fmt.Errorf("%s: %d tokens, more than the %d a prompt may hold", where, n, MaxPromptTokens)
+	}
+	b.total += n
+	if b.total > MaxTotalTokens {
+		return fmt.Errorf("%s: the prompts up to this one hold %d tokens, more than the %d all prompts together may hold", where, b.total, MaxTotalTokens)
+	}
+	return nil
+}
 
 // promptJSON is one entry of a prompts file; pointers tell absent from
 // empty.
@@ -60,11 +86,23 @@ type promptJSON struct {
 	TokenIDs *[]int  `json:"token_ids"`
 }
 
+// maxPromptsFile bounds a prompts file: MaxTotalTokens of text or ids
+// take well under a megabyte.
+const maxPromptsFile = 4 << 20
+
 // LoadPrompts reads a prompts file; see ParsePrompts.
 func LoadPrompts(path string) ([]Prompt, error) {
-	b, err := os.ReadFile(path)
+	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxPromptsFile+1))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if len(b) > maxPromptsFile {
+		return nil, fmt.Errorf("%s: more than %d bytes, larger than any prompts within the limits", path, maxPromptsFile)
 	}
 	p, err := ParsePrompts(b)
 	if err != nil {
@@ -91,6 +129,7 @@ func ParsePrompts(data []byte) ([]Prompt, error) {
 		return nil, errors.New("no prompts")
 	}
 	seen := make(map[string]int)
+	var budget tokenBudget
 	out := make([]Prompt, len(raw))
 	for i, r := range raw {
 		where := fmt.Sprintf("prompt %d", i+1)
@@ -123,8 +162,8 @@ func ParsePrompts(data []byte) ([]Prompt, error) {
 			if len(ids) == 0 {
 				return nil, fmt.Errorf("%s: empty token_ids", where)
 			}
-			if len(ids) > MaxPromptTokens {
-				return nil, fmt.Errorf("%s: %d tokens, more than %d", where, len(ids), MaxPromptTokens)
+			if err := budget.add(where, len(ids)); err != nil {
+				return nil, err
 			}
 			for k, t := range ids {
 				if t < 0 {
@@ -142,9 +181,10 @@ func ParsePrompts(data []byte) ([]Prompt, error) {
 
 // Encode fills in the token ids of text prompts and the token spellings
 // of every prompt with tok, and checks each id against the vocabulary
-// size. tok may be nil: then text prompts are an error and tokens stay
-// nil.
+// size and the prompts against MaxPromptTokens and MaxTotalTokens. tok may
+// be nil: then text prompts are an error and tokens stay nil.
 func Encode(prompts []Prompt, tok *tokenizer.Tokenizer, vocab int) error {
+	var budget tokenBudget
 	for i := range prompts {
 		p := &prompts[i]
 		if p.Text != nil {
@@ -155,9 +195,9 @@ func Encode(prompts []Prompt, tok *tokenizer.Tokenizer, vocab int) error {
 			if len(p.TokenIDs) == 0 {
 				return fmt.Errorf("prompt %s: the text encodes to no tokens", p.ID)
 			}
-			if len(p.TokenIDs) > MaxPromptTokens {
-				return fmt.Errorf("prompt %s: %d tokens, more than %d", p.ID, len(p.TokenIDs), MaxPromptTokens)
-			}
+		}
+		if err := budget.add("prompt "+p.ID, len(p.TokenIDs)); err != nil {
+			return err
 		}
 		for k, id := range p.TokenIDs {
 			if id >= vocab {

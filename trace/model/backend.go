@@ -1,5 +1,7 @@
 package model
 
+import "context"
+
 // Buffer is a float32 array that lives where a Backend computes (host
 // memory for the CPU, device memory for a GPU). The model never touches its
 // values except through Upload and Download.
@@ -96,6 +98,18 @@ type Backend interface {
 
 	// Sync waits for every queued operation and returns the first error.
 	Sync() error
+}
+
+// Cancellable is implemented by backends whose long operations (a matrix
+// product over tens of thousands of rows, attention over a long prompt)
+// can stop part way, so that a reader killed in the middle of a layer is
+// answered within a fraction of a second rather than when the layer ends.
+type Cancellable interface {
+	// SetContext makes the operations that follow check ctx between
+	// blocks of their work and skip the rest of it once ctx is done (their
+	// results are then meaningless); Download and Sync report ctx's error.
+	// nil ends it.
+	SetContext(ctx context.Context)
 }
 
 // Router is implemented by backends that choose experts where the logits

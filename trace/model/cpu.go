@@ -1,6 +1,7 @@
 package model
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"runtime"
@@ -9,9 +10,30 @@ import (
 )
 
 // CPU is the host Backend: buffers are Go slices and the matrix products
-// run on simd's kernels over every core. Operations run synchronously, so
-// Sync never has anything to report.
-type CPU struct{}
+// run on simd's kernels over every core. Operations run synchronously; the
+// only error Sync and Download report is cancellation (see SetContext).
+type CPU struct {
+	// ctx is checked between blocks of the long operations; nil: never.
+	ctx context.Context
+	// err is ctx's error once an operation stopped early.
+	err error
+}
+
+// cancelWork is the most multiply-adds a matrix product or an attention
+// pass does between two looks at the context: about 0.1 s on one core, so
+// a cancelled read is answered promptly however long the prompt.
+const cancelWork = 1 << 28
+
+// SetContext implements Cancellable.
+func (c *CPU) SetContext(ctx context.Context) { c.ctx, c.err = ctx, nil }
+
+// stopped reports whether the context is done, remembering its error.
+func (c *CPU) stopped() bool {
+	if c.err == nil && c.ctx != nil {
+		c.err = c.ctx.Err()
+	}
+	return c.err != nil
+}
 
 // NewCPU returns the CPU backend.
 func NewCPU() *CPU { return &CPU{} }
@@ -76,9 +98,9 @@ func (*CPU) Alloc(n int) Buffer { return &cpuBuffer{v: make([]float32, n)} }
 func (*CPU) Upload(b Buffer, off int, src []float32) { copy(vals(b)[off:off+len(src)], src) }
 
 // Download implements Backend.
-func (*CPU) Download(dst []float32, b Buffer, off int) error {
+func (c *CPU) Download(dst []float32, b Buffer, off int) error {
 	copy(dst, vals(b)[off:off+len(dst)])
-	return nil
+	return c.err
 }
 
 // Free implements Backend; the garbage collector reclaims the slice.
@@ -99,17 +121,41 @@ func (*CPU) FreeWeight(w Weight) {
 	cw.v, cw.h = nil, nil
 }
 
-// MatMul implements Backend.
-func (*CPU) MatMul(dst, x Mat, w Weight) {
+// MatMul implements Backend, in tiles of at most about cancelWork
+// multiply-adds with a look at the context before each. Tiles are whole
+// multiples of simd's cut (12 rows, 12 columns), so every value is summed
+// as an uncut product sums it.
+func (c *CPU) MatMul(dst, x Mat, w Weight) {
 	cw := w.(*cpuWeight)
 	if dst.Rows != x.Rows || dst.Cols != cw.rows || x.Cols != cw.cols {
 		panic(fmt.Sprintf("model: MatMul %dx%d = %dx%d · (%dx%d)ᵀ", dst.Rows, dst.Cols, x.Rows, x.Cols, cw.rows, cw.cols))
 	}
-	if cw.h != nil {
-		simd.MatMulTBF16(view(dst), dst.Stride, view(x), x.Stride, cw.h, cw.cols, x.Rows, cw.rows, cw.cols)
+	if x.Rows == 0 || cw.rows == 0 {
 		return
 	}
-	simd.MatMulT(view(dst), dst.Stride, view(x), x.Stride, cw.v, cw.cols, x.Rows, cw.rows, cw.cols)
+	const grain = 48
+	m, n, k := x.Rows, cw.rows, max(cw.cols, 1)
+	cols := n
+	if grain*n*k > cancelWork {
+		cols = min(n, max(grain, cancelWork/(grain*k)/grain*grain))
+	}
+	rows := min(m, max(grain, cancelWork/(cols*k)/grain*grain))
+	d, xv := view(dst), view(x)
+	for r0 := 0; r0 < m; r0 += rows {
+		r := min(rows, m-r0)
+		for c0 := 0; c0 < n; c0 += cols {
+			if c.stopped() {
+				return
+			}
+			nc := min(cols, n-c0)
+			dd, xx := d[r0*dst.Stride+c0:], xv[r0*x.Stride:]
+			if cw.h != nil {
+				simd.MatMulTBF16(dd, dst.Stride, xx, x.Stride, cw.h[c0*cw.cols:], cw.cols, r, nc, cw.cols)
+			} else {
+				simd.MatMulT(dd, dst.Stride, xx, x.Stride, cw.v[c0*cw.cols:], cw.cols, r, nc, cw.cols)
+			}
+		}
+	}
 }
 
 // RMSNorm implements Backend, in float32 as the reference does.
@@ -146,7 +192,8 @@ const attentionChunk = 1 << 22
 
 // Attention implements Backend: scores by one matrix product over every
 // (token, head) row, masked softmax, then the weighted sum of values as a
-// second product against the transposed values.
+// second product against the transposed values. Passes are cut to about
+// cancelWork multiply-adds, with a look at the context before each.
 func (cpu *CPU) Attention(out, q, kv Mat, heads int, scale float32) {
 	t := kv.Rows
 	dv := out.Cols
@@ -162,10 +209,14 @@ func (cpu *CPU) Attention(out, q, kv Mat, heads int, scale float32) {
 			vt[j*t+i] = row[j]
 		}
 	})
-	chunk := max(heads, attentionChunk/t/heads*heads) // whole tokens
+	perRow := t * (q.Cols + dv)                                               // multiply-adds of one score row and its values
+	chunk := max(heads, min(attentionChunk/t, cancelWork/perRow)/heads*heads) // whole tokens
 	scores := make([]float32, min(chunk, q.Rows)*t)
 	kvv, qv, ov := view(kv), view(q), view(out)
 	for r0 := 0; r0 < q.Rows; r0 += chunk {
+		if cpu.stopped() {
+			return
+		}
 		nr := min(chunk, q.Rows-r0)
 		sc := scores[:nr*t]
 		simd.MatMulT(sc, t, qv[r0*q.Stride:], q.Stride, kvv, kv.Stride, nr, t, q.Cols)
@@ -253,4 +304,8 @@ func (*CPU) ScatterAdd(dst, src Mat, idx []int32, scale []float32) {
 }
 
 // Sync implements Backend.
-func (*CPU) Sync() error { return nil }
+func (c *CPU) Sync() error {
+	err := c.err
+	c.err = nil
+	return err
+}

@@ -36,7 +36,8 @@ type Output struct {
 
 // Forward runs layer l on hidden [tokens, Hidden], the residual stream of
 // the sequences whose lengths are lens (positions 0.. in each), on b. ctx
-// is checked between matrices.
+// is checked between matrices, heads and experts, and inside the long
+// operations of a Cancellable backend.
 func (m *Model) Forward(ctx context.Context, b Backend, l int, hidden []float32, lens []int) (*Output, error) {
 	if l < 0 || l >= len(m.layers) {
 		return nil, fmt.Errorf("layer %d outside [0, %d)", l, len(m.layers))
@@ -51,6 +52,10 @@ func (m *Model) Forward(ctx context.Context, b Backend, l int, hidden []float32,
 	}
 	if len(hidden) != n*m.Config.Hidden {
 		return nil, fmt.Errorf("layer %d: %d hidden values for %d tokens of width %d", l, len(hidden), n, m.Config.Hidden)
+	}
+	if c, ok := b.(Cancellable); ok {
+		c.SetContext(ctx)
+		defer c.SetContext(nil)
 	}
 	f := &forward{m: m, b: b, ctx: ctx, ly: ly, n: n, lens: lens, out: &Output{Layer: l, MoE: m.Config.IsMoE(l), Tokens: n}}
 	start := time.Now()
@@ -258,6 +263,9 @@ func (f *forward) attention(h Mat) (Mat, error) {
 	f.out.WeightBytes += tensorBytes(ly.wkvB)
 	qc := f.alloc(n*nh, kvl+rope) // [absorbed q_nope | q_pe] per (token, head)
 	for hd := range nh {
+		if err := f.ctx.Err(); err != nil {
+			return Mat{}, err
+		}
 		// Absorb: q_nope[t] · W_k[h] (W_k [nope, kv_lora]), written as a
 		// product with W_kᵀ [kv_lora, nope].
 		wk := make([]float32, kvl*nope)
@@ -294,12 +302,18 @@ func (f *forward) attention(h Mat) (Mat, error) {
 	scale := float32(cfg.SoftmaxScale())
 	r0 := 0
 	for _, t := range f.lens {
+		if err := f.ctx.Err(); err != nil {
+			return Mat{}, err
+		}
 		b.Attention(ctxLat.RowRange(r0*nh, t*nh), qc.RowRange(r0*nh, t*nh), kv.RowRange(r0, t), nh, scale)
 		r0 += t
 	}
 
 	o := f.alloc(n, nh*vd)
 	for hd := range nh {
+		if err := f.ctx.Err(); err != nil {
+			return Mat{}, err
+		}
 		base := (hd*(nope+vd) + nope) * kvl
 		w := b.LoadWeight(HostMatrix{Rows: vd, Cols: kvl, F32: wkvb[base : base+vd*kvl]})
 		dst := Mat{Buf: o.Buf, Off: hd * vd, Rows: n, Cols: vd, Stride: nh * vd}
@@ -476,6 +490,9 @@ func (f *forward) moe(dst, x Mat) error {
 	for ld := range loads {
 		f.out.LoadTime += ld.time
 		f.out.WeightBytes += ld.bytes
+		if ld.err == nil {
+			ld.err = f.ctx.Err()
+		}
 		if ld.err != nil {
 			ld.free()
 			return ld.err
