@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path"
+	"slices"
 	"sort"
 	"strings"
 
@@ -98,16 +99,16 @@ func (s *Set) WorkingMemory() int64 { return s.working }
 func Build(cat *manifest.Catalog, opt Options) (*Set, error) {
 	names := opt.Views
 	s := &Set{Cat: cat, Opt: opt, files: make(map[string]*os.File), stats: make(map[string]func() any)}
-	want := make(map[string]bool)
 	for _, n := range names {
-		want[n] = true
+		if !slices.Contains(Names(), n) {
+			return nil, fmt.Errorf("unknown view %q (have %s)", n, strings.Join(Names(), ", "))
+		}
 	}
 	var dirs []*Node
 	for _, v := range registry {
-		if len(want) > 0 && !want[v.Name] {
+		if len(names) > 0 && !slices.Contains(names, v.Name) {
 			continue
 		}
-		delete(want, v.Name)
 		n, err := v.build(s, v.Name)
 		if err != nil {
 			s.Close()
@@ -115,10 +116,6 @@ func Build(cat *manifest.Catalog, opt Options) (*Set, error) {
 		}
 		n.Name = v.Name
 		dirs = append(dirs, n)
-	}
-	for n := range want {
-		s.Close()
-		return nil, fmt.Errorf("unknown view %q (have %s)", n, strings.Join(Names(), ", "))
 	}
 	s.Root = Dir("", dirs...)
 	return s, nil

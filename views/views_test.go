@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"slices"
 	"strings"
 	"testing"
 
@@ -323,5 +324,59 @@ func TestNVFP4CountsReadOnlyWhatTheyNeed(t *testing.T) {
 	t.Logf("%d experts read block by block, %d whole", sparse, whole)
 	if sparse == 0 {
 		t.Fatal("no expert exercised reading clamped blocks one by one")
+	}
+}
+
+// TestBuildServesExactlyTheListedViews pins --views: the set holds the
+// views listed and no other, and manifest/views/ describes those of them it
+// describes.
+func TestBuildServesExactlyTheListedViews(t *testing.T) {
+	cat, err := manifest.Open(tinyDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cat.Close() })
+	tests := []struct {
+		views     []string
+		described []string // manifest/views/, when manifest is listed
+	}{
+		{[]string{"nvfp4"}, nil},
+		{[]string{"source"}, nil},
+		{[]string{"nvfp4", "q2"}, nil},
+		{[]string{"engram-fp4", "manifest"}, []string{"engram-fp4.json"}},
+		{[]string{"manifest", "nvfp4"}, []string{"nvfp4.json"}},
+		{[]string{"manifest"}, nil},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.views, ","), func(t *testing.T) {
+			s, err := Build(cat, Options{Views: tt.views, NoHash: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			var got []string
+			for _, c := range s.Root.Children {
+				got = append(got, c.Name)
+			}
+			if want := slices.Sorted(slices.Values(tt.views)); !slices.Equal(got, want) {
+				t.Fatalf("--views %v serves %v", tt.views, got)
+			}
+			m := s.Root.Child("manifest")
+			if m == nil {
+				return
+			}
+			var described []string
+			if d := m.Child("views"); d != nil {
+				for _, c := range d.Children {
+					described = append(described, c.Name)
+				}
+			}
+			if !slices.Equal(described, tt.described) {
+				t.Fatalf("manifest/views/ holds %v, want %v", described, tt.described)
+			}
+		})
+	}
+	if _, err := Build(cat, Options{Views: []string{"nvfp4", "nvfp5"}}); err == nil || !strings.Contains(err.Error(), `"nvfp5"`) {
+		t.Fatalf("an unknown view: %v", err)
 	}
 }
