@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path"
 	"slices"
@@ -85,6 +86,9 @@ type Set struct {
 	stats map[string]func() any // live counters of views that keep any
 	// warnings are what views could not serve, for the log once mounted.
 	warnings []string
+	// shadowed lists, by source file name, the views whose own generated
+	// file of that name is served in its place.
+	shadowed map[string][]string
 	closers  []io.Closer // backends the views started
 	// working is memory views use outside the block cache while they
 	// compute (trace/'s decoded matrices and hidden states).
@@ -98,7 +102,8 @@ func (s *Set) WorkingMemory() int64 { return s.working }
 // Build builds the views of cat chosen by opt under one root directory.
 func Build(cat *manifest.Catalog, opt Options) (*Set, error) {
 	names := opt.Views
-	s := &Set{Cat: cat, Opt: opt, files: make(map[string]*os.File), stats: make(map[string]func() any)}
+	s := &Set{Cat: cat, Opt: opt, files: make(map[string]*os.File), stats: make(map[string]func() any),
+		shadowed: make(map[string][]string)}
 	for _, n := range names {
 		if !slices.Contains(Names(), n) {
 			return nil, fmt.Errorf("unknown view %q (have %s)", n, strings.Join(Names(), ", "))
@@ -118,6 +123,10 @@ func Build(cat *manifest.Catalog, opt Options) (*Set, error) {
 		dirs = append(dirs, n)
 	}
 	s.Root = Dir("", dirs...)
+	for _, name := range slices.Sorted(maps.Keys(s.shadowed)) {
+		s.warnings = append(s.warnings, fmt.Sprintf("%s: the source file is not served in %s/, which generate their own %s; source/ serves it",
+			name, strings.Join(s.shadowed[name], "/, "), path.Base(name)))
+	}
 	return s, nil
 }
 
@@ -306,6 +315,8 @@ func (s *Set) rewrite(view string, rws []Rewriter) (*Node, error) {
 			continue
 		case f.Name == "config.json" && !bytes.Equal(config, s.Cat.ConfigBytes):
 			files[f.Name] = &Node{File: NewFile(Bytes(config))}
+		case files[f.Name] != nil:
+			s.shadowed[f.Name] = append(s.shadowed[f.Name], view)
 		default:
 			n, err := s.sourceFile(f.Name, f.Path, f.Size)
 			if err != nil {

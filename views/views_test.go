@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -378,5 +380,62 @@ func TestBuildServesExactlyTheListedViews(t *testing.T) {
 	}
 	if _, err := Build(cat, Options{Views: []string{"nvfp4", "nvfp5"}}); err == nil || !strings.Contains(err.Error(), `"nvfp5"`) {
 		t.Fatalf("an unknown view: %v", err)
+	}
+}
+
+// copyTiny copies the v41-tiny checkpoint for a test that changes it.
+func copyTiny(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.CopyFS(dir, os.DirFS(tinyDir)); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// TestGeneratedFilesWinOverSourceFiles: a source file named like a file a
+// view generates is served in source/ only; the view serves its own, and
+// one line per file names the collision.
+func TestGeneratedFilesWinOverSourceFiles(t *testing.T) {
+	dir := copyTiny(t)
+	for _, name := range []string{"hf_quant_config.json", "TRANSCODE.json"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte("not the view's\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cat, err := manifest.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cat.Close()
+	s, err := Build(cat, Options{Views: []string{"source", "nvfp4", "engram-fp4", "nvfp4+engram-fp4"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	cache := blockcache.New(64<<20, 2)
+	defer cache.Close()
+	for _, p := range []string{"nvfp4/hf_quant_config.json", "nvfp4/TRANSCODE.json", "engram-fp4/TRANSCODE.json",
+		"nvfp4+engram-fp4/hf_quant_config.json", "nvfp4+engram-fp4/TRANSCODE.json"} {
+		n, err := s.Root.Lookup(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b := readAll(t, n, cache); bytes.Equal(b, []byte("not the view's\n")) {
+			t.Errorf("%s serves the source's file", p)
+		}
+	}
+	for _, name := range []string{"hf_quant_config.json", "TRANSCODE.json"} {
+		n, _ := s.Root.Lookup("source/" + name)
+		if n == nil || !bytes.Equal(readAll(t, n, cache), []byte("not the view's\n")) {
+			t.Errorf("source/%s is not the source's file", name)
+		}
+	}
+	want := []string{
+		"TRANSCODE.json: the source file is not served in nvfp4/, engram-fp4/, nvfp4+engram-fp4/, which generate their own TRANSCODE.json; source/ serves it",
+		"hf_quant_config.json: the source file is not served in nvfp4/, nvfp4+engram-fp4/, which generate their own hf_quant_config.json; source/ serves it",
+	}
+	if !slices.Equal(s.Warnings(), want) {
+		t.Errorf("warnings:\n%s\nwant:\n%s", strings.Join(s.Warnings(), "\n"), strings.Join(want, "\n"))
 	}
 }
