@@ -151,8 +151,24 @@ type Catalog struct {
 	// are not here, valid or not, so a view never serves a bad shard as an
 	// ordinary file.
 	Files []File
+	// BadShards lists, by name, the shards that could not be opened, so
+	// that views can refuse to serve them loudly rather than leave them
+	// out. A file the index names that is plainly no safetensors file
+	// (config.json) is not one: it stays in Files.
+	BadShards []BadShard
 	// Problems lists every fault found, sorted by file, then tensor.
 	Problems []Problem
+}
+
+// BadShard is a shard of the checkpoint that could not be opened.
+type BadShard struct {
+	Name   string // as the index names it
+	Path   string
+	Size   int64 // -1 when there is no regular file of that name
+	Reason string
+	// Tensors are the tensors the index places in the shard, sorted; none
+	// without an index.
+	Tensors []string
 }
 
 // Open catalogs the checkpoint in dir. It fails only when dir itself is
@@ -191,13 +207,22 @@ func Open(dir string) (*Catalog, error) {
 		c.problem(ConfigName, "", "missing")
 	}
 
-	shards := c.openShards(names, idx)
+	shards, notShards := c.openShards(names, idx)
 	c.catalog(shards, idx)
 	classify(c.Tensors, c.Config, c.problem)
 
 	isShard := make(map[string]bool, len(names))
 	for _, n := range names {
-		isShard[n] = true
+		isShard[n] = !notShards[n]
+	}
+	sizes := make(map[string]int64, len(files))
+	for _, f := range files {
+		sizes[f.Name] = f.Size
+	}
+	for i, b := range c.BadShards {
+		if n, ok := sizes[b.Name]; ok {
+			c.BadShards[i].Size = n
+		}
 	}
 	for _, f := range files {
 		if !isShard[f.Name] {
@@ -379,9 +404,11 @@ func (c *Catalog) shardNames(top map[string]bool, files []File) ([]string, *inde
 }
 
 // openShards opens the named shards in parallel; a shard that fails is
-// reported and comes back nil.
-func (c *Catalog) openShards(names []string, idx *index) []*Shard {
-	shards := make([]*Shard, len(names))
+// reported, recorded in BadShards and comes back nil. A file the index
+// names whose name and header both say it is no safetensors file is
+// reported as a wrong index entry and returned in notShards.
+func (c *Catalog) openShards(names []string, idx *index) (shards []*Shard, notShards map[string]bool) {
+	shards = make([]*Shard, len(names))
 	errs := make([]error, len(names))
 	work := make(chan int)
 	var wg sync.WaitGroup
@@ -399,25 +426,61 @@ func (c *Catalog) openShards(names []string, idx *index) []*Shard {
 	}
 	close(work)
 	wg.Wait()
+	notShards = make(map[string]bool)
+	bad := make(map[string]int) // name -> index in c.BadShards
 	for i, err := range errs {
 		if err == nil {
 			continue
 		}
 		var herr *safetensors.Error
+		reason := pathErrReason(err)
 		switch {
+		case errors.As(err, &herr) && idx != nil && !strings.HasSuffix(names[i], shardExt):
+			notShards[names[i]] = true
+			c.problem(IndexName, "", fmt.Sprintf("maps %d tensors (%s first) to %s, which is not a safetensors file (%s); it is served as an ordinary file",
+				idx.count[names[i]], firstTensorIn(idx, names[i]), names[i], herr.Reason))
+			continue
 		case errors.As(err, &herr):
+			reason = herr.Reason
+			if herr.Tensor != "" {
+				reason = "tensor " + herr.Tensor + ": " + reason
+			}
 			c.problem(names[i], herr.Tensor, herr.Reason)
 		case errors.Is(err, fs.ErrNotExist):
-			reason := "missing"
+			reason = "missing"
 			if idx != nil {
 				reason = fmt.Sprintf("missing (index entries: %d)", idx.count[names[i]])
 			}
 			c.problem(names[i], "", reason)
 		default:
-			c.problem(names[i], "", pathErrReason(err))
+			c.problem(names[i], "", reason)
+		}
+		bad[names[i]] = len(c.BadShards)
+		c.BadShards = append(c.BadShards, BadShard{Name: names[i], Path: filepath.Join(c.Dir, filepath.FromSlash(names[i])), Size: -1, Reason: reason})
+	}
+	if idx != nil && len(bad) > 0 {
+		for name, where := range idx.weightMap {
+			if i, ok := bad[where]; ok {
+				c.BadShards[i].Tensors = append(c.BadShards[i].Tensors, name)
+			}
+		}
+		for i := range c.BadShards {
+			slices.Sort(c.BadShards[i].Tensors)
 		}
 	}
-	return shards
+	return shards, notShards
+}
+
+// firstTensorIn names the first tensor, by name, that the index places in
+// file.
+func firstTensorIn(idx *index, file string) string {
+	first := ""
+	for name, where := range idx.weightMap {
+		if where == file && (first == "" || name < first) {
+			first = name
+		}
+	}
+	return first
 }
 
 // candidate is a header tensor that may enter the catalog: slab i of the
