@@ -34,6 +34,18 @@ type Range struct {
 // Len implements Segment.
 func (r Range) Len() int64 { return r.N }
 
+// Unreadable is a run of bytes that must not be served: every read of it
+// fails with Err. It stands for a bad source shard in the derived views, so
+// that a loader fails loudly, naming the shard, instead of loading a
+// checkpoint with the shard left out.
+type Unreadable struct {
+	N   int64
+	Err error
+}
+
+// Len implements Segment.
+func (u Unreadable) Len() int64 { return u.N }
+
 // Blocks is derived data computed in blocks of BlockLen bytes (the last may
 // be shorter). Compute fills dst with block i; it must be a pure function of
 // the source bytes so a block can be cached and recomputed at will.

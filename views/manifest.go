@@ -114,8 +114,9 @@ type viewDoc struct {
 
 // fileDoc is one file of a view. Kind is "safetensors" (a virtual
 // safetensors file, with its tensors), "source" (a checkpoint file served
-// unchanged), "generated" (bytes made at mount: a patched config, an index)
-// or "document" (a report computed when first read).
+// unchanged), "generated" (bytes made at mount: a patched config, an index),
+// "document" (a report computed when first read) or "unreadable" (a bad
+// source shard, whose reads fail).
 type fileDoc struct {
 	File    string      `json:"file"`
 	Kind    string      `json:"kind"`
@@ -181,6 +182,8 @@ func (p *provenance) view(ctx context.Context, name string) (*viewDoc, error) {
 			if rel, err := filepath.Rel(p.set.Cat.Dir, n.File.Source); err == nil {
 				fd.Source = filepath.ToSlash(rel)
 			}
+		case isUnreadable(n.File):
+			fd.Kind = "unreadable"
 		case strings.HasSuffix(path, ".safetensors"):
 			ts, err := p.tensors(n.File)
 			if err != nil {
@@ -202,6 +205,15 @@ func (p *provenance) view(ctx context.Context, name string) (*viewDoc, error) {
 		}
 	}
 	return doc, p.countBlocks(ctx, pending)
+}
+
+// isUnreadable reports whether f stands for a bad source shard.
+func isUnreadable(f *File) bool {
+	if len(f.segs) == 0 {
+		return false
+	}
+	_, ok := f.segs[0].(Unreadable)
+	return ok
 }
 
 // index sorts each shard's tensors by offset, to map a byte range back to

@@ -232,7 +232,36 @@ func buildSource(s *Set, _ string) (*Node, error) {
 		}
 		files[f.Name] = n
 	}
+	// A bad shard is the user's file: source/ serves it as it is.
+	for _, b := range s.Cat.BadShards {
+		if b.Size < 0 {
+			continue
+		}
+		n, err := s.sourceFile(b.Name, b.Path, b.Size)
+		if err != nil {
+			return nil, err
+		}
+		files[b.Name] = n
+	}
 	return tree("source", files), nil
+}
+
+// badShard keeps a bad source shard visible in a derived view: the index
+// still places the shard's tensors (as the source index names them) in
+// file, and file, when the source has one, fails every read naming the
+// shard and the reason. A loader of the view then fails loudly instead of
+// loading a checkpoint with the shard's tensors quietly left out.
+func (s *Set) badShard(files map[string]*Node, weightMap map[string]string, file string, b manifest.BadShard) {
+	for _, t := range b.Tensors {
+		if _, ok := weightMap[t]; !ok {
+			weightMap[t] = file
+		}
+	}
+	if b.Size < 0 {
+		return // missing: the loader's open fails, naming it
+	}
+	err := fmt.Errorf("source shard %s is bad (%s), so its tensors cannot be served; source/ has the file as it is", b.Name, b.Reason)
+	files[file] = &Node{File: NewFile(Unreadable{N: b.Size, Err: err})}
 }
 
 // Out is one tensor of a virtual safetensors file.
@@ -292,6 +321,9 @@ func (s *Set) rewrite(view string, rws []Rewriter) (*Node, error) {
 			weightMap[o.Name] = sh.Name
 			total += o.Data.Len()
 		}
+	}
+	for _, b := range s.Cat.BadShards {
+		s.badShard(files, weightMap, b.Name, b)
 	}
 	config := s.Cat.ConfigBytes
 	for _, rw := range rws {

@@ -439,3 +439,89 @@ func TestGeneratedFilesWinOverSourceFiles(t *testing.T) {
 		t.Errorf("warnings:\n%s\nwant:\n%s", strings.Join(s.Warnings(), "\n"), strings.Join(want, "\n"))
 	}
 }
+
+// TestBadShardIsNeverHidden: with a corrupt shard, every checkpoint view's
+// index still places the shard's tensors in it and the shard's file fails
+// every read naming the shard and the reason; source/ serves the file as it
+// is, and manifest/ describes the views.
+func TestBadShardIsNeverHidden(t *testing.T) {
+	dir := copyTiny(t)
+	cat0, err := manifest.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := cat0.Shards[len(cat0.Shards)-1].Name
+	var inBad []string
+	for _, tt := range cat0.Tensors {
+		if tt.Shard.Name == bad {
+			inBad = append(inBad, tt.Name)
+		}
+	}
+	cat0.Close()
+	p := filepath.Join(dir, bad)
+	f, err := os.OpenFile(p, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteAt([]byte("#"), 9) // the header JSON no longer parses
+	f.Close()
+	raw, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cat, err := manifest.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cat.Close()
+	s, err := Build(cat, Options{Views: []string{"source", "nvfp4", "engram-fp4", "nvfp4+engram-fp4", "q2", "manifest"}, NoHash: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	cache := blockcache.New(64<<20, 2)
+	defer cache.Close()
+
+	src, err := s.Root.Lookup("source/" + bad)
+	if err != nil || !bytes.Equal(readAll(t, src, cache), raw) {
+		t.Fatalf("source/%s is not the file as it is (%v)", bad, err)
+	}
+	for view, file := range map[string]string{"nvfp4": bad, "engram-fp4": bad, "nvfp4+engram-fp4": bad,
+		"q2": strings.Replace(bad, "model-", "quant-", 1)} {
+		var index struct {
+			WeightMap map[string]string `json:"weight_map"`
+		}
+		n, err := s.Root.Lookup(view + "/model.safetensors.index.json")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(readAll(t, n, cache), &index); err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range inBad {
+			if index.WeightMap[name] != file {
+				t.Errorf("%s/: the index places %s in %q, want %s", view, name, index.WeightMap[name], file)
+			}
+		}
+		n, err = s.Root.Lookup(view + "/" + file)
+		if err != nil {
+			t.Fatalf("%s/: %v", view, err)
+		}
+		if n.File.Size() != int64(len(raw)) {
+			t.Errorf("%s/%s: %d bytes, want the source's %d", view, file, n.File.Size(), len(raw))
+		}
+		_, err = NewReader(n.File, cache).ReadAt(make([]byte, 8), 0)
+		if err == nil || !strings.Contains(err.Error(), bad) || !strings.Contains(err.Error(), "JSON") {
+			t.Errorf("%s/%s: reading gave %v, want an error naming the shard and the reason", view, file, err)
+		}
+	}
+	for _, view := range []string{"nvfp4", "q2"} {
+		n, err := s.Root.Lookup("manifest/views/" + view + ".json")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b := readAll(t, n, cache); !bytes.Contains(b, []byte(`"kind":"unreadable"`)) {
+			t.Errorf("manifest/views/%s.json does not show the bad shard", view)
+		}
+	}
+}
