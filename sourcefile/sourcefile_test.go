@@ -1,0 +1,158 @@
+package sourcefile
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+var content = []byte("0123456789abcdefghijklmnopqrstuvwxyz")
+
+// write creates path with content and an mtime in the past, as a
+// checkpoint file downloaded earlier has.
+func write(t *testing.T, path string, b []byte) {
+	t.Helper()
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	past := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
+	if err := os.Chtimes(path, past, past); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestUnchangedReads(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "config.json")
+	write(t, p, content)
+	f, err := Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	buf := make([]byte, 10)
+	if n, err := f.ReadAt(buf, 3); n != 10 || err != nil || !bytes.Equal(buf, content[3:13]) {
+		t.Fatalf("ReadAt: %d %v %q", n, err, buf[:n])
+	}
+	if n, err := f.ReadAt(buf, int64(len(content))-4); n != 4 || err != io.EOF {
+		t.Fatalf("read across the end: %d, %v; want 4, io.EOF", n, err)
+	}
+	if f.Size() != int64(len(content)) || !f.ModTime().Equal(time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)) {
+		t.Fatalf("size %d, mtime %v", f.Size(), f.ModTime())
+	}
+	fd, err := f.Reopen()
+	if err != nil {
+		t.Fatalf("Reopen of an unchanged file: %v", err)
+	}
+	syscall.Close(fd)
+}
+
+// TestChangesAreCaught changes the file in each way a checkpoint file can
+// change under a mount; each read after it fails, for good.
+func TestChangesAreCaught(t *testing.T) {
+	tests := []struct {
+		name   string
+		change func(t *testing.T, p string)
+		how    string
+	}{
+		{"truncated", func(t *testing.T, p string) { os.Truncate(p, 10) }, "truncated from 36 to 10 bytes"},
+		{"grown", func(t *testing.T, p string) {
+			f, _ := os.OpenFile(p, os.O_WRONLY|os.O_APPEND, 0)
+			f.Write([]byte("more"))
+			f.Close()
+		}, "grown from 36 to 40 bytes"},
+		{"rewritten in place, mtime put back", func(t *testing.T, p string) {
+			fi, _ := os.Stat(p)
+			f, _ := os.OpenFile(p, os.O_WRONLY, 0)
+			f.WriteAt([]byte("X"), 5)
+			f.Close()
+			os.Chtimes(p, fi.ModTime(), fi.ModTime())
+			if now, _ := os.Stat(p); !now.ModTime().Equal(fi.ModTime()) || now.Size() != fi.Size() {
+				t.Fatal("the change did not keep size and mtime")
+			}
+		}, "rewritten"},
+		{"replaced by rename", func(t *testing.T, p string) {
+			tmp := p + ".tmp"
+			write(t, tmp, bytes.ToUpper(content))
+			fi, _ := os.Stat(p)
+			os.Chtimes(tmp, fi.ModTime(), fi.ModTime())
+			if err := os.Rename(tmp, p); err != nil {
+				t.Fatal(err)
+			}
+		}, "replaced by another file"},
+		{"removed", func(t *testing.T, p string) { os.Remove(p) }, "removed"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := filepath.Join(t.TempDir(), "tokenizer.json")
+			write(t, p, content)
+			f, err := Open(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			buf := make([]byte, 8)
+			if _, err := f.ReadAt(buf, 0); err != nil {
+				t.Fatal(err)
+			}
+			tt.change(t, p)
+			for i := range 2 { // the second read fails too
+				n, err := f.ReadAt(buf, 0)
+				if n != 0 || !errors.Is(err, ErrChanged) || !strings.Contains(err.Error(), p) || !strings.Contains(err.Error(), tt.how) {
+					t.Fatalf("read %d after the change: %d, %v; want 0 and ErrChanged naming %s and %q", i, n, err, p, tt.how)
+				}
+			}
+			if fd, err := f.Reopen(); !errors.Is(err, ErrChanged) {
+				syscall.Close(fd)
+				t.Fatalf("Reopen after the change: %v", err)
+			}
+			if !f.FirstReport() || f.FirstReport() {
+				t.Fatal("FirstReport is not true exactly once")
+			}
+		})
+	}
+}
+
+// TestChangeStaysFound: putting the original back does not make a changed
+// file readable again.
+func TestChangeStaysFound(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "a")
+	write(t, p, content)
+	f, err := Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := os.Rename(p, p+".moved"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.ReadAt(make([]byte, 4), 0); !errors.Is(err, ErrChanged) {
+		t.Fatalf("after moving the file away: %v", err)
+	}
+	if err := os.Rename(p+".moved", p); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.ReadAt(make([]byte, 4), 0); !errors.Is(err, ErrChanged) {
+		t.Fatalf("after moving it back: %v", err)
+	}
+}
+
+// TestOpenRefusesNonRegularFiles without blocking on a named pipe.
+func TestOpenRefusesNonRegularFiles(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{fifo, dir} {
+		if _, err := Open(p); err == nil || !strings.Contains(err.Error(), "not a regular file") {
+			t.Errorf("Open(%s): %v", p, err)
+		}
+	}
+}
