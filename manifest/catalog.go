@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/dsfs/dsfs/safetensors"
+	"github.com/dsfs/dsfs/sourcefile"
 )
 
 // Role says what a tensor is for in the model.
@@ -100,7 +101,7 @@ type Shard struct {
 	Header  *safetensors.Header
 	Tensors []*Tensor // data order; tensors left out of the catalog are left out here too
 
-	f *os.File
+	f *sourcefile.File
 }
 
 // File is a non-shard file of the checkpoint directory (config, tokenizer,

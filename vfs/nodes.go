@@ -137,10 +137,12 @@ func (f *fileNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint3
 	}
 	f.m.ctr.opens.Add(1)
 	h := &fileHandle{m: f.m, r: views.NewReader(f.f, f.m.cache), name: f.name, fd: -1}
-	if f.f.Source != "" && f.m.passthrough {
+	if f.f.Origin != nil && f.m.passthrough {
 		// The kernel may read an unchanged source file directly; go-fuse asks
-		// for the descriptor once and falls back to our Read if it cannot.
-		if fd, err := syscall.Open(f.f.Source, syscall.O_RDONLY|syscall.O_CLOEXEC, 0); err == nil {
+		// for the descriptor once and falls back to our Read if it cannot. A
+		// file changed since the mount opened it gets no descriptor: its reads
+		// come to Read and fail there.
+		if fd, err := f.f.Origin.Reopen(); err == nil {
 			h.fd = fd
 		}
 	}
@@ -174,6 +176,9 @@ func (h *fileHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.Rea
 			return nil, syscall.EINTR
 		}
 		h.m.ctr.errors.Add(1)
+		if sourceChangeReported(err) {
+			return nil, syscall.EIO
+		}
 		h.m.log.Error("read failed", "file", h.name, "offset", off, "err", err)
 		return nil, syscall.EIO
 	}

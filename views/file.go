@@ -11,6 +11,8 @@ import (
 	"sort"
 	"strings"
 	"sync"
+
+	"github.com/dsfs/dsfs/sourcefile"
 )
 
 // Segment is one contiguous piece of a virtual file.
@@ -72,6 +74,10 @@ type File struct {
 	// Source is set when the file is a source file served unchanged, so the
 	// mount may let the kernel read it directly.
 	Source string
+	// Origin is the source file opened at mount: the mount hands the kernel
+	// a descriptor only once Origin has checked that the path still names
+	// that file, unchanged.
+	Origin *sourcefile.File
 }
 
 // NewFile concatenates segments into a file.

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"os"
 	"path"
 	"slices"
 	"sort"
@@ -17,6 +16,7 @@ import (
 	"github.com/dsfs/dsfs/diskcache"
 	"github.com/dsfs/dsfs/manifest"
 	"github.com/dsfs/dsfs/safetensors"
+	"github.com/dsfs/dsfs/sourcefile"
 )
 
 // View is a named tree of virtual files built from a catalog.
@@ -82,7 +82,7 @@ type Set struct {
 	Cat   *manifest.Catalog
 	Root  *Node
 	Opt   Options
-	files map[string]*os.File
+	files map[string]*sourcefile.File
 	stats map[string]func() any // live counters of views that keep any
 	// warnings are what views could not serve, for the log once mounted.
 	warnings []string
@@ -102,7 +102,7 @@ func (s *Set) WorkingMemory() int64 { return s.working }
 // Build builds the views of cat chosen by opt under one root directory.
 func Build(cat *manifest.Catalog, opt Options) (*Set, error) {
 	names := opt.Views
-	s := &Set{Cat: cat, Opt: opt, files: make(map[string]*os.File), stats: make(map[string]func() any),
+	s := &Set{Cat: cat, Opt: opt, files: make(map[string]*sourcefile.File), stats: make(map[string]func() any),
 		shadowed: make(map[string][]string)}
 	for _, n := range names {
 		if !slices.Contains(Names(), n) {
@@ -164,12 +164,13 @@ func (s *Set) Close() error {
 	return first
 }
 
-// open returns the shared open handle of a source file.
-func (s *Set) open(p string) (*os.File, error) {
+// open returns the shared open handle of a source file, whose reads fail
+// once the file changes.
+func (s *Set) open(p string) (*sourcefile.File, error) {
 	if f, ok := s.files[p]; ok {
 		return f, nil
 	}
-	f, err := os.Open(p)
+	f, err := sourcefile.Open(p)
 	if err != nil {
 		return nil, err
 	}
@@ -177,15 +178,21 @@ func (s *Set) open(p string) (*os.File, error) {
 	return f, nil
 }
 
-// sourceFile is a file of the checkpoint served unchanged.
-func (s *Set) sourceFile(name, p string, size int64) (*Node, error) {
+// sourceFile is a file of the checkpoint served unchanged, as it was when
+// the views opened it.
+func (s *Set) sourceFile(name, p string) (*Node, error) {
 	f, err := s.open(p)
 	if err != nil {
 		return nil, err
 	}
-	file := NewFile(Range{R: f, Off: 0, N: size})
-	file.Source = p
-	return &Node{Name: name, File: file}, nil
+	return sourceNode(name, f), nil
+}
+
+// sourceNode serves an opened source file unchanged.
+func sourceNode(name string, f *sourcefile.File) *Node {
+	file := NewFile(Range{R: f, Off: 0, N: f.Size()})
+	file.Source, file.Origin = f.Path(), f
+	return &Node{Name: name, File: file}
 }
 
 // tree places file nodes at their slash-separated paths under a directory.
@@ -219,14 +226,10 @@ func tree(name string, files map[string]*Node) *Node {
 func buildSource(s *Set, _ string) (*Node, error) {
 	files := make(map[string]*Node)
 	for _, sh := range s.Cat.Shards {
-		n, err := s.sourceFile(sh.Name, sh.Path, sh.Size)
-		if err != nil {
-			return nil, err
-		}
-		files[sh.Name] = n
+		files[sh.Name] = sourceNode(sh.Name, sh.File())
 	}
 	for _, f := range s.Cat.Files {
-		n, err := s.sourceFile(f.Name, f.Path, f.Size)
+		n, err := s.sourceFile(f.Name, f.Path)
 		if err != nil {
 			return nil, err
 		}
@@ -237,7 +240,7 @@ func buildSource(s *Set, _ string) (*Node, error) {
 		if b.Size < 0 {
 			continue
 		}
-		n, err := s.sourceFile(b.Name, b.Path, b.Size)
+		n, err := s.sourceFile(b.Name, b.Path)
 		if err != nil {
 			return nil, err
 		}
@@ -350,7 +353,7 @@ func (s *Set) rewrite(view string, rws []Rewriter) (*Node, error) {
 		case files[f.Name] != nil:
 			s.shadowed[f.Name] = append(s.shadowed[f.Name], view)
 		default:
-			n, err := s.sourceFile(f.Name, f.Path, f.Size)
+			n, err := s.sourceFile(f.Name, f.Path)
 			if err != nil {
 				return nil, err
 			}
