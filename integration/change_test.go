@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -106,5 +107,46 @@ func flipByte(t *testing.T, p string) {
 	b[0] ^= 0xff
 	if _, err := f.WriteAt(b, fi.Size()/2); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestPassthroughNotReusedForAChangedFile: while one reader holds a source/
+// file open through kernel passthrough, the file changes; a new open of it
+// fails with EIO instead of sharing the first reader's backing file (the
+// held descriptor itself reads the file without asking dsfs: the README
+// says so).
+func TestPassthroughNotReusedForAChangedFile(t *testing.T) {
+	needMount(t)
+	src := copyTiny(t)
+	m := startMount(t, src, "--views", "source")
+	held, err := os.Open(m.path("source", goodShard))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	if _, err := held.ReadAt(make([]byte, 4096), 0); err != nil {
+		t.Fatal(err)
+	}
+	var st struct {
+		Passthrough int64 `json:"passthrough"`
+	}
+	b, err := os.ReadFile(m.path(".dsfs", "stats.json"))
+	if err != nil || json.Unmarshal(b, &st) != nil {
+		t.Fatalf("stats.json: %v %s", err, b)
+	}
+	if st.Passthrough == 0 {
+		t.Skip("the kernel does not pass source files through here")
+	}
+	p := filepath.Join(src, goodShard)
+	fi, _ := os.Stat(p)
+	if err := os.Truncate(p, fi.Size()/2); err != nil {
+		t.Fatal(err)
+	}
+	b, err = os.ReadFile(m.path("source", goodShard))
+	if !errors.Is(err, syscall.EIO) {
+		t.Fatalf("a new open of the changed file read %d bytes, %v; want EIO", len(b), err)
+	}
+	if n := strings.Count(m.log.String(), "source file changed"); n != 1 {
+		t.Fatalf("%d log lines name the change, want 1:\n%s", n, m.log)
 	}
 }

@@ -3,6 +3,7 @@ package sourcefile
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -153,6 +154,63 @@ func TestOpenRefusesNonRegularFiles(t *testing.T) {
 	for _, p := range []string{fifo, dir} {
 		if _, err := Open(p); err == nil || !strings.Contains(err.Error(), "not a regular file") {
 			t.Errorf("Open(%s): %v", p, err)
+		}
+	}
+}
+
+// BenchmarkReadAt compares a checked read with a plain pread of the same
+// page-cached file, at the request sizes FUSE sends.
+func BenchmarkReadAt(b *testing.B) {
+	p := filepath.Join(b.TempDir(), "shard")
+	const size = 64 << 20
+	if err := os.WriteFile(p, bytes.Repeat([]byte{7}, size), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	f, err := Open(p)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	plain, err := os.Open(p)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer plain.Close()
+	for _, n := range []int{128 << 10, 1 << 20} {
+		for _, r := range []struct {
+			name string
+			r    io.ReaderAt
+		}{{"plain", plain}, {"checked", f}} {
+			b.Run(fmt.Sprintf("%s/%dKiB", r.name, n>>10), func(b *testing.B) {
+				buf := make([]byte, n)
+				b.SetBytes(int64(n))
+				off := int64(0)
+				for b.Loop() {
+					if _, err := r.r.ReadAt(buf, off); err != nil {
+						b.Fatal(err)
+					}
+					off = (off + int64(n)) % size
+				}
+			})
+		}
+	}
+}
+
+// BenchmarkCheck is the cost a checked read adds: one stat of the path.
+func BenchmarkCheck(b *testing.B) {
+	p := filepath.Join(b.TempDir(), "models--org--name", "snapshots", "0123abcd", "model-00001-of-00048.safetensors")
+	os.MkdirAll(filepath.Dir(p), 0o755)
+	if err := os.WriteFile(p, content, 0o644); err != nil {
+		b.Fatal(err)
+	}
+	f, err := Open(p)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	for b.Loop() {
+		if err := f.Check(); err != nil {
+			b.Fatal(err)
 		}
 	}
 }

@@ -6,10 +6,11 @@ import (
 	"github.com/dsfs/dsfs/sourcefile"
 )
 
-// sourceChangeReported reports whether err is the change of a source file
-// that an earlier failed read has logged already: a file changed under the
-// mount fails every later read, in every view, and is logged once.
-func sourceChangeReported(err error) bool {
+// logSourceError reports whether a failed open or read should be logged:
+// always, unless it is the change of a source file that was logged
+// already. A file changed under the mount fails every later open and read,
+// in every view, and is logged once.
+func logSourceError(err error) bool {
 	var ce *sourcefile.ChangedError
-	return errors.As(err, &ce) && !ce.File.FirstReport()
+	return !errors.As(err, &ce) || ce.File.FirstReport()
 }

@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dsfs/dsfs/sourcefile"
 	"github.com/dsfs/dsfs/views"
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -139,10 +140,19 @@ func (f *fileNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint3
 	h := &fileHandle{m: f.m, r: views.NewReader(f.f, f.m.cache), name: f.name, fd: -1}
 	if f.f.Origin != nil && f.m.passthrough {
 		// The kernel may read an unchanged source file directly; go-fuse asks
-		// for the descriptor once and falls back to our Read if it cannot. A
-		// file changed since the mount opened it gets no descriptor: its reads
-		// come to Read and fail there.
-		if fd, err := f.f.Origin.Reopen(); err == nil {
+		// for the descriptor once and falls back to our Read if it cannot.
+		// While another open has one, go-fuse hands the kernel that one
+		// without asking, so a file changed since the mount opened it fails
+		// here, not in Read.
+		fd, err := f.f.Origin.Reopen()
+		if errors.Is(err, sourcefile.ErrChanged) {
+			f.m.ctr.errors.Add(1)
+			if logSourceError(err) {
+				f.m.log.Error("open failed", "file", f.name, "err", err)
+			}
+			return nil, 0, syscall.EIO
+		}
+		if err == nil {
 			h.fd = fd
 		}
 	}
@@ -176,10 +186,9 @@ func (h *fileHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.Rea
 			return nil, syscall.EINTR
 		}
 		h.m.ctr.errors.Add(1)
-		if sourceChangeReported(err) {
-			return nil, syscall.EIO
+		if logSourceError(err) {
+			h.m.log.Error("read failed", "file", h.name, "offset", off, "err", err)
 		}
-		h.m.log.Error("read failed", "file", h.name, "offset", off, "err", err)
 		return nil, syscall.EIO
 	}
 	h.m.ctr.reads.Add(1)
