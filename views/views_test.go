@@ -330,9 +330,10 @@ func TestNVFP4CountsReadOnlyWhatTheyNeed(t *testing.T) {
 }
 
 // TestBuildServesExactlyTheListedViews pins --views: the set holds the
-// views listed and no other, and manifest/views/ describes those of them it
-// describes.
+// views listed and no other, and manifest/views/ describes every
+// checkpoint view, served or not, and trace/ when it is served.
 func TestBuildServesExactlyTheListedViews(t *testing.T) {
+	checkpointViews := []string{"engram-fp4.json", "nvfp4+engram-fp4.json", "nvfp4.json", "q2.json"}
 	cat, err := manifest.Open(tinyDir)
 	if err != nil {
 		t.Fatal(err)
@@ -345,9 +346,10 @@ func TestBuildServesExactlyTheListedViews(t *testing.T) {
 		{[]string{"nvfp4"}, nil},
 		{[]string{"source"}, nil},
 		{[]string{"nvfp4", "q2"}, nil},
-		{[]string{"engram-fp4", "manifest"}, []string{"engram-fp4.json"}},
-		{[]string{"manifest", "nvfp4"}, []string{"nvfp4.json"}},
-		{[]string{"manifest"}, nil},
+		{[]string{"engram-fp4", "manifest"}, checkpointViews},
+		{[]string{"manifest", "nvfp4"}, checkpointViews},
+		{[]string{"manifest"}, checkpointViews},
+		{[]string{"manifest", "trace"}, append(slices.Clone(checkpointViews), "trace.json")},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.views, ","), func(t *testing.T) {
@@ -375,6 +377,18 @@ func TestBuildServesExactlyTheListedViews(t *testing.T) {
 			}
 			if !slices.Equal(described, tt.described) {
 				t.Fatalf("manifest/views/ holds %v, want %v", described, tt.described)
+			}
+			// A view described but not served is built for its description
+			// only: it appears neither in the tree nor in the stats.
+			var doc viewDoc
+			if err := json.Unmarshal(readAll(t, m.Child("views").Child("q2.json"), nil), &doc); err != nil {
+				t.Fatal(err)
+			}
+			if doc.View != "q2" || !slices.ContainsFunc(doc.Files, func(f fileDoc) bool { return f.Kind == "safetensors" && len(f.Tensors) > 0 }) {
+				t.Fatalf("views/q2.json describes no q2 shard: %+v", doc)
+			}
+			if _, ok := s.Stats()["q2"]; ok != slices.Contains(tt.views, "q2") {
+				t.Fatalf("q2 stats present: %v", ok)
 			}
 		})
 	}
