@@ -238,7 +238,9 @@ func (d *docNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32
 			return nil, 0, syscall.EINTR
 		}
 		d.m.ctr.errors.Add(1)
-		d.m.log.Error("generating document failed", "file", d.name, "err", err)
+		if logSourceError(err) {
+			d.m.log.Error("generating document failed", "file", d.name, "err", err)
+		}
 		return nil, 0, syscall.EIO
 	}
 	return &docHandle{m: d.m, b: b, live: d.live}, fuse.FOPEN_DIRECT_IO, 0
