@@ -150,7 +150,8 @@ type Catalog struct {
 	// followed, hidden directories such as .cache skipped), config.json and
 	// the index included, sorted by name. Files the index names as shards
 	// are not here, valid or not, so a view never serves a bad shard as an
-	// ordinary file.
+	// ordinary file; only one whose name and header say it is no
+	// safetensors file at all (config.json) is.
 	Files []File
 	// BadShards lists, by name, the shards that could not be opened, so
 	// that views can refuse to serve them loudly rather than leave them
