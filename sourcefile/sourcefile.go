@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -56,8 +55,7 @@ type File struct {
 
 	// changed is the first change found: once a file has changed, every
 	// later read fails, even if the path is put back.
-	mu      sync.Mutex
-	changed *ChangedError
+	changed atomic.Pointer[ChangedError]
 	// reported is set by the first caller of FirstReport.
 	reported atomic.Bool
 }
@@ -132,25 +130,28 @@ func (f *File) ReadAt(p []byte, off int64) (int, error) {
 // changes its size or status-change time; a rename over the path or a
 // removal changes what the path names.
 func (f *File) Check() error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.changed != nil {
-		return f.changed
+	if ce := f.changed.Load(); ce != nil {
+		return ce
 	}
 	// One stat of the path answers both questions: while it names the
 	// opened inode, its size and times are the open file's.
 	var st syscall.Stat_t
 	how := ""
 	if err := syscall.Stat(f.path, &st); err != nil {
-		how = "removed (" + err.Error() + ")"
+		how = "no longer at its path (" + err.Error() + ")"
 	} else {
 		how = f.id.differs(identityOf(&st))
 	}
 	if how == "" {
 		return nil
 	}
-	f.changed = &ChangedError{File: f, How: how}
-	return f.changed
+	return f.setChanged(how)
+}
+
+// setChanged records the first change found and returns it.
+func (f *File) setChanged(how string) *ChangedError {
+	f.changed.CompareAndSwap(nil, &ChangedError{File: f, How: how})
+	return f.changed.Load()
 }
 
 // differs says how now differs from id, or "" if it does not.
@@ -198,12 +199,7 @@ func (f *File) Reopen() (int, error) {
 	}
 	if how := f.id.differs(identityOf(&st)); how != "" {
 		syscall.Close(fd)
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		if f.changed == nil {
-			f.changed = &ChangedError{File: f, How: how}
-		}
-		return -1, f.changed
+		return -1, f.setChanged(how)
 	}
 	return fd, nil
 }

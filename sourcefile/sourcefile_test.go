@@ -5,9 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -86,7 +90,7 @@ func TestChangesAreCaught(t *testing.T) {
 				t.Fatal(err)
 			}
 		}, "replaced by another file"},
-		{"removed", func(t *testing.T, p string) { os.Remove(p) }, "removed"},
+		{"removed", func(t *testing.T, p string) { os.Remove(p) }, "no longer at its path (no such file or directory)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -213,4 +217,72 @@ func BenchmarkCheck(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// TestNoReadMixesVersions rewrites a file in place, same size, while
+// readers read random ranges of it: every read that succeeds returns the
+// old bytes only; the others fail with ErrChanged.
+func TestNoReadMixesVersions(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	p := filepath.Join(t.TempDir(), "shard")
+	const size = 4 << 20
+	old := bytes.Repeat([]byte{0xA5}, size)
+	write(t, p, old)
+	f, err := Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var wg sync.WaitGroup
+	var ok, failed atomic.Int64
+	stop := make(chan struct{})
+	for r := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(seed, uint64(r)))
+			buf := make([]byte, 256<<10)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				off := rng.Int64N(size - int64(len(buf)))
+				n, err := f.ReadAt(buf, off)
+				switch {
+				case errors.Is(err, ErrChanged):
+					failed.Add(1)
+				case err != nil:
+					t.Errorf("seed %d: read at %d: %v", seed, off, err)
+					return
+				case !bytes.Equal(buf[:n], old[:n]):
+					t.Errorf("seed %d: read at %d returned bytes of the new version", seed, off)
+					return
+				default:
+					ok.Add(1)
+				}
+			}
+		}()
+	}
+	for ok.Load() < 100 && !t.Failed() { // the readers are under way
+		runtime.Gosched()
+	}
+	w, err := os.OpenFile(p, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	chunk := bytes.Repeat([]byte{0x5A}, 64<<10)
+	for off := int64(0); off < size; off += int64(len(chunk)) {
+		if _, err := w.WriteAt(chunk, off); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w.Close()
+	for failed.Load() == 0 && !t.Failed() { // every reader ends up failing
+		runtime.Gosched()
+	}
+	close(stop)
+	wg.Wait()
+	t.Logf("%d reads of the old bytes, %d refused", ok.Load(), failed.Load())
 }
