@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -38,5 +39,24 @@ func TestViewsListServedExactly(t *testing.T) {
 		if err != nil || json.Unmarshal(b, &doc) != nil || doc.View != v || len(doc.Files) == 0 {
 			t.Errorf("export manifest: views/%s.json: %v %.200s", v, err, b)
 		}
+	}
+}
+
+// TestGeneratedNameCollision: a source hf_quant_config.json does not
+// replace nvfp4/'s own; source/ serves it, and one log line says so.
+func TestGeneratedNameCollision(t *testing.T) {
+	needMount(t)
+	src := copyTiny(t)
+	mine := []byte(`{"quantization": {"quant_algo": "mine"}}` + "\n")
+	if err := os.WriteFile(filepath.Join(src, "hf_quant_config.json"), mine, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	m := startMount(t, src, "--views", "source,nvfp4")
+	if b, err := os.ReadFile(m.path("nvfp4", "hf_quant_config.json")); err != nil || !strings.Contains(string(b), "W4A16_NVFP4") {
+		t.Errorf("nvfp4/hf_quant_config.json is not the view's own: %v %s", err, b)
+	}
+	run(t, "cmp", m.path("source", "hf_quant_config.json"), filepath.Join(src, "hf_quant_config.json"))
+	if n := strings.Count(m.log.String(), "hf_quant_config.json: the source file is not served in nvfp4/"); n != 1 {
+		t.Errorf("%d log lines name the collision, want 1:\n%s", n, m.log)
 	}
 }
