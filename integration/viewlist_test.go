@@ -56,7 +56,7 @@ func TestGeneratedNameCollision(t *testing.T) {
 		t.Errorf("nvfp4/hf_quant_config.json is not the view's own: %v %s", err, b)
 	}
 	run(t, "cmp", m.path("source", "hf_quant_config.json"), filepath.Join(src, "hf_quant_config.json"))
-	if n := strings.Count(m.log.String(), "hf_quant_config.json: the source file is not served in nvfp4/"); n != 1 {
+	if n := strings.Count(m.log.String(), "hf_quant_config.json: a source file named like a generated one is served in source/ only; nvfp4/ serve"); n != 1 {
 		t.Errorf("%d log lines name the collision, want 1:\n%s", n, m.log)
 	}
 }

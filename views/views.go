@@ -124,8 +124,8 @@ func Build(cat *manifest.Catalog, opt Options) (*Set, error) {
 	}
 	s.Root = Dir("", dirs...)
 	for _, name := range slices.Sorted(maps.Keys(s.shadowed)) {
-		s.warnings = append(s.warnings, fmt.Sprintf("%s: the source file is not served in %s/, which generate their own %s; source/ serves it",
-			name, strings.Join(s.shadowed[name], "/, "), path.Base(name)))
+		s.warnings = append(s.warnings, fmt.Sprintf("%s: a source file named like a generated one is served in source/ only; %s/ serve their own",
+			name, strings.Join(s.shadowed[name], "/, ")))
 	}
 	return s, nil
 }
