@@ -205,6 +205,10 @@ func TestBadInput(t *testing.T) {
 				}
 			}
 			if statErr == nil {
+				out, err := exec.Command("cat", m.path("nvfp4", badShard)).CombinedOutput()
+				if err == nil || !strings.Contains(string(out), "Input/output error") {
+					t.Errorf("cat nvfp4/%s: %v, %.100q", badShard, err, out)
+				}
 				run(t, "cmp", m.path("source", badShard), filepath.Join(src, badShard))
 				if !strings.Contains(m.log.String(), "source shard "+badShard+" is bad") {
 					t.Errorf("no log line names the bad shard read:\n%s", m.log)
