@@ -1,9 +1,9 @@
 // Package sourcefile reads the files of a checkpoint while making sure they
 // are still the files dsfs opened. A file is identified, when opened, by its
 // device, inode, size, modification time and status-change time; every read
-// checks what the path names against that identity afterwards,
-// so a file changed, truncated, grown, or replaced by rename under the mount
-// gives an error, never bytes of two versions or of another file.
+// checks what the path names against that identity afterwards, so a file
+// changed, truncated, grown, or replaced by rename under the mount gives an
+// error, never bytes of two versions or of another file.
 package sourcefile
 
 import (
@@ -24,9 +24,10 @@ var ErrChanged = errors.New("source file changed since it was opened")
 // ChangedError is the error of every read of a file after it changed.
 type ChangedError struct {
 	File *File
-	How  string // truncated, grown, rewritten, replaced or removed, with figures
+	How  string // truncated, grown, rewritten, replaced or gone, with figures
 }
 
+// Error names the file and says how it changed.
 func (e *ChangedError) Error() string {
 	return e.File.path + ": " + ErrChanged.Error() + ": " + e.How
 }
@@ -200,6 +201,10 @@ func (f *File) Reopen() (int, error) {
 	if how := f.id.differs(identityOf(&st)); how != "" {
 		syscall.Close(fd)
 		return -1, f.setChanged(how)
+	}
+	if err := syscall.SetNonblock(fd, false); err != nil {
+		syscall.Close(fd)
+		return -1, &os.PathError{Op: "fcntl", Path: f.path, Err: err}
 	}
 	return fd, nil
 }
