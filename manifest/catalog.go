@@ -429,7 +429,8 @@ func (c *Catalog) openShards(names []string, idx *index) (shards []*Shard, notSh
 	close(work)
 	wg.Wait()
 	notShards = make(map[string]bool)
-	bad := make(map[string]int) // name -> index in c.BadShards
+	var notShardReasons [][2]string // file, why its header is no header
+	bad := make(map[string]int)     // name -> index in c.BadShards
 	for i, err := range errs {
 		if err == nil {
 			continue
@@ -439,8 +440,7 @@ func (c *Catalog) openShards(names []string, idx *index) (shards []*Shard, notSh
 		switch {
 		case errors.As(err, &herr) && idx != nil && !strings.HasSuffix(names[i], shardExt):
 			notShards[names[i]] = true
-			c.problem(IndexName, "", fmt.Sprintf("maps %d tensors (%s first) to %s, which is not a safetensors file (%s); it is served as an ordinary file",
-				idx.count[names[i]], firstTensorIn(idx, names[i]), names[i], herr.Reason))
+			notShardReasons = append(notShardReasons, [2]string{names[i], herr.Reason})
 			continue
 		case errors.As(err, &herr):
 			reason = herr.Reason
@@ -460,29 +460,26 @@ func (c *Catalog) openShards(names []string, idx *index) (shards []*Shard, notSh
 		bad[names[i]] = len(c.BadShards)
 		c.BadShards = append(c.BadShards, BadShard{Name: names[i], Path: filepath.Join(c.Dir, filepath.FromSlash(names[i])), Size: -1, Reason: reason})
 	}
-	if idx != nil && len(bad) > 0 {
-		for name, where := range idx.weightMap {
-			if i, ok := bad[where]; ok {
-				c.BadShards[i].Tensors = append(c.BadShards[i].Tensors, name)
-			}
+	if idx == nil || len(bad)+len(notShards) == 0 {
+		return shards, notShards
+	}
+	first := make(map[string]string, len(notShards)) // the first tensor, by name, of each
+	for name, where := range idx.weightMap {
+		if i, ok := bad[where]; ok {
+			c.BadShards[i].Tensors = append(c.BadShards[i].Tensors, name)
 		}
-		for i := range c.BadShards {
-			slices.Sort(c.BadShards[i].Tensors)
+		if f, ok := first[where]; notShards[where] && (!ok || name < f) {
+			first[where] = name
 		}
+	}
+	for i := range c.BadShards {
+		slices.Sort(c.BadShards[i].Tensors)
+	}
+	for _, nr := range notShardReasons {
+		c.problem(IndexName, "", fmt.Sprintf("maps %d tensors (%s first) to %s, which is not a safetensors file (%s); it is served as an ordinary file",
+			idx.count[nr[0]], first[nr[0]], nr[0], nr[1]))
 	}
 	return shards, notShards
-}
-
-// firstTensorIn names the first tensor, by name, that the index places in
-// file.
-func firstTensorIn(idx *index, file string) string {
-	first := ""
-	for name, where := range idx.weightMap {
-		if where == file && (first == "" || name < first) {
-			first = name
-		}
-	}
-	return first
 }
 
 // candidate is a header tensor that may enter the catalog: slab i of the
