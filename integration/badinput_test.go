@@ -2,11 +2,13 @@ package integration
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -47,8 +49,9 @@ func patchBytes(t *testing.T, path string, off int64, b []byte) {
 
 // TestBadInput plants each bad input of FORMATS.md (internal/badinput) in
 // a copy of v41-tiny and checks that the mount logs exactly one line
-// naming the file and the reason, keeps serving the good shards, and
-// leaves the bad one out of the derived views.
+// naming the file and the reason and keeps serving the good shards. A bad
+// shard is never hidden: a loader of a derived view fails on it with EIO
+// (or ENOENT when it is missing), and source/ serves it as it is.
 func TestBadInput(t *testing.T) {
 	needMount(t)
 	for _, tt := range badinput.Cases() {
@@ -73,11 +76,73 @@ func TestBadInput(t *testing.T) {
 				t.Fatalf("reading a good shard: %v", err)
 			}
 			run(t, "cat", m.path("nvfp4", "model.safetensors.index.json"))
-			if _, err := os.Stat(m.path("nvfp4", badShard)); tt.Absent && !errors.Is(err, os.ErrNotExist) {
-				t.Fatalf("bad shard still in nvfp4/: %v", err)
+			run(t, "cmp", m.path("source", "config.json"), filepath.Join(src, "config.json"))
+			run(t, "python3", "-c", "import json,sys; json.load(open(sys.argv[1]))", m.path("nvfp4", "config.json"))
+			if !tt.Bad {
+				return
+			}
+			_, statErr := os.Stat(filepath.Join(src, badShard))
+			for _, view := range []string{"nvfp4", "engram-fp4", "nvfp4+engram-fp4", "q2"} {
+				shard, err := loadCheckpoint(m.path(view))
+				want := syscall.EIO
+				if errors.Is(statErr, os.ErrNotExist) {
+					want = syscall.ENOENT
+				}
+				if !errors.Is(err, want) || !strings.Contains(shard, strings.TrimPrefix(badShard, "model-")) {
+					t.Errorf("loading %s/ failed at %q with %v, want %v at the bad shard", view, shard, err, want)
+				}
+			}
+			if statErr == nil {
+				out, err := exec.Command("cat", m.path("nvfp4", badShard)).CombinedOutput()
+				if err == nil || !strings.Contains(string(out), "Input/output error") {
+					t.Errorf("cat nvfp4/%s: %v, %.100q", badShard, err, out)
+				}
+				run(t, "cmp", m.path("source", badShard), filepath.Join(src, badShard))
+				if !strings.Contains(m.log.String(), "source shard "+badShard+" is bad") {
+					t.Errorf("no log line names the bad shard read:\n%s", m.log)
+				}
 			}
 		})
 	}
+}
+
+// loadCheckpoint reads a checkpoint directory as a safetensors loader does:
+// the index, then each shard it names, in name order, header first. It
+// returns the shard it failed on and the error.
+func loadCheckpoint(dir string) (string, error) {
+	b, err := os.ReadFile(filepath.Join(dir, "model.safetensors.index.json"))
+	if err != nil {
+		return "model.safetensors.index.json", err
+	}
+	var ix struct {
+		WeightMap map[string]string `json:"weight_map"`
+	}
+	if err := json.Unmarshal(b, &ix); err != nil {
+		return "model.safetensors.index.json", err
+	}
+	var shards []string
+	for _, sh := range ix.WeightMap {
+		if !slices.Contains(shards, sh) {
+			shards = append(shards, sh)
+		}
+	}
+	slices.Sort(shards)
+	for _, sh := range shards {
+		f, err := os.Open(filepath.Join(dir, sh))
+		if err != nil {
+			return sh, err
+		}
+		var n [8]byte
+		_, err = f.ReadAt(n[:], 0)
+		if err == nil {
+			_, err = f.ReadAt(make([]byte, min(binary.LittleEndian.Uint64(n[:]), 100<<20)), 8)
+		}
+		f.Close()
+		if err != nil {
+			return sh, err
+		}
+	}
+	return "", nil
 }
 
 func editIndex(t *testing.T, dir string, edit func(map[string]string)) {

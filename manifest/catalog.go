@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/dsfs/dsfs/safetensors"
+	"github.com/dsfs/dsfs/sourcefile"
 )
 
 // Role says what a tensor is for in the model.
@@ -100,7 +101,7 @@ type Shard struct {
 	Header  *safetensors.Header
 	Tensors []*Tensor // data order; tensors left out of the catalog are left out here too
 
-	f *os.File
+	f *sourcefile.File
 }
 
 // File is a non-shard file of the checkpoint directory (config, tokenizer,
@@ -149,10 +150,27 @@ type Catalog struct {
 	// followed, hidden directories such as .cache skipped), config.json and
 	// the index included, sorted by name. Files the index names as shards
 	// are not here, valid or not, so a view never serves a bad shard as an
-	// ordinary file.
+	// ordinary file; only one whose name and header say it is no
+	// safetensors file at all (config.json) is.
 	Files []File
+	// BadShards lists, by name, the shards that could not be opened, so
+	// that views can refuse to serve them loudly rather than leave them
+	// out. A file the index names that is plainly no safetensors file
+	// (config.json) is not one: it stays in Files.
+	BadShards []BadShard
 	// Problems lists every fault found, sorted by file, then tensor.
 	Problems []Problem
+}
+
+// BadShard is a shard of the checkpoint that could not be opened.
+type BadShard struct {
+	Name   string // as the index names it
+	Path   string
+	Size   int64 // -1 when there is no regular file of that name
+	Reason string
+	// Tensors are the tensors the index places in the shard, sorted; none
+	// without an index.
+	Tensors []string
 }
 
 // Open catalogs the checkpoint in dir. It fails only when dir itself is
@@ -191,13 +209,22 @@ func Open(dir string) (*Catalog, error) {
 		c.problem(ConfigName, "", "missing")
 	}
 
-	shards := c.openShards(names, idx)
+	shards, notShards := c.openShards(names, idx)
 	c.catalog(shards, idx)
 	classify(c.Tensors, c.Config, c.problem)
 
 	isShard := make(map[string]bool, len(names))
 	for _, n := range names {
-		isShard[n] = true
+		isShard[n] = !notShards[n]
+	}
+	sizes := make(map[string]int64, len(files))
+	for _, f := range files {
+		sizes[f.Name] = f.Size
+	}
+	for i, b := range c.BadShards {
+		if n, ok := sizes[b.Name]; ok {
+			c.BadShards[i].Size = n
+		}
 	}
 	for _, f := range files {
 		if !isShard[f.Name] {
@@ -379,9 +406,11 @@ func (c *Catalog) shardNames(top map[string]bool, files []File) ([]string, *inde
 }
 
 // openShards opens the named shards in parallel; a shard that fails is
-// reported and comes back nil.
-func (c *Catalog) openShards(names []string, idx *index) []*Shard {
-	shards := make([]*Shard, len(names))
+// reported, recorded in BadShards and comes back nil. A file the index
+// names whose name and header both say it is no safetensors file is
+// reported as a wrong index entry and returned in notShards.
+func (c *Catalog) openShards(names []string, idx *index) (shards []*Shard, notShards map[string]bool) {
+	shards = make([]*Shard, len(names))
 	errs := make([]error, len(names))
 	work := make(chan int)
 	var wg sync.WaitGroup
@@ -399,25 +428,58 @@ func (c *Catalog) openShards(names []string, idx *index) []*Shard {
 	}
 	close(work)
 	wg.Wait()
+	notShards = make(map[string]bool)
+	var notShardReasons [][2]string // file, why its header is no header
+	bad := make(map[string]int)     // name -> index in c.BadShards
 	for i, err := range errs {
 		if err == nil {
 			continue
 		}
 		var herr *safetensors.Error
+		reason := pathErrReason(err)
 		switch {
+		case errors.As(err, &herr) && idx != nil && !strings.HasSuffix(names[i], shardExt):
+			notShards[names[i]] = true
+			notShardReasons = append(notShardReasons, [2]string{names[i], herr.Reason})
+			continue
 		case errors.As(err, &herr):
+			reason = herr.Reason
+			if herr.Tensor != "" {
+				reason = "tensor " + herr.Tensor + ": " + reason
+			}
 			c.problem(names[i], herr.Tensor, herr.Reason)
 		case errors.Is(err, fs.ErrNotExist):
-			reason := "missing"
+			reason = "missing"
 			if idx != nil {
 				reason = fmt.Sprintf("missing (index entries: %d)", idx.count[names[i]])
 			}
 			c.problem(names[i], "", reason)
 		default:
-			c.problem(names[i], "", pathErrReason(err))
+			c.problem(names[i], "", reason)
+		}
+		bad[names[i]] = len(c.BadShards)
+		c.BadShards = append(c.BadShards, BadShard{Name: names[i], Path: filepath.Join(c.Dir, filepath.FromSlash(names[i])), Size: -1, Reason: reason})
+	}
+	if idx == nil || len(bad)+len(notShards) == 0 {
+		return shards, notShards
+	}
+	first := make(map[string]string, len(notShards)) // the first tensor, by name, of each
+	for name, where := range idx.weightMap {
+		if i, ok := bad[where]; ok {
+			c.BadShards[i].Tensors = append(c.BadShards[i].Tensors, name)
+		}
+		if f, ok := first[where]; notShards[where] && (!ok || name < f) {
+			first[where] = name
 		}
 	}
-	return shards
+	for i := range c.BadShards {
+		slices.Sort(c.BadShards[i].Tensors)
+	}
+	for _, nr := range notShardReasons {
+		c.problem(IndexName, "", fmt.Sprintf("maps %d tensors (%s first) to %s, which is not a safetensors file (%s); it is served as an ordinary file",
+			idx.count[nr[0]], first[nr[0]], nr[0], nr[1]))
+	}
+	return shards, notShards
 }
 
 // candidate is a header tensor that may enter the catalog: slab i of the

@@ -1,32 +1,22 @@
 package manifest
 
 import (
-	"errors"
-	"fmt"
-	"io"
-	"os"
 	"path/filepath"
-	"time"
 
 	"github.com/dsfs/dsfs/safetensors"
+	"github.com/dsfs/dsfs/sourcefile"
 )
 
-// ErrChanged is wrapped by the errors of Shard.ReadAt when the file's size
-// or modification time differs from what Open recorded: the bytes may mix
-// two versions, so none are returned.
-var ErrChanged = errors.New("source file changed since it was opened")
+// ErrChanged is wrapped by the errors of Shard.ReadAt when the file changed
+// since it was opened (sourcefile.ErrChanged): the bytes may mix two
+// versions, so none are returned.
+var ErrChanged = sourcefile.ErrChanged
 
 // openShard opens and validates the shard name (slash-separated, relative
 // to dir). The file stays open in the returned Shard.
 func openShard(dir, name string) (_ *Shard, err error) {
 	p := filepath.Join(dir, filepath.FromSlash(name))
-	// Opening a named pipe for reading would wait for a writer: look first.
-	if fi, err := os.Stat(p); err != nil {
-		return nil, err
-	} else if !fi.Mode().IsRegular() {
-		return nil, notRegular(fi)
-	}
-	f, err := os.Open(p)
+	f, err := sourcefile.Open(p)
 	if err != nil {
 		return nil, err
 	}
@@ -35,53 +25,26 @@ func openShard(dir, name string) (_ *Shard, err error) {
 			f.Close()
 		}
 	}()
-	fi, err := f.Stat()
+	h, err := safetensors.ReadHeader(f, f.Size())
 	if err != nil {
 		return nil, err
 	}
-	if !fi.Mode().IsRegular() {
-		return nil, notRegular(fi)
-	}
-	h, err := safetensors.ReadHeader(f, fi.Size())
-	if err != nil {
-		return nil, err
-	}
-	return &Shard{Name: name, Path: p, Size: fi.Size(), ModTime: fi.ModTime(), Header: h, f: f}, nil
-}
-
-func notRegular(fi os.FileInfo) error {
-	return fmt.Errorf("not a regular file (mode %s)", fi.Mode().Type())
+	return &Shard{Name: name, Path: p, Size: f.Size(), ModTime: f.ModTime(), Header: h, f: f}, nil
 }
 
 // ReadAt reads len(p) bytes at offset off of the shard file with pread, so
 // a file truncated under the mount gives an error, never a fault. After
-// reading it checks that the file's size and modification time are still
-// those recorded at open; if not it returns 0 and an error wrapping
+// reading it checks that the file is still the one opened, unchanged
+// (sourcefile.File.ReadAt); if not it returns 0 and an error wrapping
 // ErrChanged. At the end of the file it returns io.EOF, unwrapped, as
 // io.ReaderAt asks. It is safe for concurrent use.
 func (s *Shard) ReadAt(p []byte, off int64) (int, error) {
-	n, err := s.f.ReadAt(p, off)
-	if cerr := s.unchanged(); cerr != nil {
-		return 0, cerr
-	}
-	if err != nil && err != io.EOF {
-		return n, fmt.Errorf("reading %s at %d: %w", s.Path, off, err)
-	}
-	return n, err
+	return s.f.ReadAt(p, off)
 }
 
-// unchanged compares the file's fstat with the values recorded at open.
-func (s *Shard) unchanged() error {
-	fi, err := s.f.Stat()
-	if err != nil {
-		return fmt.Errorf("checking %s: %w", s.Path, err)
-	}
-	if fi.Size() != s.Size || !fi.ModTime().Equal(s.ModTime) {
-		return fmt.Errorf("%s: %w (was %d bytes modified %s, now %d bytes modified %s)",
-			s.Path, ErrChanged, s.Size, s.ModTime.Format(time.RFC3339Nano), fi.Size(), fi.ModTime().Format(time.RFC3339Nano))
-	}
-	return nil
-}
+// File is the shard's open source file, for callers that check it (the
+// mount, before it lets the kernel read the file directly).
+func (s *Shard) File() *sourcefile.File { return s.f }
 
 // Close closes the shard file; later reads fail.
 func (s *Shard) Close() error {

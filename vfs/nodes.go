@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dsfs/dsfs/sourcefile"
 	"github.com/dsfs/dsfs/views"
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -154,10 +155,21 @@ func (f *fileNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint3
 	}
 	f.m.ctr.opens.Add(1)
 	h := &fileHandle{m: f.m, r: views.NewReader(f.f, f.m.cache), name: f.name, fd: -1}
-	if f.f.Source != "" && f.m.passthrough {
+	if f.f.Origin != nil && f.m.passthrough {
 		// The kernel may read an unchanged source file directly; go-fuse asks
 		// for the descriptor once and falls back to our Read if it cannot.
-		if fd, err := syscall.Open(f.f.Source, syscall.O_RDONLY|syscall.O_CLOEXEC, 0); err == nil {
+		// While another open has one, go-fuse hands the kernel that one
+		// without asking, so a file changed since the mount opened it fails
+		// here, not in Read.
+		fd, err := f.f.Origin.Reopen()
+		if errors.Is(err, sourcefile.ErrChanged) {
+			f.m.ctr.errors.Add(1)
+			if logSourceError(err) {
+				f.m.log.Error("open failed", "file", f.name, "err", err)
+			}
+			return nil, 0, syscall.EIO
+		}
+		if err == nil {
 			h.fd = fd
 		}
 	}
@@ -191,7 +203,9 @@ func (h *fileHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.Rea
 			return nil, syscall.EINTR
 		}
 		h.m.ctr.errors.Add(1)
-		h.m.log.Error("read failed", "file", h.name, "offset", off, "err", err)
+		if logSourceError(err) {
+			h.m.log.Error("read failed", "file", h.name, "offset", off, "err", err)
+		}
 		return nil, syscall.EIO
 	}
 	h.m.ctr.reads.Add(1)
@@ -256,7 +270,9 @@ func (d *docNode) generate(ctx context.Context) ([]byte, syscall.Errno) {
 			return nil, syscall.EINTR
 		}
 		d.m.ctr.errors.Add(1)
-		d.m.log.Error("generating document failed", "file", d.name, "err", err)
+		if logSourceError(err) {
+			d.m.log.Error("generating document failed", "file", d.name, "err", err)
+		}
 		return nil, syscall.EIO
 	}
 	return b, 0

@@ -11,6 +11,8 @@ import (
 	"sort"
 	"strings"
 	"sync"
+
+	"github.com/dsfs/dsfs/sourcefile"
 )
 
 // Segment is one contiguous piece of a virtual file.
@@ -33,6 +35,18 @@ type Range struct {
 
 // Len implements Segment.
 func (r Range) Len() int64 { return r.N }
+
+// Unreadable is a run of bytes that must not be served: every read of it
+// fails with Err. It stands for a bad source shard in the derived views, so
+// that a loader fails loudly, naming the shard, instead of loading a
+// checkpoint with the shard left out.
+type Unreadable struct {
+	N   int64
+	Err error
+}
+
+// Len implements Segment.
+func (u Unreadable) Len() int64 { return u.N }
 
 // Blocks is derived data computed in blocks of BlockLen bytes (the last may
 // be shorter). Compute fills dst with block i; it must be a pure function of
@@ -60,6 +74,10 @@ type File struct {
 	// Source is set when the file is a source file served unchanged, so the
 	// mount may let the kernel read it directly.
 	Source string
+	// Origin is the source file opened at mount: the mount hands the kernel
+	// a descriptor only once Origin has checked that the path still names
+	// that file, unchanged.
+	Origin *sourcefile.File
 }
 
 // NewFile concatenates segments into a file.

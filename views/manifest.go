@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"slices"
@@ -15,6 +16,7 @@ import (
 	"github.com/dsfs/dsfs/inventory"
 	"github.com/dsfs/dsfs/manifest"
 	"github.com/dsfs/dsfs/safetensors"
+	"github.com/dsfs/dsfs/sourcefile"
 	"golang.org/x/sync/errgroup"
 )
 
@@ -23,7 +25,8 @@ import (
 // shards/NAME.json read the data they describe on first open (hashing and
 // checking every byte once, with the results kept for the mount and, with
 // a cache dir, across mounts; the set's stats show the progress);
-// views/VIEW.json says where each tensor of the other views comes from.
+// views/VIEW.json says where each tensor of the other views comes from,
+// served beside it or not.
 func buildManifest(s *Set, name string) (*Node, error) {
 	opt := inventory.Options{TP: s.Opt.TP, NoHash: s.Opt.NoHash}
 	if s.Opt.DiskCache != nil {
@@ -47,19 +50,18 @@ func buildManifest(s *Set, name string) (*Node, error) {
 		n.From = s.shardSources(sh)
 		files["shards/"+sh.Name+".json"] = n
 	}
-	prov := &provenance{set: s}
-	for _, v := range s.selected() {
-		if v != name && v != "source" {
-			files["views/"+v+".json"] = &Node{Doc: NewDoc(func(ctx context.Context) ([]byte, error) {
-				d, err := prov.view(ctx, v)
-				if err != nil {
-					return nil, err
-				}
-				// Compact: a full checkpoint's view has ~100k tensors.
-				b, err := json.Marshal(d)
-				return append(b, '\n'), err
-			})}
-		}
+	prov := &provenance{set: s, unserved: make(map[string]*Set)}
+	s.closers = append(s.closers, prov)
+	for _, v := range s.described(name) {
+		files["views/"+v+".json"] = &Node{Doc: NewDoc(func(ctx context.Context) ([]byte, error) {
+			d, err := prov.view(ctx, v)
+			if err != nil {
+				return nil, err
+			}
+			// Compact: a full checkpoint's view has ~100k tensors.
+			b, err := json.Marshal(d)
+			return append(b, '\n'), err
+		})}
 	}
 	return tree("", files), nil
 }
@@ -85,18 +87,25 @@ func manifestDoc(inv *inventory.Inventory, headersOnly bool, shards ...string) *
 	return &Node{Doc: NewDoc(gen)}
 }
 
-// registered lists the registered views. It is set by init because the
+// registered returns the registered views. It is set by init because the
 // registry itself refers to buildManifest, which needs the list.
-var registered func() []string
+var registered func() []View
 
-func init() { registered = Names }
+func init() { registered = All }
 
-// selected lists the names of the views the set builds, in registry order.
-func (s *Set) selected() []string {
+// described lists the views manifest/views/ describes, in registry order:
+// every view that serves a checkpoint (nvfp4/, engram-fp4/,
+// nvfp4+engram-fp4/, q2/), served beside manifest/ or not, so that `dsfs
+// export manifest` holds them too, and trace/ when it is served (building
+// it starts its compute backend). source/ needs no description.
+func (s *Set) described(self string) []string {
 	var out []string
 	for _, v := range registered() {
-		if len(s.Opt.Views) == 0 || slices.Contains(s.Opt.Views, v) {
-			out = append(out, v)
+		switch {
+		case v.Name == self || v.Name == "source":
+		case v.Name == "trace" && len(s.Opt.Views) > 0 && !slices.Contains(s.Opt.Views, v.Name):
+		default:
+			out = append(out, v.Name)
 		}
 	}
 	return out
@@ -105,6 +114,11 @@ func (s *Set) selected() []string {
 // provenance describes where the files of the set's views come from.
 type provenance struct {
 	set *Set
+
+	// unserved holds the views described but not served, each built in a
+	// set of its own when its description is first read.
+	mu       sync.Mutex
+	unserved map[string]*Set
 
 	once  sync.Once
 	nv    *nvfp4                                 // the global exponents of the nvfp4 rewriter
@@ -120,8 +134,9 @@ type viewDoc struct {
 
 // fileDoc is one file of a view. Kind is "safetensors" (a virtual
 // safetensors file, with its tensors), "source" (a checkpoint file served
-// unchanged), "generated" (bytes made at mount: a patched config, an index)
-// or "document" (a report computed when first read).
+// unchanged), "generated" (bytes made at mount: a patched config, an index),
+// "document" (a report computed when first read) or "unreadable" (a bad
+// source shard, whose reads fail).
 type fileDoc struct {
 	File    string      `json:"file"`
 	Kind    string      `json:"kind"`
@@ -166,7 +181,10 @@ func sourceOf(t *manifest.Tensor) sourceDoc {
 func (p *provenance) view(ctx context.Context, name string) (*viewDoc, error) {
 	root := p.set.Root.Child(name)
 	if root == nil {
-		return nil, fmt.Errorf("view %s is not mounted", name)
+		var err error
+		if root, err = p.unservedView(name); err != nil {
+			return nil, err
+		}
 	}
 	p.once.Do(p.index)
 	doc := &viewDoc{View: name, Codec: codecs.Version, Files: []fileDoc{}}
@@ -187,6 +205,8 @@ func (p *provenance) view(ctx context.Context, name string) (*viewDoc, error) {
 			if rel, err := filepath.Rel(p.set.Cat.Dir, n.File.Source); err == nil {
 				fd.Source = filepath.ToSlash(rel)
 			}
+		case isUnreadable(n.File):
+			fd.Kind = "unreadable"
 		case strings.HasSuffix(path, ".safetensors"):
 			ts, err := p.tensors(n.File)
 			if err != nil {
@@ -208,6 +228,54 @@ func (p *provenance) view(ctx context.Context, name string) (*viewDoc, error) {
 		}
 	}
 	return doc, p.countBlocks(ctx, pending)
+}
+
+// isUnreadable reports whether f stands for a bad source shard.
+func isUnreadable(f *File) bool {
+	if len(f.segs) == 0 {
+		return false
+	}
+	_, ok := f.segs[0].(Unreadable)
+	return ok
+}
+
+// unservedView builds a described view that the set does not serve, once.
+// What it logs is logged by the served view already or concerns a view
+// the user did not ask for, so its warnings are dropped.
+func (p *provenance) unservedView(name string) (*Node, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if u, ok := p.unserved[name]; ok {
+		return u.Root, nil
+	}
+	i := slices.IndexFunc(registered(), func(v View) bool { return v.Name == name })
+	if i < 0 {
+		return nil, fmt.Errorf("no view %s", name)
+	}
+	opt := p.set.Opt
+	opt.Views = []string{name}
+	u := &Set{Cat: p.set.Cat, Opt: opt, files: make(map[string]*sourcefile.File), stats: make(map[string]func() any),
+		shadowed: make(map[string][]string)}
+	root, err := registered()[i].build(u, name)
+	if err != nil {
+		u.Close()
+		return nil, fmt.Errorf("view %s: %w", name, err)
+	}
+	u.Root = root
+	p.unserved[name] = u
+	return root, nil
+}
+
+// Close closes the source files of the unserved views built.
+func (p *provenance) Close() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var errs []error
+	for _, u := range p.unserved {
+		errs = append(errs, u.Close())
+	}
+	p.unserved = nil
+	return errors.Join(errs...)
 }
 
 // index sorts each shard's tensors by offset, to map a byte range back to

@@ -287,14 +287,21 @@ func isEngramTableTensor(t *manifest.Tensor) bool {
 
 var shardNumber = regexp.MustCompile(`(\d+-of-\d+)\.safetensors$`)
 
-// q2ShardNames names the output file of each source shard:
+// q2ShardNames names the output file of each source shard, good or bad:
 // quant-NNNNN-of-MMMMM.safetensors from the source's own numbering, else
 // quant-<name>, in the source shard's directory.
-func q2ShardNames(shards []*manifest.Shard) map[*manifest.Shard]string {
-	names := make(map[*manifest.Shard]string, len(shards))
+func q2ShardNames(cat *manifest.Catalog) map[string]string {
+	var shards []string
+	for _, sh := range cat.Shards {
+		shards = append(shards, sh.Name)
+	}
+	for _, b := range cat.BadShards {
+		shards = append(shards, b.Name)
+	}
+	names := make(map[string]string, len(shards))
 	count := make(map[string]int)
 	for _, sh := range shards {
-		dir, file := path.Split(sh.Name)
+		dir, file := path.Split(sh)
 		name := dir + "quant-" + file
 		if m := shardNumber.FindStringSubmatch(file); m != nil {
 			name = dir + "quant-" + m[1] + ".safetensors"
@@ -304,7 +311,7 @@ func q2ShardNames(shards []*manifest.Shard) map[*manifest.Shard]string {
 	}
 	for _, sh := range shards {
 		if count[names[sh]] > 1 { // two numberings alike: fall back to the full names
-			dir, file := path.Split(sh.Name)
+			dir, file := path.Split(sh)
 			names[sh] = dir + "quant-" + file
 		}
 	}
@@ -315,9 +322,9 @@ func q2ShardNames(shards []*manifest.Shard) map[*manifest.Shard]string {
 func PlanQ2(cat *manifest.Catalog, opt Options) (*Q2, error) {
 	q := &Q2{cat: cat, disk: opt.DiskCache, cache: opt.Cache}
 	q.Repo, q.Revision = sourceRevision(cat.Dir, opt.Revision)
-	names := q2ShardNames(cat.Shards)
+	names := q2ShardNames(cat)
 	for _, sh := range cat.Shards {
-		out := &Q2Shard{Name: names[sh], Source: sh}
+		out := &Q2Shard{Name: names[sh.Name], Source: sh}
 		var outs []Out
 		byName := make(map[string]*Q2Tensor)
 		for _, t := range sh.Tensors {
@@ -393,6 +400,10 @@ func buildQ2(s *Set, _ string) (*Node, error) {
 			weightMap[t.Name] = sh.Name
 			total += t.Size
 		}
+	}
+	names := q2ShardNames(s.Cat)
+	for _, b := range s.Cat.BadShards {
+		s.badShard(files, weightMap, names[b.Name], b)
 	}
 	if len(weightMap) > 0 {
 		files["model.safetensors.index.json"] = &Node{File: indexFile("q2/model.safetensors.index.json", total, weightMap)}

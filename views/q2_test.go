@@ -263,14 +263,18 @@ func TestQ2ShardNames(t *testing.T) {
 			[]string{"quant-a-00001-of-00002.safetensors", "quant-b-00001-of-00002.safetensors"}},
 	}
 	for _, tt := range tests {
-		var shards []*manifest.Shard
-		for _, n := range tt.sources {
-			shards = append(shards, &manifest.Shard{Name: n})
+		cat := &manifest.Catalog{}
+		for i, n := range tt.sources {
+			if i%2 == 0 { // bad shards are named alike
+				cat.Shards = append(cat.Shards, &manifest.Shard{Name: n})
+			} else {
+				cat.BadShards = append(cat.BadShards, manifest.BadShard{Name: n})
+			}
 		}
-		names := q2ShardNames(shards)
-		for i, sh := range shards {
-			if names[sh] != tt.want[i] {
-				t.Errorf("%s: named %s, want %s", sh.Name, names[sh], tt.want[i])
+		names := q2ShardNames(cat)
+		for i, n := range tt.sources {
+			if names[n] != tt.want[i] {
+				t.Errorf("%s: named %s, want %s", n, names[n], tt.want[i])
 			}
 		}
 	}

@@ -82,6 +82,8 @@ func (r *Reader) readSegment(ctx context.Context, s Segment, p []byte, off int64
 			}
 			return err
 		}
+	case Unreadable:
+		return s.Err
 	case *Blocks:
 		for len(p) > 0 {
 			bi := off / s.BlockLen

@@ -6,8 +6,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
+	"maps"
 	"path"
+	"slices"
 	"sort"
 	"strings"
 
@@ -15,6 +16,7 @@ import (
 	"github.com/dsfs/dsfs/diskcache"
 	"github.com/dsfs/dsfs/manifest"
 	"github.com/dsfs/dsfs/safetensors"
+	"github.com/dsfs/dsfs/sourcefile"
 )
 
 // View is a named tree of virtual files built from a catalog.
@@ -80,10 +82,13 @@ type Set struct {
 	Cat   *manifest.Catalog
 	Root  *Node
 	Opt   Options
-	files map[string]*os.File
+	files map[string]*sourcefile.File
 	stats map[string]func() any // live counters of views that keep any
 	// warnings are what views could not serve, for the log once mounted.
 	warnings []string
+	// shadowed lists, by source file name, the views whose own generated
+	// file of that name is served in its place.
+	shadowed map[string][]string
 	closers  []io.Closer // backends the views started
 	// working is memory views use outside the block cache while they
 	// compute (trace/'s decoded matrices and hidden states).
@@ -97,17 +102,18 @@ func (s *Set) WorkingMemory() int64 { return s.working }
 // Build builds the views of cat chosen by opt under one root directory.
 func Build(cat *manifest.Catalog, opt Options) (*Set, error) {
 	names := opt.Views
-	s := &Set{Cat: cat, Opt: opt, files: make(map[string]*os.File), stats: make(map[string]func() any)}
-	want := make(map[string]bool)
+	s := &Set{Cat: cat, Opt: opt, files: make(map[string]*sourcefile.File), stats: make(map[string]func() any),
+		shadowed: make(map[string][]string)}
 	for _, n := range names {
-		want[n] = true
+		if !slices.Contains(Names(), n) {
+			return nil, fmt.Errorf("unknown view %q (have %s)", n, strings.Join(Names(), ", "))
+		}
 	}
 	var dirs []*Node
 	for _, v := range registry {
-		if len(want) > 0 && !want[v.Name] {
+		if len(names) > 0 && !slices.Contains(names, v.Name) {
 			continue
 		}
-		delete(want, v.Name)
 		n, err := v.build(s, v.Name)
 		if err != nil {
 			s.Close()
@@ -116,12 +122,12 @@ func Build(cat *manifest.Catalog, opt Options) (*Set, error) {
 		n.Name = v.Name
 		dirs = append(dirs, n)
 	}
-	for n := range want {
-		s.Close()
-		return nil, fmt.Errorf("unknown view %q (have %s)", n, strings.Join(Names(), ", "))
-	}
 	s.Root = Dir("", dirs...)
 	s.setAttrs()
+	for _, name := range slices.Sorted(maps.Keys(s.shadowed)) {
+		s.warnings = append(s.warnings, fmt.Sprintf("%s: a source file named like a generated one is served in source/ only; %s/ serve their own",
+			name, strings.Join(s.shadowed[name], "/, ")))
+	}
 	return s, nil
 }
 
@@ -159,12 +165,13 @@ func (s *Set) Close() error {
 	return first
 }
 
-// open returns the shared open handle of a source file.
-func (s *Set) open(p string) (*os.File, error) {
+// open returns the shared open handle of a source file, whose reads fail
+// once the file changes.
+func (s *Set) open(p string) (*sourcefile.File, error) {
 	if f, ok := s.files[p]; ok {
 		return f, nil
 	}
-	f, err := os.Open(p)
+	f, err := sourcefile.Open(p)
 	if err != nil {
 		return nil, err
 	}
@@ -172,15 +179,21 @@ func (s *Set) open(p string) (*os.File, error) {
 	return f, nil
 }
 
-// sourceFile is a file of the checkpoint served unchanged.
-func (s *Set) sourceFile(name, p string, size int64) (*Node, error) {
+// sourceFile is a file of the checkpoint served unchanged, as it was when
+// the views opened it.
+func (s *Set) sourceFile(name, p string) (*Node, error) {
 	f, err := s.open(p)
 	if err != nil {
 		return nil, err
 	}
-	file := NewFile(Range{R: f, Off: 0, N: size})
-	file.Source = p
-	return &Node{Name: name, File: file, From: []string{p}}, nil
+	return sourceNode(name, f), nil
+}
+
+// sourceNode serves an opened source file unchanged.
+func sourceNode(name string, f *sourcefile.File) *Node {
+	file := NewFile(Range{R: f, Off: 0, N: f.Size()})
+	file.Source, file.Origin = f.Path(), f
+	return &Node{Name: name, File: file, From: []string{f.Path()}}
 }
 
 // tree places file nodes at their slash-separated paths under a directory.
@@ -214,20 +227,45 @@ func tree(name string, files map[string]*Node) *Node {
 func buildSource(s *Set, _ string) (*Node, error) {
 	files := make(map[string]*Node)
 	for _, sh := range s.Cat.Shards {
-		n, err := s.sourceFile(sh.Name, sh.Path, sh.Size)
-		if err != nil {
-			return nil, err
-		}
-		files[sh.Name] = n
+		files[sh.Name] = sourceNode(sh.Name, sh.File())
 	}
 	for _, f := range s.Cat.Files {
-		n, err := s.sourceFile(f.Name, f.Path, f.Size)
+		n, err := s.sourceFile(f.Name, f.Path)
 		if err != nil {
 			return nil, err
 		}
 		files[f.Name] = n
 	}
+	// A bad shard is the user's file: source/ serves it as it is.
+	for _, b := range s.Cat.BadShards {
+		if b.Size < 0 {
+			continue
+		}
+		n, err := s.sourceFile(b.Name, b.Path)
+		if err != nil {
+			return nil, err
+		}
+		files[b.Name] = n
+	}
 	return tree("source", files), nil
+}
+
+// badShard keeps a bad source shard visible in a derived view: the index
+// still places the shard's tensors (as the source index names them) in
+// file, and file, when the source has one, fails every read naming the
+// shard and the reason. A loader of the view then fails loudly instead of
+// loading a checkpoint with the shard's tensors quietly left out.
+func (s *Set) badShard(files map[string]*Node, weightMap map[string]string, file string, b manifest.BadShard) {
+	for _, t := range b.Tensors {
+		if _, ok := weightMap[t]; !ok {
+			weightMap[t] = file
+		}
+	}
+	if b.Size < 0 {
+		return // missing: the loader's open fails, naming it
+	}
+	err := fmt.Errorf("source shard %s is bad (%s), so its tensors cannot be served; source/ has the file as it is", b.Name, b.Reason)
+	files[file] = &Node{File: NewFile(Unreadable{N: b.Size, Err: err})}
 }
 
 // Out is one tensor of a virtual safetensors file.
@@ -288,6 +326,9 @@ func (s *Set) rewrite(view string, rws []Rewriter) (*Node, error) {
 			total += o.Data.Len()
 		}
 	}
+	for _, b := range s.Cat.BadShards {
+		s.badShard(files, weightMap, b.Name, b)
+	}
 	config := s.Cat.ConfigBytes
 	for _, rw := range rws {
 		for k, v := range rw.ConfigPatch() {
@@ -310,8 +351,10 @@ func (s *Set) rewrite(view string, rws []Rewriter) (*Node, error) {
 			continue
 		case f.Name == "config.json" && !bytes.Equal(config, s.Cat.ConfigBytes):
 			files[f.Name] = &Node{File: NewFile(Bytes(config)), From: []string{f.Path}}
+		case files[f.Name] != nil:
+			s.shadowed[f.Name] = append(s.shadowed[f.Name], view)
 		default:
-			n, err := s.sourceFile(f.Name, f.Path, f.Size)
+			n, err := s.sourceFile(f.Name, f.Path)
 			if err != nil {
 				return nil, err
 			}

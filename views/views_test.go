@@ -5,6 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -323,5 +326,216 @@ func TestNVFP4CountsReadOnlyWhatTheyNeed(t *testing.T) {
 	t.Logf("%d experts read block by block, %d whole", sparse, whole)
 	if sparse == 0 {
 		t.Fatal("no expert exercised reading clamped blocks one by one")
+	}
+}
+
+// TestBuildServesExactlyTheListedViews pins --views: the set holds the
+// views listed and no other, and manifest/views/ describes every
+// checkpoint view, served or not, and trace/ when it is served.
+func TestBuildServesExactlyTheListedViews(t *testing.T) {
+	checkpointViews := []string{"engram-fp4.json", "nvfp4+engram-fp4.json", "nvfp4.json", "q2.json"}
+	cat, err := manifest.Open(tinyDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cat.Close() })
+	tests := []struct {
+		views     []string
+		described []string // manifest/views/, when manifest is listed
+	}{
+		{[]string{"nvfp4"}, nil},
+		{[]string{"source"}, nil},
+		{[]string{"nvfp4", "q2"}, nil},
+		{[]string{"engram-fp4", "manifest"}, checkpointViews},
+		{[]string{"manifest", "nvfp4"}, checkpointViews},
+		{[]string{"manifest"}, checkpointViews},
+		{[]string{"manifest", "trace"}, append(slices.Clone(checkpointViews), "trace.json")},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.views, ","), func(t *testing.T) {
+			s, err := Build(cat, Options{Views: tt.views, NoHash: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			var got []string
+			for _, c := range s.Root.Children {
+				got = append(got, c.Name)
+			}
+			if want := slices.Sorted(slices.Values(tt.views)); !slices.Equal(got, want) {
+				t.Fatalf("--views %v serves %v", tt.views, got)
+			}
+			m := s.Root.Child("manifest")
+			if m == nil {
+				return
+			}
+			var described []string
+			if d := m.Child("views"); d != nil {
+				for _, c := range d.Children {
+					described = append(described, c.Name)
+				}
+			}
+			if !slices.Equal(described, tt.described) {
+				t.Fatalf("manifest/views/ holds %v, want %v", described, tt.described)
+			}
+			// A view described but not served is built for its description
+			// only: it appears neither in the tree nor in the stats.
+			var doc viewDoc
+			if err := json.Unmarshal(readAll(t, m.Child("views").Child("q2.json"), nil), &doc); err != nil {
+				t.Fatal(err)
+			}
+			if doc.View != "q2" || !slices.ContainsFunc(doc.Files, func(f fileDoc) bool { return f.Kind == "safetensors" && len(f.Tensors) > 0 }) {
+				t.Fatalf("views/q2.json describes no q2 shard: %+v", doc)
+			}
+			if _, ok := s.Stats()["q2"]; ok != slices.Contains(tt.views, "q2") {
+				t.Fatalf("q2 stats present: %v", ok)
+			}
+		})
+	}
+	if _, err := Build(cat, Options{Views: []string{"nvfp4", "nvfp5"}}); err == nil || !strings.Contains(err.Error(), `"nvfp5"`) {
+		t.Fatalf("an unknown view: %v", err)
+	}
+}
+
+// copyTiny copies the v41-tiny checkpoint for a test that changes it.
+func copyTiny(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.CopyFS(dir, os.DirFS(tinyDir)); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// TestGeneratedFilesWinOverSourceFiles: a source file named like a file a
+// view generates is served in source/ only; the view serves its own, and
+// one line per file names the collision.
+func TestGeneratedFilesWinOverSourceFiles(t *testing.T) {
+	dir := copyTiny(t)
+	for _, name := range []string{"hf_quant_config.json", "TRANSCODE.json"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte("not the view's\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cat, err := manifest.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cat.Close()
+	s, err := Build(cat, Options{Views: []string{"source", "nvfp4", "engram-fp4", "nvfp4+engram-fp4"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	cache := blockcache.New(64<<20, 2)
+	defer cache.Close()
+	for _, p := range []string{"nvfp4/hf_quant_config.json", "nvfp4/TRANSCODE.json", "engram-fp4/TRANSCODE.json",
+		"nvfp4+engram-fp4/hf_quant_config.json", "nvfp4+engram-fp4/TRANSCODE.json"} {
+		n, err := s.Root.Lookup(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b := readAll(t, n, cache); bytes.Equal(b, []byte("not the view's\n")) {
+			t.Errorf("%s serves the source's file", p)
+		}
+	}
+	for _, name := range []string{"hf_quant_config.json", "TRANSCODE.json"} {
+		n, _ := s.Root.Lookup("source/" + name)
+		if n == nil || !bytes.Equal(readAll(t, n, cache), []byte("not the view's\n")) {
+			t.Errorf("source/%s is not the source's file", name)
+		}
+	}
+	want := []string{
+		"TRANSCODE.json: a source file named like a generated one is served in source/ only; nvfp4/, engram-fp4/, nvfp4+engram-fp4/ serve their own",
+		"hf_quant_config.json: a source file named like a generated one is served in source/ only; nvfp4/, nvfp4+engram-fp4/ serve their own",
+	}
+	if !slices.Equal(s.Warnings(), want) {
+		t.Errorf("warnings:\n%s\nwant:\n%s", strings.Join(s.Warnings(), "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// TestBadShardIsNeverHidden: with a corrupt shard, every checkpoint view's
+// index still places the shard's tensors in it and the shard's file fails
+// every read naming the shard and the reason; source/ serves the file as it
+// is, and manifest/ describes the views.
+func TestBadShardIsNeverHidden(t *testing.T) {
+	dir := copyTiny(t)
+	cat0, err := manifest.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := cat0.Shards[len(cat0.Shards)-1].Name
+	var inBad []string
+	for _, tt := range cat0.Tensors {
+		if tt.Shard.Name == bad {
+			inBad = append(inBad, tt.Name)
+		}
+	}
+	cat0.Close()
+	p := filepath.Join(dir, bad)
+	f, err := os.OpenFile(p, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteAt([]byte("#"), 9) // the header JSON no longer parses
+	f.Close()
+	raw, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cat, err := manifest.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cat.Close()
+	s, err := Build(cat, Options{Views: []string{"source", "nvfp4", "engram-fp4", "nvfp4+engram-fp4", "q2", "manifest"}, NoHash: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	cache := blockcache.New(64<<20, 2)
+	defer cache.Close()
+
+	src, err := s.Root.Lookup("source/" + bad)
+	if err != nil || !bytes.Equal(readAll(t, src, cache), raw) {
+		t.Fatalf("source/%s is not the file as it is (%v)", bad, err)
+	}
+	for view, file := range map[string]string{"nvfp4": bad, "engram-fp4": bad, "nvfp4+engram-fp4": bad,
+		"q2": strings.Replace(bad, "model-", "quant-", 1)} {
+		var index struct {
+			WeightMap map[string]string `json:"weight_map"`
+		}
+		n, err := s.Root.Lookup(view + "/model.safetensors.index.json")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(readAll(t, n, cache), &index); err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range inBad {
+			if index.WeightMap[name] != file {
+				t.Errorf("%s/: the index places %s in %q, want %s", view, name, index.WeightMap[name], file)
+			}
+		}
+		n, err = s.Root.Lookup(view + "/" + file)
+		if err != nil {
+			t.Fatalf("%s/: %v", view, err)
+		}
+		if n.File.Size() != int64(len(raw)) {
+			t.Errorf("%s/%s: %d bytes, want the source's %d", view, file, n.File.Size(), len(raw))
+		}
+		_, err = NewReader(n.File, cache).ReadAt(make([]byte, 8), 0)
+		if err == nil || !strings.Contains(err.Error(), bad) || !strings.Contains(err.Error(), "JSON") {
+			t.Errorf("%s/%s: reading gave %v, want an error naming the shard and the reason", view, file, err)
+		}
+	}
+	for _, view := range []string{"nvfp4", "q2"} {
+		n, err := s.Root.Lookup("manifest/views/" + view + ".json")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b := readAll(t, n, cache); !bytes.Contains(b, []byte(`"kind":"unreadable"`)) {
+			t.Errorf("manifest/views/%s.json does not show the bad shard", view)
+		}
 	}
 }

@@ -29,7 +29,9 @@ type Case struct {
 	File   string // the file the one problem line names
 	Reason string // a phrase of the reason
 	Plant  func(dir string) error
-	Absent bool // the bad shard is left out of the derived views
+	// Bad says the bad shard cannot be opened as a shard: a loader of a
+	// derived view fails on it (EIO, or ENOENT when it is missing).
+	Bad bool
 }
 
 // Cases returns FORMATS.md's bad inputs, each planted in the v41-tiny
@@ -94,6 +96,9 @@ func Cases() []Case {
 		}, true},
 		{"index entry outside the checkpoint", IndexName, "..", moveIndexEntry(func(v string) string { return "../" + v }), false},
 		{"absolute index entry", IndexName, "absolute", moveIndexEntry(func(v string) string { return "/etc/" + v }), false},
+		{"index entry naming config.json", IndexName, "to config.json, which is not a safetensors file", func(dir string) error {
+			return EditIndex(dir, func(m map[string]string) { m["lm_head.extra"] = "config.json" })
+		}, false},
 		{"missing shard", BadShard, "missing", func(dir string) error {
 			return os.Remove(shard(dir))
 		}, true},

@@ -1,0 +1,288 @@
+package sourcefile
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+)
+
+var content = []byte("0123456789abcdefghijklmnopqrstuvwxyz")
+
+// write creates path with content and an mtime in the past, as a
+// checkpoint file downloaded earlier has.
+func write(t *testing.T, path string, b []byte) {
+	t.Helper()
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	past := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
+	if err := os.Chtimes(path, past, past); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestUnchangedReads(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "config.json")
+	write(t, p, content)
+	f, err := Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	buf := make([]byte, 10)
+	if n, err := f.ReadAt(buf, 3); n != 10 || err != nil || !bytes.Equal(buf, content[3:13]) {
+		t.Fatalf("ReadAt: %d %v %q", n, err, buf[:n])
+	}
+	if n, err := f.ReadAt(buf, int64(len(content))-4); n != 4 || err != io.EOF {
+		t.Fatalf("read across the end: %d, %v; want 4, io.EOF", n, err)
+	}
+	if f.Size() != int64(len(content)) || !f.ModTime().Equal(time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)) {
+		t.Fatalf("size %d, mtime %v", f.Size(), f.ModTime())
+	}
+	fd, err := f.Reopen()
+	if err != nil {
+		t.Fatalf("Reopen of an unchanged file: %v", err)
+	}
+	syscall.Close(fd)
+}
+
+// TestChangesAreCaught changes the file in each way a checkpoint file can
+// change under a mount; each read after it fails, for good.
+func TestChangesAreCaught(t *testing.T) {
+	tests := []struct {
+		name   string
+		change func(t *testing.T, p string)
+		how    string
+	}{
+		{"truncated", func(t *testing.T, p string) { os.Truncate(p, 10) }, "truncated from 36 to 10 bytes"},
+		{"grown", func(t *testing.T, p string) {
+			f, _ := os.OpenFile(p, os.O_WRONLY|os.O_APPEND, 0)
+			f.Write([]byte("more"))
+			f.Close()
+		}, "grown from 36 to 40 bytes"},
+		{"rewritten in place, mtime put back", func(t *testing.T, p string) {
+			fi, _ := os.Stat(p)
+			f, _ := os.OpenFile(p, os.O_WRONLY, 0)
+			f.WriteAt([]byte("X"), 5)
+			f.Close()
+			os.Chtimes(p, fi.ModTime(), fi.ModTime())
+			if now, _ := os.Stat(p); !now.ModTime().Equal(fi.ModTime()) || now.Size() != fi.Size() {
+				t.Fatal("the change did not keep size and mtime")
+			}
+		}, "rewritten"},
+		{"replaced by rename", func(t *testing.T, p string) {
+			tmp := p + ".tmp"
+			write(t, tmp, bytes.ToUpper(content))
+			fi, _ := os.Stat(p)
+			os.Chtimes(tmp, fi.ModTime(), fi.ModTime())
+			if err := os.Rename(tmp, p); err != nil {
+				t.Fatal(err)
+			}
+		}, "replaced by another file"},
+		{"removed", func(t *testing.T, p string) { os.Remove(p) }, "no longer at its path (no such file or directory)"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := filepath.Join(t.TempDir(), "tokenizer.json")
+			write(t, p, content)
+			f, err := Open(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			buf := make([]byte, 8)
+			if _, err := f.ReadAt(buf, 0); err != nil {
+				t.Fatal(err)
+			}
+			tt.change(t, p)
+			for i := range 2 { // the second read fails too
+				n, err := f.ReadAt(buf, 0)
+				if n != 0 || !errors.Is(err, ErrChanged) || !strings.Contains(err.Error(), p) || !strings.Contains(err.Error(), tt.how) {
+					t.Fatalf("read %d after the change: %d, %v; want 0 and ErrChanged naming %s and %q", i, n, err, p, tt.how)
+				}
+			}
+			if fd, err := f.Reopen(); !errors.Is(err, ErrChanged) {
+				syscall.Close(fd)
+				t.Fatalf("Reopen after the change: %v", err)
+			}
+			if !f.FirstReport() || f.FirstReport() {
+				t.Fatal("FirstReport is not true exactly once")
+			}
+		})
+	}
+}
+
+// TestChangeStaysFound: putting the original back does not make a changed
+// file readable again.
+func TestChangeStaysFound(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "a")
+	write(t, p, content)
+	f, err := Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := os.Rename(p, p+".moved"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.ReadAt(make([]byte, 4), 0); !errors.Is(err, ErrChanged) {
+		t.Fatalf("after moving the file away: %v", err)
+	}
+	if err := os.Rename(p+".moved", p); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.ReadAt(make([]byte, 4), 0); !errors.Is(err, ErrChanged) {
+		t.Fatalf("after moving it back: %v", err)
+	}
+}
+
+// TestOpenRefusesNonRegularFiles without blocking on a named pipe.
+func TestOpenRefusesNonRegularFiles(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{fifo, dir} {
+		if _, err := Open(p); err == nil || !strings.Contains(err.Error(), "not a regular file") {
+			t.Errorf("Open(%s): %v", p, err)
+		}
+	}
+}
+
+// BenchmarkReadAt compares a checked read with a plain pread of the same
+// page-cached file, at the request sizes FUSE sends.
+func BenchmarkReadAt(b *testing.B) {
+	p := filepath.Join(b.TempDir(), "shard")
+	const size = 64 << 20
+	if err := os.WriteFile(p, bytes.Repeat([]byte{7}, size), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	f, err := Open(p)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	plain, err := os.Open(p)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer plain.Close()
+	for _, n := range []int{128 << 10, 1 << 20} {
+		for _, r := range []struct {
+			name string
+			r    io.ReaderAt
+		}{{"plain", plain}, {"checked", f}} {
+			b.Run(fmt.Sprintf("%s/%dKiB", r.name, n>>10), func(b *testing.B) {
+				buf := make([]byte, n)
+				b.SetBytes(int64(n))
+				off := int64(0)
+				for b.Loop() {
+					if _, err := r.r.ReadAt(buf, off); err != nil {
+						b.Fatal(err)
+					}
+					off = (off + int64(n)) % size
+				}
+			})
+		}
+	}
+}
+
+// BenchmarkCheck is the cost a checked read adds: one stat of the path.
+func BenchmarkCheck(b *testing.B) {
+	p := filepath.Join(b.TempDir(), "models--org--name", "snapshots", "0123abcd", "model-00001-of-00048.safetensors")
+	os.MkdirAll(filepath.Dir(p), 0o755)
+	if err := os.WriteFile(p, content, 0o644); err != nil {
+		b.Fatal(err)
+	}
+	f, err := Open(p)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	for b.Loop() {
+		if err := f.Check(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// TestNoReadMixesVersions rewrites a file in place, same size, while
+// readers read random ranges of it: every read that succeeds returns the
+// old bytes only; the others fail with ErrChanged.
+func TestNoReadMixesVersions(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	p := filepath.Join(t.TempDir(), "shard")
+	const size = 4 << 20
+	old := bytes.Repeat([]byte{0xA5}, size)
+	write(t, p, old)
+	f, err := Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var wg sync.WaitGroup
+	var ok, failed atomic.Int64
+	stop := make(chan struct{})
+	for r := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(seed, uint64(r)))
+			buf := make([]byte, 256<<10)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				off := rng.Int64N(size - int64(len(buf)))
+				n, err := f.ReadAt(buf, off)
+				switch {
+				case errors.Is(err, ErrChanged):
+					failed.Add(1)
+				case err != nil:
+					t.Errorf("seed %d: read at %d: %v", seed, off, err)
+					return
+				case !bytes.Equal(buf[:n], old[:n]):
+					t.Errorf("seed %d: read at %d returned bytes of the new version", seed, off)
+					return
+				default:
+					ok.Add(1)
+				}
+			}
+		}()
+	}
+	for ok.Load() < 100 && !t.Failed() { // the readers are under way
+		runtime.Gosched()
+	}
+	w, err := os.OpenFile(p, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	chunk := bytes.Repeat([]byte{0x5A}, 64<<10)
+	for off := int64(0); off < size; off += int64(len(chunk)) {
+		if _, err := w.WriteAt(chunk, off); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w.Close()
+	for failed.Load() == 0 && !t.Failed() { // every reader ends up failing
+		runtime.Gosched()
+	}
+	close(stop)
+	wg.Wait()
+	t.Logf("%d reads of the old bytes, %d refused", ok.Load(), failed.Load())
+}
