@@ -294,7 +294,7 @@ func checkLayer(c *comparer, out *LayerOutput, g *goldenLayer) {
 	c.close("stream_out", out.StreamOut, g.StreamOut)
 }
 
-var modes = []Precision{FP32}
+var modes = []Precision{FP32, A8}
 
 // TestGoldenLayers runs every layer isolated on the golden stream entering
 // it, per sequence and precision, and compares everything it records.
@@ -376,16 +376,16 @@ func TestBatchEqualsSingle(t *testing.T) {
 		var seqs [][]int
 		var single []*LayerOutput
 		for _, s := range g.Sequences {
-			in := s.Modes["fp32"].Layers[l].StreamIn.f32(t)
+			in := s.Modes["a8"].Layers[l].StreamIn.f32(t)
 			stream = append(stream, in...)
 			seqs = append(seqs, s.TokenIDs)
-			out, err := m.Forward(context.Background(), l, in, [][]int{s.TokenIDs}, FP32)
+			out, err := m.Forward(context.Background(), l, in, [][]int{s.TokenIDs}, A8)
 			if err != nil {
 				t.Fatal(err)
 			}
 			single = append(single, out)
 		}
-		both, err := m.Forward(context.Background(), l, stream, seqs, FP32)
+		both, err := m.Forward(context.Background(), l, stream, seqs, A8)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -423,5 +423,30 @@ func TestDerived(t *testing.T) {
 	}
 	if s := 1 / math.Sqrt(float64(cfg.HeadDim)); math.Abs(s-g.Derived.SoftmaxScale) > 1e-12 {
 		t.Errorf("softmax scale %g, want %g", s, g.Derived.SoftmaxScale)
+	}
+}
+
+// TestPrecisionsDiffer shows that the golden comparison tells the two
+// precisions apart: each layer run at one precision on the other's
+// golden input misses that golden's outputs by far more than the
+// tolerance, so a8 is no mere rounding of fp32.
+func TestPrecisionsDiffer(t *testing.T) {
+	m, g := loadGolden(t)
+	s := g.Sequences[0]
+	for l := range m.Config.Layers {
+		for _, p := range modes {
+			other := A8
+			if p == A8 {
+				other = FP32
+			}
+			gl := s.Modes[string(other)].Layers[l]
+			out, err := m.Forward(context.Background(), l, gl.StreamIn.f32(t), [][]int{s.TokenIDs}, p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r := relDiff(out.AttnOut, gl.AttnOut.f32(t)); r < 100*tolerance {
+				t.Errorf("layer %d: %s attention on %s's input is within %.3g of %s's output", l, p, other, r, other)
+			}
+		}
 	}
 }
