@@ -35,33 +35,48 @@ const (
 // inference/config.json (ModelArgs) where that file is given, else the
 // Hugging Face spellings of config.json.
 type Config struct {
-	ModelType string
+	ModelType string `json:"model_type"`
 
-	Hidden, Vocab, Layers, MTPLayers int
-	Heads, HeadDim, RopeDim          int
-	QLoRA                            int
-	OGroups, OLoRA                   int
-	Window                           int
+	Hidden    int `json:"hidden"`
+	Vocab     int `json:"vocab"`
+	Layers    int `json:"layers"`
+	MTPLayers int `json:"mtp_layers"`
+	Heads     int `json:"heads"`
+	HeadDim   int `json:"head_dim"`
+	RopeDim   int `json:"rope_head_dim"`
+	QLoRA     int `json:"q_lora_rank"`
+	OGroups   int `json:"o_groups"`
+	OLoRA     int `json:"o_lora_rank"`
+	Window    int `json:"sliding_window"`
 	// CompressRatios has Layers + MTPLayers entries, as every release
 	// writes it.
-	CompressRatios []int
+	CompressRatios []int `json:"compress_ratios"`
 
-	RopeTheta, CompressRopeTheta float64
+	RopeTheta         float64 `json:"rope_theta"`
+	CompressRopeTheta float64 `json:"compress_rope_theta"`
 	// YaRN applies to compressed layers only, when OrigSeqLen > 0; there
 	// is no mscale anywhere in V4.
-	RopeFactor           float64
-	OrigSeqLen           int
-	BetaFast, BetaSlow   float64
-	IndexHeads, IndexDim int
-	IndexTopK            int
+	RopeFactor float64 `json:"rope_factor"`
+	OrigSeqLen int     `json:"original_seq_len"`
+	BetaFast   float64 `json:"beta_fast"`
+	BetaSlow   float64 `json:"beta_slow"`
+	IndexHeads int     `json:"index_heads"`
+	IndexDim   int     `json:"index_head_dim"`
+	IndexTopK  int     `json:"index_topk"`
 
-	HCMult, HCSinkhornIters int
-	HCEps, NormEps          float64
+	HCMult          int     `json:"hc_mult"`
+	HCSinkhornIters int     `json:"hc_sinkhorn_iters"`
+	HCEps           float64 `json:"hc_eps"`
+	NormEps         float64 `json:"norm_eps"`
 
-	RoutedExperts, SharedExperts, TopK, MoEInter int
-	ScoreFunc                                    string
-	RouteScale, SwiGLULimit                      float64
-	HashLayers                                   int
+	RoutedExperts int     `json:"routed_experts"`
+	SharedExperts int     `json:"shared_experts"`
+	TopK          int     `json:"experts_per_token"`
+	MoEInter      int     `json:"moe_intermediate"`
+	ScoreFunc     string  `json:"scoring_func"`
+	RouteScale    float64 `json:"routed_scaling_factor"`
+	SwiGLULimit   float64 `json:"swiglu_limit"`
+	HashLayers    int     `json:"hash_layers"`
 }
 
 // Kind is the attention kind of layer l.
@@ -177,9 +192,10 @@ type argsConfig struct {
 	HCEps             *float64 `json:"hc_eps"`
 }
 
-// IsV4 reports whether config.json describes a DeepSeek-V4 model: model
-// type deepseek_v4, or the V4 keys hc_mult and compress_ratios at the top
-// level (V4.1 nests its keys under text_config and is not V4).
+// IsV4 reports whether config.json describes a DeepSeek-V4 model this
+// package runs: the V4 keys hc_mult and compress_ratios at the top level,
+// model type deepseek_v4 or none, and no V4.1 feature (Engram layers, the
+// text_config nesting).
 func IsV4(configJSON []byte) bool {
 	var r struct {
 		ModelType      *string         `json:"model_type"`
@@ -191,8 +207,8 @@ func IsV4(configJSON []byte) bool {
 	if json.Unmarshal(configJSON, &r) != nil {
 		return false
 	}
-	if r.ModelType != nil {
-		return *r.ModelType == "deepseek_v4"
+	if r.ModelType != nil && *r.ModelType != "deepseek_v4" {
+		return false
 	}
 	return r.HCMult != nil && len(r.CompressRatios) > 0 && len(r.EngramLayerIDs) == 0 && len(r.TextConfig) == 0
 }
