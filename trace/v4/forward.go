@@ -91,6 +91,11 @@ func (m *Model) Forward(ctx context.Context, l int, stream []float32, seqs [][]i
 	n := 0
 	for _, s := range seqs {
 		n += len(s)
+		for _, id := range s {
+			if id < 0 || id >= cfg.Vocab {
+				return nil, fmt.Errorf("layer %d: token id %d outside the vocabulary [0, %d)", l, id, cfg.Vocab)
+			}
+		}
 	}
 	if len(stream) != n*cfg.HCMult*cfg.Hidden {
 		return nil, fmt.Errorf("layer %d: %d stream values for %d tokens of %d x %d", l, len(stream), n, cfg.HCMult, cfg.Hidden)

@@ -4,11 +4,13 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/dsfs/dsfs/internal/testdata"
@@ -448,5 +450,38 @@ func TestPrecisionsDiffer(t *testing.T) {
 				t.Errorf("layer %d: %s attention on %s's input is within %.3g of %s's output", l, p, other, r, other)
 			}
 		}
+	}
+}
+
+// TestForwardErrors checks that bad calls fail with a reason instead of
+// running or panicking.
+func TestForwardErrors(t *testing.T) {
+	m, g := loadGolden(t)
+	s := g.Sequences[0]
+	in := s.Modes["a8"].Layers[0].StreamIn.f32(t)
+	bad := slices.Clone(s.TokenIDs)
+	bad[3] = 512
+	for _, tc := range []struct {
+		name   string
+		l      int
+		stream []float32
+		ids    []int
+		p      Precision
+		want   string
+	}{
+		{"layer", 5, in, s.TokenIDs, A8, "layer 5 outside [0, 5)"},
+		{"precision", 0, in, s.TokenIDs, "bf16", `precision "bf16" is not a8 or fp32`},
+		{"stream", 0, in[:len(in)-1], s.TokenIDs, A8, "stream values for 24 tokens"},
+		{"token", 0, in, bad, A8, "token id 512 outside the vocabulary [0, 512)"},
+	} {
+		_, err := m.Forward(context.Background(), tc.l, tc.stream, [][]int{tc.ids}, tc.p)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: error %v, want one containing %q", tc.name, err, tc.want)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := m.Forward(ctx, 2, in, [][]int{s.TokenIDs}, A8); !errors.Is(err, context.Canceled) {
+		t.Errorf("cancelled forward: %v", err)
 	}
 }

@@ -67,10 +67,6 @@ func (ld *loader) compressor(t *compressorTensors, ratio, hd int) *compressorWei
 	return &compressorWeights{ape: ld.vec(t.ape), wkv: ld.lin(t.wkv), wgate: ld.lin(t.wgate), norm: ld.vec(t.norm), ratio: ratio, hd: hd}
 }
 
-// maxPositions bounds the rotary table a layer builds: the longest
-// sequence it can be given is checked against it.
-const maxPositions = 1 << 16
-
 // loadLayer decodes layer l's weights.
 func (m *Model) loadLayer(l int) (*layerWeights, error) {
 	cfg, t := m.Config, m.layers[l]
@@ -85,6 +81,7 @@ func (m *Model) loadLayer(l int) (*layerWeights, error) {
 	// unquantised (a plain einsum), so it never counts as quantised.
 	w.woA = ld.lin(t.woA)
 	if w.woA != nil {
+		w.woA.w, w.woA.h = w.woA.floats(), nil
 		bf16Round(w.woA.w)
 		w.woA.quant = false
 	}

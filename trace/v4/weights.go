@@ -1,26 +1,53 @@
 package v4
 
 import (
+	"encoding/binary"
 	"fmt"
 
+	"github.com/dsfs/dsfs/safetensors"
 	"github.com/dsfs/dsfs/simd"
 )
 
-// linear is a decoded projection [rows, cols]; quant marks an FP8 or
-// MXFP4 weight, whose input the a8 precision quantises to FP8 first.
+// linear is a decoded projection [rows, cols]: float32 values in w, or
+// the checkpoint's BF16 bits in h (multiplied without widening the whole
+// matrix: the head of a real model is 1 GB as BF16, 2 GB as float32).
+// quant marks an FP8 or MXFP4 weight, whose input the a8 precision
+// quantises to FP8 first.
 type linear struct {
 	w          []float32
+	h          []uint16
 	rows, cols int
 	quant      bool
 }
 
 // load decodes r into a linear.
 func load(r *tensorRef) (*linear, error) {
+	if r.t.DType == safetensors.BF16 {
+		b, err := read(r.t)
+		if err != nil {
+			return nil, err
+		}
+		h := make([]uint16, len(b)/2)
+		for i := range h {
+			h[i] = binary.LittleEndian.Uint16(b[2*i:])
+		}
+		return &linear{h: h, rows: r.rows, cols: r.cols}, nil
+	}
 	w, err := r.floats()
 	if err != nil {
 		return nil, err
 	}
 	return &linear{w: w, rows: r.rows, cols: r.cols, quant: r.quant}, nil
+}
+
+// floats returns the weight's values as float32.
+func (w *linear) floats() []float32 {
+	if w.h == nil {
+		return w.w
+	}
+	out := make([]float32, len(w.h))
+	simd.WidenBF16(out, w.h)
+	return out
 }
 
 // loadVec decodes a vector (or any float tensor) to float32.
@@ -47,7 +74,11 @@ func (w *linear) apply(x []float32, m int, a8 bool) ([]float32, error) {
 		actQuantFP8(in, actBlock)
 	}
 	out := make([]float32, m*w.rows)
-	if m > 0 {
+	switch {
+	case m == 0:
+	case w.h != nil:
+		simd.MatMulTBF16(out, w.rows, in, w.cols, w.h, w.cols, m, w.rows, w.cols)
+	default:
 		simd.MatMulT(out, w.rows, in, w.cols, w.w, w.cols, m, w.rows, w.cols)
 	}
 	return out, nil
