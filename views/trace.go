@@ -39,6 +39,9 @@ func buildTrace(s *Set, _ string) (*Node, error) {
 	if v4.IsV4(s.Cat.ConfigBytes) {
 		return buildTraceV4(s, prompts, user)
 	}
+	if what, missing := v4.Missing(s.Cat.ConfigBytes); missing != nil {
+		return s.traceError("cannot run "+what+"; the engine lacks:", missing...), nil
+	}
 	m, err := model.Open(s.Cat)
 	if ue := (*model.UnsupportedError)(nil); errors.As(err, &ue) {
 		return s.traceError("cannot run "+ue.What+"; the engine lacks:", ue.Missing...), nil

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
+	"slices"
+	"sort"
 	"strings"
 )
 
@@ -419,4 +421,82 @@ func (c *Config) validate() error {
 		return fmt.Errorf("scoring_func %q is not sqrtsoftplus, sigmoid or softmax", c.ScoreFunc)
 	}
 	return nil
+}
+
+// Missing names what this package lacks to run a configuration of the V4
+// family (the V4 keys hc_mult or compress_ratios, at the top level or
+// under text_config) that IsV4 turns down: V4.1's Engram memory and CSA2
+// attention, dense FFN layers, other FP8 block sizes. It returns nil for
+// a configuration of another family, or one IsV4 accepts. what is the
+// model as config.json names it.
+func Missing(configJSON []byte) (what string, missing []string) {
+	if IsV4(configJSON) {
+		return "", nil
+	}
+	type keys struct {
+		HCMult             *int            `json:"hc_mult"`
+		CompressRatios     json.RawMessage `json:"compress_ratios"`
+		EngramLayerIDs     json.RawMessage `json:"engram_layer_ids"`
+		KVSources          json.RawMessage `json:"kv_source_layers"`
+		KVSourceIDs        json.RawMessage `json:"kv_source_layer_ids"`
+		CandidateSource    json.RawMessage `json:"candidate_source_layer"`
+		CandidateSourceID  json.RawMessage `json:"candidate_source_layer_id"`
+		FirstKDense        *int            `json:"first_k_dense_replace"`
+		NDenseLayers       *int            `json:"n_dense_layers"`
+		QuantizationConfig *struct {
+			WeightBlockSize []int `json:"weight_block_size"`
+		} `json:"quantization_config"`
+	}
+	var r struct {
+		keys
+		ModelType     *string  `json:"model_type"`
+		Architectures []string `json:"architectures"`
+		TextConfig    *keys    `json:"text_config"`
+	}
+	if json.Unmarshal(configJSON, &r) != nil {
+		return "", nil
+	}
+	all := []keys{r.keys}
+	if r.TextConfig != nil {
+		all = append(all, *r.TextConfig)
+	}
+	family := r.ModelType != nil && strings.HasPrefix(*r.ModelType, "deepseek_v4")
+	add := func(s string) {
+		if !slices.Contains(missing, s) {
+			missing = append(missing, s)
+		}
+	}
+	for _, k := range all {
+		family = family || k.HCMult != nil || len(k.CompressRatios) > 0
+		if len(k.EngramLayerIDs) > 0 {
+			add("Engram memory (engram_layer_ids: n-gram embedding lookups in layers.N.engram.*)")
+		}
+		if len(k.KVSources)+len(k.KVSourceIDs)+len(k.CandidateSource)+len(k.CandidateSourceID) > 0 {
+			add("V4.1's CSA2 attention (KV and index reuse across layers, the candidate pool)")
+		}
+		if k.FirstKDense != nil && *k.FirstKDense > 0 || k.NDenseLayers != nil && *k.NDenseLayers > 0 {
+			add("dense FFN layers (first_k_dense_replace: every V4 layer is MoE)")
+		}
+		if q := k.QuantizationConfig; q != nil && len(q.WeightBlockSize) == 2 && (q.WeightBlockSize[0] != 128 || q.WeightBlockSize[1] != 128) {
+			add(fmt.Sprintf("FP8 weight blocks of %dx%d with activation blocks to match (V4 uses 128)", q.WeightBlockSize[0], q.WeightBlockSize[1]))
+		}
+	}
+	if !family {
+		return "", nil
+	}
+	if r.TextConfig != nil {
+		add("V4.1's multimodal config.json (the model's keys under text_config)")
+	}
+	if len(missing) == 0 {
+		add("a configuration of the V4 family without hc_mult and compress_ratios at the top level")
+	}
+	sort.Strings(missing)
+	what = "this model"
+	if r.ModelType != nil {
+		what = fmt.Sprintf("model_type %q", *r.ModelType)
+	}
+	if len(r.Architectures) > 0 {
+		what += " (" + strings.Join(r.Architectures, ", ") + ")"
+	}
+	return what, missing
 }

@@ -195,3 +195,38 @@ func TestOpenChecksTensors(t *testing.T) {
 		t.Errorf("Runnable %d, want 5: %v", m.Runnable(), m.problems)
 	}
 }
+
+func TestMissing(t *testing.T) {
+	hf, _ := tinyConfigs(t)
+	v3, err := os.ReadFile(filepath.Join(testdata.Dir(t), "trace", "v3-tiny", "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		cfg  []byte
+		what string
+		want []string // substrings, one per line, in order
+	}{
+		{"V4 runs", hf, "", nil},
+		{"V3 is not V4", v3, "", nil},
+		{"V4 with Engram and a dense layer", edit(t, hf, map[string]any{"engram_layer_ids": []int{1}, "first_k_dense_replace": 1}),
+			`model_type "deepseek_v4" (DeepseekV4ForCausalLM)`, []string{"Engram memory", "dense FFN layers"}},
+		{"V4.1 nesting", []byte(`{"model_type":"deepseek_v41","architectures":["DeepseekV41ForCausalLM"],
+			"quantization_config":{"weight_block_size":[32,32]},
+			"text_config":{"hc_mult":4,"compress_ratios":[0,2],"engram_layer_ids":[1],"kv_source_layer_ids":[1],"candidate_source_layer_id":1}}`),
+			`model_type "deepseek_v41" (DeepseekV41ForCausalLM)`,
+			[]string{"Engram memory", "FP8 weight blocks of 32x32", "V4.1's CSA2 attention", "V4.1's multimodal config.json"}},
+	} {
+		what, got := Missing(tc.cfg)
+		if what != tc.what || len(got) != len(tc.want) {
+			t.Errorf("%s: %q %q, want %q and %d lines", tc.name, what, got, tc.what, len(tc.want))
+			continue
+		}
+		for i, w := range tc.want {
+			if !strings.Contains(got[i], w) {
+				t.Errorf("%s: line %d %q, want %q", tc.name, i, got[i], w)
+			}
+		}
+	}
+}
