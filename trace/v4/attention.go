@@ -153,8 +153,8 @@ func (f *forward) seqAttention(x, qr, q, kv, o []float32, rp *rope) (SeqAttentio
 // head's sink logit (unscaled) in the denominator.
 func sparseAttention(o, q, kv, sink []float32, idx []int32, k, heads, d int, scale float32) {
 	T := len(idx) / max(k, 1)
-	s := make([]float32, k)
-	for t := range T {
+	parallelFor(T, func(t int) {
+		s := make([]float32, k)
 		ids := idx[t*k : (t+1)*k]
 		for h := range heads {
 			qh := q[(t*heads+h)*d : (t*heads+h+1)*d]
@@ -184,7 +184,7 @@ func sparseAttention(o, q, kv, sink []float32, idx []int32, k, heads, d int, sca
 				oh[c] /= sum
 			}
 		}
-	}
+	})
 }
 
 // compress is model.py's Compressor.forward in prefill: softmax-gated
@@ -223,11 +223,10 @@ func (f *forward) compress(x []float32, c *compressorWeights, rp *rope, rotate b
 		}
 	}
 	out := make([]float32, nc*hd)
-	rows := make([]int, 0, 2*ratio) // token of each pooled row
-	offs := make([]int, 0, 2*ratio) // channel offset of each pooled row
-	p := make([]float32, 2*ratio)
-	for g := range nc {
-		rows, offs = rows[:0], offs[:0]
+	parallelFor(nc, func(g int) {
+		rows := make([]int, 0, 2*ratio) // token of each pooled row
+		offs := make([]int, 0, 2*ratio) // channel offset of each pooled row
+		p := make([]float32, 2*ratio)
 		if overlap && g > 0 {
 			for r := range ratio {
 				rows = append(rows, (g-1)*ratio+r)
@@ -259,7 +258,7 @@ func (f *forward) compress(x []float32, c *compressorWeights, rp *rope, rotate b
 			}
 			o[ch] = acc
 		}
-	}
+	})
 	rmsNormInto(out, out, c.norm, hd, cfg.NormEps)
 	for g := range nc {
 		e := out[g*hd : (g+1)*hd]
@@ -313,8 +312,8 @@ func (f *forward) indexer(x, qr []float32, rp *rope, sa *SeqAttention) (int, err
 	sa.IndexScores = make([]float32, T*nc)
 	sa.IndexTopK = make([]int32, T*k)
 	sa.IndexMargin = make([]float32, T)
-	order := make([]int, nc)
-	for t := range T {
+	parallelFor(T, func(t int) {
+		order := make([]int, nc)
 		sc := sa.IndexScores[t*nc : (t+1)*nc]
 		for j := range nc {
 			if j >= (t+1)/ratio {
@@ -345,6 +344,6 @@ func (f *forward) indexer(x, qr []float32, rp *rope, sa *SeqAttention) (int, err
 		if k < nc && !math.IsInf(float64(sc[order[k]]), -1) {
 			sa.IndexMargin[t] = sc[order[k-1]] - sc[order[k]]
 		}
-	}
+	})
 	return k, nil
 }

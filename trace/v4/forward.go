@@ -275,7 +275,7 @@ func sinkhorn(pre, post, comb, mixes, scale, base []float32, n, iters int, eps f
 func hcPost(f, res []float32, hc HC, n, d int) []float32 {
 	tokens := len(f) / d
 	out := make([]float32, tokens*n*d)
-	for t := range tokens {
+	parallelFor(tokens, func(t int) {
 		ft := f[t*d : (t+1)*d]
 		rt := res[t*n*d : (t+1)*n*d]
 		comb := hc.Comb[t*n*n : (t+1)*n*n]
@@ -290,6 +290,6 @@ func hcPost(f, res []float32, hc HC, n, d int) []float32 {
 				o[c] = p*ft[c] + mixed
 			}
 		}
-	}
+	})
 	return out
 }

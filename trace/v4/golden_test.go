@@ -9,6 +9,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -483,5 +484,28 @@ func TestForwardErrors(t *testing.T) {
 	cancel()
 	if _, err := m.Forward(ctx, 2, in, [][]int{s.TokenIDs}, A8); !errors.Is(err, context.Canceled) {
 		t.Errorf("cancelled forward: %v", err)
+	}
+}
+
+// TestCoresIndependent checks that a layer's output is the same bit for
+// bit whatever the number of cores it runs on.
+func TestCoresIndependent(t *testing.T) {
+	m, g := loadGolden(t)
+	s := g.Sequences[1]
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
+	for _, l := range []int{2, 3} {
+		in := s.Modes["a8"].Layers[l].StreamIn.f32(t)
+		var outs [][]float32
+		for _, procs := range []int{1, 3} {
+			runtime.GOMAXPROCS(procs)
+			out, err := m.Forward(context.Background(), l, in, [][]int{s.TokenIDs}, A8)
+			if err != nil {
+				t.Fatal(err)
+			}
+			outs = append(outs, out.StreamOut)
+		}
+		if !slices.Equal(outs[0], outs[1]) {
+			t.Errorf("layer %d: 1 and 3 cores differ by %.3g", l, relDiff(outs[0], outs[1]))
+		}
 	}
 }
