@@ -201,6 +201,12 @@ type V4LayerRecord struct {
 		Forward Num `json:"forward"`
 	} `json:"timing_ms"`
 	RoutedExpertsRun int `json:"routed_experts_run"`
+	// The layer's tensors in the checkpoint, and what the forward read of
+	// them (routed experts only where a token selected them).
+	StateTensors    int   `json:"state_tensors"`
+	StateNumel      int64 `json:"state_numel"`
+	StateBytes      int64 `json:"state_bytes"`
+	WeightBytesRead int64 `json:"weight_bytes_read"`
 	// The streams as rows of D (tokens × hc_mult rows).
 	StreamBefore HiddenStats `json:"stream_before"`
 	StreamAfter  HiddenStats `json:"stream_after"`
@@ -259,6 +265,8 @@ func (t *V4Tracer) record(in []float32, out *v4.LayerOutput) *V4LayerRecord {
 		AttnOut: hiddenStats(out.AttnOut, d), FFNOut: hiddenStats(out.FFNOut, d),
 		HC: map[string]HCStats{"attn": hcStats(out.HCAttn, n), "ffn": hcStats(out.HCFFN, n)},
 	}
+	r.StateTensors, r.StateNumel, r.StateBytes = t.model.LayerTensors(l)
+	r.WeightBytesRead = out.WeightBytes
 	r.TimingMS.LoadCPU = Num(out.LoadTime.Seconds() * 1000)
 	r.TimingMS.Forward = Num(out.Time.Seconds() * 1000)
 	for pi, sa := range out.Seqs {

@@ -231,3 +231,21 @@ func TestV4Record(t *testing.T) {
 		t.Errorf("missing %v", want)
 	}
 }
+
+// TestV4RecordBytes checks the layer accounting: a layer reads less than
+// it stores (unselected experts stay on disk) and more than its
+// attention alone.
+func TestV4RecordBytes(t *testing.T) {
+	tr, _ := v4Tracer(t, v4.A8)
+	_, r, err := tr.Layer(context.Background(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Layer 0 of v4-tiny: 29 tensors besides the 16 experts' 6 each.
+	if r.StateTensors != 29+16*6 || r.StateBytes <= 0 || r.StateNumel <= 0 {
+		t.Errorf("state %d tensors, %d values, %d bytes", r.StateTensors, r.StateNumel, r.StateBytes)
+	}
+	if r.WeightBytesRead <= 0 || r.WeightBytesRead > r.StateBytes || r.RoutedExpertsRun == 0 {
+		t.Errorf("read %d of %d bytes with %d experts", r.WeightBytesRead, r.StateBytes, r.RoutedExpertsRun)
+	}
+}

@@ -71,7 +71,11 @@ type LayerOutput struct {
 	StreamOut     []float32 // [tokens, hc, D]
 	Routes        Routes
 
+	// LoadTime is the time spent reading and decoding weights, Time the
+	// whole forward; WeightBytes is the checkpoint bytes read (routed
+	// experts: only those selected).
 	LoadTime, Time time.Duration
+	WeightBytes    int64
 	ExpertsRun     int
 }
 
@@ -106,7 +110,7 @@ func (m *Model) Forward(ctx context.Context, l int, stream []float32, seqs [][]i
 		return nil, fmt.Errorf("layer %d: %w", l, err)
 	}
 	f := &forward{cfg: cfg, ctx: ctx, w: w, l: l, a8: p == A8, seqs: seqs, n: n,
-		out: &LayerOutput{Layer: l, Tokens: n, Precision: p, LoadTime: time.Since(start)}}
+		out: &LayerOutput{Layer: l, Tokens: n, Precision: p, LoadTime: time.Since(start), WeightBytes: w.bytes}}
 	if err := f.run(stream); err != nil {
 		return nil, fmt.Errorf("layer %d: %w", l, err)
 	}

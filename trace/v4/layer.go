@@ -18,6 +18,7 @@ type compressorWeights struct {
 // those are read when a token selects them.
 type layerWeights struct {
 	t                 *layerTensors
+	bytes             int64 // checkpoint bytes read
 	attnNorm, ffnNorm []float32
 	hcAttn, hcFFN     hcWeights
 	sink              []float32
@@ -35,13 +36,25 @@ type layerWeights struct {
 	rope              *rope
 }
 
-// loader decodes tensors, keeping the first error.
-type loader struct{ err error }
+// loader decodes tensors, keeping the first error and counting the
+// checkpoint bytes read (scales included).
+type loader struct {
+	err   error
+	bytes int64
+}
+
+func (ld *loader) count(r *tensorRef) {
+	ld.bytes += r.t.Size
+	if r.t.Scale != nil {
+		ld.bytes += r.t.Scale.Size
+	}
+}
 
 func (ld *loader) lin(r *tensorRef) *linear {
 	if ld.err != nil || r == nil {
 		return nil
 	}
+	ld.count(r)
 	w, err := load(r)
 	ld.err = err
 	return w
@@ -51,6 +64,7 @@ func (ld *loader) vec(r *tensorRef) []float32 {
 	if ld.err != nil || r == nil {
 		return nil
 	}
+	ld.count(r)
 	v, err := loadVec(r)
 	ld.err = err
 	return v
@@ -93,10 +107,12 @@ func (m *Model) loadLayer(l int) (*layerWeights, error) {
 	w.gate = ld.lin(t.gate)
 	w.bias = ld.vec(t.bias)
 	if ld.err == nil && t.tid2eid != nil {
+		ld.count(t.tid2eid)
 		w.tid2eid, ld.err = t.tid2eid.ids(cfg.RoutedExperts)
 	}
 	for i := range w.shared {
 		w.shared[i] = ld.lin(t.shared[i])
 	}
+	w.bytes = ld.bytes
 	return w, ld.err
 }

@@ -3,6 +3,8 @@ package v4
 import (
 	"errors"
 	"fmt"
+	"sort"
+	"strings"
 
 	"github.com/dsfs/dsfs/manifest"
 )
@@ -174,6 +176,23 @@ func (c *checker) layer(cfg *Config, l int) *layerTensors {
 		c.tensor(f+"shared_experts.w3.weight", kindLinear, cfg.MoEInter, d),
 	}
 	return ly
+}
+
+// LayerTensors returns the number of tensors, elements and bytes the
+// checkpoint stores for layer l (every tensor named layers.l.*).
+func (m *Model) LayerTensors(l int) (tensors int, elements, bytes int64) {
+	prefix := fmt.Sprintf("layers.%d.", l)
+	ts := m.cat.Tensors
+	for i := sort.Search(len(ts), func(i int) bool { return ts[i].Name >= prefix }); i < len(ts) && strings.HasPrefix(ts[i].Name, prefix); i++ {
+		tensors++
+		bytes += ts[i].Size
+		n := int64(1)
+		for _, d := range ts[i].Shape {
+			n *= d
+		}
+		elements += n
+	}
+	return tensors, elements, bytes
 }
 
 // EmbedRows returns the embedding rows of ids, [len(ids), Hidden].

@@ -151,6 +151,7 @@ func (f *forward) moe(x []float32) ([]float32, error) {
 			return nil, ld.err
 		}
 		f.expertLoad += time.Since(start)
+		f.out.WeightBytes += ld.bytes
 		f.out.ExpertsRun++
 		xe := make([]float32, len(rows)*d)
 		for i, t := range rows {
