@@ -3,6 +3,7 @@ package v4
 import (
 	"math"
 	"sort"
+	"time"
 
 	"github.com/dsfs/dsfs/simd"
 )
@@ -20,17 +21,17 @@ const (
 func (f *forward) attention(x []float32) ([]float32, error) {
 	cfg, w, out := f.cfg, f.w, f.out
 	h, hd, rd := cfg.Heads, cfg.HeadDim, cfg.RopeDim
-	q0, err := w.wqA.apply(x, f.n, f.a8)
+	q0, err := f.mm(w.wqA, x, f.n, f.a8)
 	if err != nil {
 		return nil, err
 	}
 	out.QR = rmsNorm(q0, w.qNorm, cfg.NormEps)
-	q, err := w.wqB.apply(out.QR, f.n, f.a8)
+	q, err := f.mm(w.wqB, out.QR, f.n, f.a8)
 	if err != nil {
 		return nil, err
 	}
 	rmsNormInto(q, q, nil, hd, cfg.NormEps) // per head, unweighted
-	kv, err := w.wkv.apply(x, f.n, f.a8)
+	kv, err := f.mm(w.wkv, x, f.n, f.a8)
 	if err != nil {
 		return nil, err
 	}
@@ -77,11 +78,13 @@ func (f *forward) attention(x []float32) ([]float32, error) {
 	gw := h * hd / g
 	z := make([]float32, f.n*g*r)
 	if f.n > 0 {
+		start := time.Now()
 		for i := range g {
 			simd.MatMulT(z[i*r:], g*r, o[i*gw:], h*hd, w.woA.w[i*r*gw:], gw, f.n, r, gw)
 		}
+		f.out.GEMMTime += time.Since(start)
 	}
-	return w.woB.apply(z, f.n, f.a8)
+	return f.mm(w.woB, z, f.n, f.a8)
 }
 
 // seqAttention attends one sequence: x [T, D] the attention input, qr its
@@ -208,11 +211,11 @@ func (f *forward) compress(x []float32, c *compressorWeights, rp *rope, rotate b
 		coff = 2
 	}
 	w := coff * hd
-	kv, err := c.wkv.apply(x, T, false)
+	kv, err := f.mm(c.wkv, x, T, false)
 	if err != nil {
 		return nil, err
 	}
-	score, err := c.wgate.apply(x, T, false)
+	score, err := f.mm(c.wgate, x, T, false)
 	if err != nil {
 		return nil, err
 	}
@@ -280,7 +283,7 @@ func (f *forward) indexer(x, qr []float32, rp *rope, sa *SeqAttention) (int, err
 	T := len(x) / cfg.Hidden
 	nh, dh, rd := cfg.IndexHeads, cfg.IndexDim, cfg.RopeDim
 	ratio := 4
-	q, err := w.idxWqB.apply(qr, T, f.a8)
+	q, err := f.mm(w.idxWqB, qr, T, f.a8)
 	if err != nil {
 		return 0, err
 	}
@@ -298,7 +301,7 @@ func (f *forward) indexer(x, qr []float32, rp *rope, sa *SeqAttention) (int, err
 		return 0, err
 	}
 	sa.IndexKeys = keys
-	wts, err := w.idxWeights.apply(x, T, false)
+	wts, err := f.mm(w.idxWeights, x, T, false)
 	if err != nil {
 		return 0, err
 	}

@@ -75,8 +75,10 @@ type LayerOutput struct {
 	// whole forward; WeightBytes is the checkpoint bytes read (routed
 	// experts: only those selected).
 	LoadTime, Time time.Duration
-	WeightBytes    int64
-	ExpertsRun     int
+	// GEMMTime is the part of Time spent in matrix products.
+	GEMMTime    time.Duration
+	WeightBytes int64
+	ExpertsRun  int
 }
 
 // Forward runs layer l on stream [tokens, hc, D], the residual streams of
@@ -130,6 +132,13 @@ type forward struct {
 	n          int
 	out        *LayerOutput
 	expertLoad time.Duration
+}
+
+// mm is w.apply, timed as matrix-product time.
+func (f *forward) mm(w *linear, x []float32, m int, a8 bool) ([]float32, error) {
+	start := time.Now()
+	defer func() { f.out.GEMMTime += time.Since(start) }()
+	return w.apply(x, m, a8)
 }
 
 func (f *forward) run(stream []float32) error {
@@ -199,7 +208,7 @@ func (f *forward) hcPre(x []float32, s *hcWeights) ([]float32, HC) {
 	n, d := cfg.HCMult, cfg.Hidden
 	hd := n * d
 	mix := (2 + n) * n
-	mixes, _ := s.fn.apply(x, f.n, false)
+	mixes, _ := f.mm(s.fn, x, f.n, false)
 	eps := float32(cfg.HCEps)
 	hc := HC{Pre: make([]float32, f.n*n), Post: make([]float32, f.n*n), Comb: make([]float32, f.n*n*n)}
 	y := make([]float32, f.n*d)

@@ -62,7 +62,7 @@ func (c *Config) score(dst, logits []float32) {
 func (f *forward) route(x []float32, ids []int32) (Routes, error) {
 	cfg, w := f.cfg, f.w
 	e, k := cfg.RoutedExperts, cfg.TopK
-	logits, err := w.gate.apply(x, f.n, false)
+	logits, err := f.mm(w.gate, x, f.n, false)
 	if err != nil {
 		return Routes{}, err
 	}
@@ -185,11 +185,11 @@ func (f *forward) moe(x []float32) ([]float32, error) {
 // projection clamped to ±swiglu_limit and the gate clamped from above,
 // times the routing weight (routed experts) before w2.
 func (f *forward) expert(x []float32, m int, w [3]*linear, weights []float32) ([]float32, error) {
-	g, err := w[0].apply(x, m, f.a8)
+	g, err := f.mm(w[0], x, m, f.a8)
 	if err != nil {
 		return nil, err
 	}
-	u, err := w[2].apply(x, m, f.a8)
+	u, err := f.mm(w[2], x, m, f.a8)
 	if err != nil {
 		return nil, err
 	}
@@ -207,5 +207,5 @@ func (f *forward) expert(x []float32, m int, w [3]*linear, weights []float32) ([
 		}
 		g[i] = a
 	}
-	return w[1].apply(g, m, f.a8)
+	return f.mm(w[1], g, m, f.a8)
 }
