@@ -8,7 +8,9 @@ import (
 )
 
 // Precision is how the forward treats activations entering quantised
-// linears.
+// linears. Both precisions keep the model's own fake-quant sites: window
+// and compressed KV to FP8 (non-rope dims, blocks of 64), indexer queries
+// and keys to FP4 (blocks of 32) after a Hadamard rotation.
 type Precision string
 
 const (
@@ -19,10 +21,6 @@ const (
 	// FP32 multiplies unquantised activations by the dequantised weights.
 	FP32 Precision = "fp32"
 )
-
-// Both precisions keep the model's own fake-quant sites: window and
-// compressed KV to FP8 (non-rope dims, blocks of 64), indexer queries and
-// keys to FP4 (blocks of 32) after a Hadamard rotation.
 
 // HC is one hyper-connection site's coefficients per token: Pre and Post
 // [tokens, hc], Comb [tokens, hc, hc] with Comb[t, j, k] mixing source
@@ -75,7 +73,8 @@ type LayerOutput struct {
 	// whole forward; WeightBytes is the checkpoint bytes read (routed
 	// experts: only those selected).
 	LoadTime, Time time.Duration
-	// GEMMTime is the part of Time spent in matrix products.
+	// GEMMTime is the part of Time spent in matrix products (with the a8
+	// quantisation of their inputs).
 	GEMMTime    time.Duration
 	WeightBytes int64
 	ExpertsRun  int

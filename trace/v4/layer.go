@@ -65,7 +65,7 @@ func (ld *loader) vec(r *tensorRef) []float32 {
 		return nil
 	}
 	ld.count(r)
-	v, err := loadVec(r)
+	v, err := r.floats()
 	ld.err = err
 	return v
 }

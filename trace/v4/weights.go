@@ -50,9 +50,6 @@ func (w *linear) floats() []float32 {
 	return out
 }
 
-// loadVec decodes a vector (or any float tensor) to float32.
-func loadVec(r *tensorRef) ([]float32, error) { return r.floats() }
-
 // actBlock is V4's activation quantisation block along the input.
 const actBlock = 128
 
