@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
+	"reflect"
 	"slices"
 	"sort"
 	"strings"
@@ -224,12 +225,18 @@ func ParseConfig(hf, args []byte) (*Config, error) {
 	if err := json.Unmarshal(hf, &h); err != nil {
 		return nil, fmt.Errorf("config.json: %w", err)
 	}
-	var a argsConfig
+	var a, own argsConfig
 	if args != nil {
 		if err := json.Unmarshal(args, &a); err != nil {
 			return nil, fmt.Errorf("inference/config.json: %w", err)
 		}
 	}
+	// A config.json may itself use ModelArgs' spellings (flat-named
+	// checkpoints do): they fill what inference/config.json leaves unset.
+	if err := json.Unmarshal(hf, &own); err != nil {
+		return nil, fmt.Errorf("config.json: %w", err)
+	}
+	fillUnset(&a, &own)
 	c := &Config{}
 	if h.ModelType != nil {
 		c.ModelType = *h.ModelType
@@ -319,6 +326,16 @@ func ParseConfig(hf, args []byte) (*Config, error) {
 		return nil, fmt.Errorf("config.json: %w", err)
 	}
 	return c, nil
+}
+
+// fillUnset sets every nil pointer or slice field of dst to src's.
+func fillUnset(dst, src *argsConfig) {
+	d, s := reflect.ValueOf(dst).Elem(), reflect.ValueOf(src).Elem()
+	for i := range d.NumField() {
+		if f := d.Field(i); f.IsNil() {
+			f.Set(s.Field(i))
+		}
+	}
 }
 
 // yarn reads the rotary scaling: ModelArgs' original_seq_len, rope_factor

@@ -230,3 +230,20 @@ func TestMissing(t *testing.T) {
 		}
 	}
 }
+
+// TestParseConfigModelArgsSpelling reads a config.json written with
+// ModelArgs' keys, as inference/config.json spells them.
+func TestParseConfigModelArgsSpelling(t *testing.T) {
+	hf, args := tinyConfigs(t)
+	want, err := ParseConfig(hf, args)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := ParseConfig(edit(t, args, map[string]any{"model_type": "deepseek_v4"}), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("\n got %+v\nwant %+v", got, want)
+	}
+}
