@@ -61,6 +61,13 @@ func flashLayer(b *testing.B, dir string, experts int) {
 			}
 		}
 	}
+	// Norm weights near 1, so that the router sees logits of unit scale
+	// and spreads the tokens over the experts as a trained one does.
+	norm := func(p []byte) {
+		for i := 0; i < len(p); i += 2 {
+			binary.LittleEndian.PutUint16(p[i:], codecs.Float32ToBF16(float32(1+rng.NormFloat64()*0.1)))
+		}
+	}
 	f32 := func(std, mean float64) func([]byte) {
 		return func(p []byte) {
 			for i := 0; i < len(p); i += 4 {
@@ -88,8 +95,8 @@ func flashLayer(b *testing.B, dir string, experts int) {
 	}
 	add("embed.weight", safetensors.BF16, gauss(1), vocab, d)
 	p := "layers.0."
-	add(p+"attn_norm.weight", safetensors.BF16, gauss(0.1), d)
-	add(p+"ffn_norm.weight", safetensors.BF16, gauss(0.1), d)
+	add(p+"attn_norm.weight", safetensors.BF16, norm, d)
+	add(p+"ffn_norm.weight", safetensors.BF16, norm, d)
 	for _, site := range []string{"attn", "ffn"} {
 		add(p+"hc_"+site+"_fn", safetensors.F32, f32(1/math.Sqrt(4*d), 0), 24, 4*d)
 		add(p+"hc_"+site+"_base", safetensors.F32, f32(0.5, 0), 24)
@@ -98,10 +105,10 @@ func flashLayer(b *testing.B, dir string, experts int) {
 	a := p + "attn."
 	add(a+"attn_sink", safetensors.F32, f32(1, 0), heads)
 	lin(a+"wq_a", qlora, d, 6)
-	add(a+"q_norm.weight", safetensors.BF16, gauss(0.1), qlora)
+	add(a+"q_norm.weight", safetensors.BF16, norm, qlora)
 	lin(a+"wq_b", heads*hd, qlora, 5)
 	lin(a+"wkv", hd, d, 6)
-	add(a+"kv_norm.weight", safetensors.BF16, gauss(0.1), hd)
+	add(a+"kv_norm.weight", safetensors.BF16, norm, hd)
 	lin(a+"wo_a", groups*olora, heads*hd/groups, 6)
 	lin(a+"wo_b", d, groups*olora, 7)
 	for _, c := range []struct {
@@ -111,13 +118,13 @@ func flashLayer(b *testing.B, dir string, experts int) {
 		add(c.prefix+".ape", safetensors.F32, f32(0.5, 0), 4, 2*c.hd)
 		add(c.prefix+".wkv.weight", safetensors.BF16, gauss(1/math.Sqrt(d)), 2*c.hd, d)
 		add(c.prefix+".wgate.weight", safetensors.BF16, gauss(1/math.Sqrt(d)), 2*c.hd, d)
-		add(c.prefix+".norm.weight", safetensors.BF16, gauss(0.1), c.hd)
+		add(c.prefix+".norm.weight", safetensors.BF16, norm, c.hd)
 	}
 	lin(a+"indexer.wq_b", idxHeads*idxDim, qlora, 5)
 	add(a+"indexer.weights_proj.weight", safetensors.BF16, gauss(1/math.Sqrt(d)), idxHeads, d)
 	f := p + "ffn."
 	add(f+"gate.weight", safetensors.BF16, gauss(1/math.Sqrt(d)), int64(experts), d)
-	add(f+"gate.bias", safetensors.F32, f32(0.1, 0), int64(experts))
+	add(f+"gate.bias", safetensors.F32, f32(0.01, 0), int64(experts))
 	for e := range experts {
 		pe := f + "experts." + strconv.Itoa(e) + "."
 		for _, w := range []struct {
