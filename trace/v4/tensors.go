@@ -132,7 +132,14 @@ func (r *tensorRef) floats() ([]float32, error) {
 		if err != nil {
 			return nil, err
 		}
-		codecs.DecodeMXFP4(out, b, s)
+		// Runs of rows over the cores: a routed expert is millions of
+		// values, and decoding is most of a layer's load time.
+		const rowsPerTask = 64
+		per := len(s) / r.rows // scales per row
+		parallelFor((r.rows+rowsPerTask-1)/rowsPerTask, func(i int) {
+			lo, hi := i*rowsPerTask, min((i+1)*rowsPerTask, r.rows)
+			codecs.DecodeMXFP4(out[lo*r.cols:hi*r.cols], b[lo*per*16:hi*per*16], s[lo*per:hi*per])
+		})
 	default:
 		return nil, tensorErr(t, fmt.Errorf("dtype %s does not decode to floats", t.DType))
 	}
@@ -182,12 +189,12 @@ func decodeFP8(out []float32, b []byte, t *manifest.Tensor, rows, cols int) erro
 			return tensorErr(s, fmt.Errorf("scale dtype %s is neither F8_E8M0 nor F32", s.DType))
 		}
 	}
-	for r := range rows {
+	parallelFor(rows, func(r int) {
 		srow := scale[r/br*sCols:]
 		for c := range cols {
 			out[r*cols+c] = codecs.E4M3ToFloat32(b[r*cols+c]) * srow[c/bc]
 		}
-	}
+	})
 	return nil
 }
 
