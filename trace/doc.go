@@ -8,4 +8,7 @@
 // pieces, and prompt-pair Jaccard overlaps. The raw float32 activations of
 // each layer are exposed as tensors of known shape (Activations), so that a
 // view can lay them out as safetensors files before anything runs.
+// DeepSeek-V4 checkpoints run through V4Tracer (package v4) with the same
+// documents plus V4's facts: hyper-connection coefficients, window and
+// compressed keys attended, indexer picks, hash-routed layers, logits.
 package trace

@@ -3,6 +3,7 @@ package trace
 import (
 	"slices"
 
+	"github.com/dsfs/dsfs/tokenizer"
 	"github.com/dsfs/dsfs/trace/model"
 )
 
@@ -162,14 +163,19 @@ func (t *Tracer) record(l int, in []float32, out *model.Output) *LayerRecord {
 
 // routing builds the seed's route trace from the routes of every prompt.
 func (t *Tracer) routing(rt *model.Routes) *RoutingTrace {
-	e := t.model.Config.RoutedExperts
+	return routingTrace(t.prompts, t.tok, t.model.Config.RoutedExperts, rt)
+}
+
+// routingTrace builds the route trace of prompts' routes rt over e
+// experts; tz may be nil.
+func routingTrace(prompts []Prompt, tz *tokenizer.Tokenizer, e int, rt *model.Routes) *RoutingTrace {
 	k := rt.K
 	agg := make([]int, e)
 	var sums, top12, margins []float64
 	tr := &RoutingTrace{}
-	used := make([]map[int]bool, len(t.prompts))
+	used := make([]map[int]bool, len(prompts))
 	row := 0
-	for pi, p := range t.prompts {
+	for pi, p := range prompts {
 		load := make([]int, e)
 		pr := PromptRouting{ID: p.ID, Label: p.Label, Tokens: len(p.TokenIDs)}
 		used[pi] = make(map[int]bool)
@@ -177,8 +183,8 @@ func (t *Tracer) routing(rt *model.Routes) *RoutingTrace {
 			ids := rt.IDs[row*k : (row+1)*k]
 			ws := rt.Weights[row*k : (row+1)*k]
 			tok := TokenRoute{Position: pos, TokenID: id, RouteMargin: Num(rt.Margin[row])}
-			if t.tok != nil {
-				s, piece := p.Tokens[pos], t.tok.Piece(id)
+			if tz != nil {
+				s, piece := p.Tokens[pos], tz.Piece(id)
 				tok.Token, tok.DecodedPiece = &s, &piece
 			}
 			var sum float64
@@ -215,8 +221,8 @@ func (t *Tracer) routing(rt *model.Routes) *RoutingTrace {
 		pr.TopExperts = topExperts(load, 8)
 		tr.PerPrompt = append(tr.PerPrompt, pr)
 	}
-	for i := range t.prompts {
-		for j := i + 1; j < len(t.prompts); j++ {
+	for i := range prompts {
+		for j := i + 1; j < len(prompts); j++ {
 			shared, union := 0, len(used[i])
 			for x := range used[j] {
 				if used[i][x] {
@@ -225,7 +231,7 @@ func (t *Tracer) routing(rt *model.Routes) *RoutingTrace {
 					union++
 				}
 			}
-			pj := PairJaccard{Left: t.prompts[i].ID, Right: t.prompts[j].ID, Shared: shared, Union: union}
+			pj := PairJaccard{Left: prompts[i].ID, Right: prompts[j].ID, Shared: shared, Union: union}
 			pj.Jaccard = Num(float64(shared) / float64(union)) // NaN (null) for an empty union
 			tr.PairJaccard = append(tr.PairJaccard, pj)
 		}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/dsfs/dsfs/trace"
 	"github.com/dsfs/dsfs/trace/model"
+	"github.com/dsfs/dsfs/trace/v4"
 )
 
 // traceWorkingMemory is the memory a running trace may hold outside the
@@ -31,6 +32,15 @@ func buildTrace(s *Set, _ string) (*Node, error) {
 	}
 	if err := trace.CheckDevice(s.Opt.Device); err != nil {
 		return nil, fmt.Errorf("--device: %w", err)
+	}
+	if _, err := tracePrecision(s.Opt.TracePrecision); err != nil {
+		return nil, err
+	}
+	if v4.IsV4(s.Cat.ConfigBytes) {
+		return buildTraceV4(s, prompts, user)
+	}
+	if what, missing := v4.Missing(s.Cat.ConfigBytes); missing != nil {
+		return s.traceError("cannot run "+what, "cannot run "+what+"; the engine lacks:", missing...), nil
 	}
 	m, err := model.Open(s.Cat)
 	if ue := (*model.UnsupportedError)(nil); errors.As(err, &ue) {

@@ -69,6 +69,9 @@ type Options struct {
 	TracePrompts string
 	// Device is where trace/ runs layers: auto (the default), cpu or cuda.
 	Device string
+	// TracePrecision is how trace/ runs DeepSeek-V4 layers: a8 (empty:
+	// the default, FP8 activations as DeepSeek's reference) or fp32.
+	TracePrecision string
 	// TP is the tensor-parallel degree whose cuts manifest/ reports: 0
 	// means inventory.DefaultTP, 1 none.
 	TP int

@@ -1,0 +1,184 @@
+package integration
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/dsfs/dsfs/internal/testdata"
+	"github.com/dsfs/dsfs/safetensors"
+)
+
+// v4GoldenSeq is one sequence of testdata/trace/v4-tiny/golden.json.
+type v4GoldenSeq struct {
+	TokenIDs []int `json:"token_ids"`
+	Modes    map[string]struct {
+		Layers []map[string]json.RawMessage `json:"layers"`
+		Final  struct {
+			Logits goldenArray `json:"logits"`
+		} `json:"final"`
+	} `json:"modes"`
+}
+
+// compareV4 is the README-v4 tolerance: max |Δ| ≤ 1e-5 × the golden's
+// largest magnitude.
+func compareV4(t *testing.T, what string, got, want []float32) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%s: %d values, want %d", what, len(got), len(want))
+	}
+	var scale, worst float64
+	for i := range want {
+		scale = math.Max(scale, math.Abs(float64(want[i])))
+		worst = math.Max(worst, math.Abs(float64(got[i]-want[i])))
+	}
+	if !(worst <= 1e-5*scale) {
+		t.Errorf("%s: max |Δ|/max %.3g exceeds 1e-5", what, worst/scale)
+	}
+}
+
+// TestTraceV4Golden mounts the DeepSeek-V4 reference checkpoint with its
+// two golden sequences as token-id prompts, in both precisions, and
+// compares what the mounted layer files and logits.safetensors hold with
+// DeepSeek's model.py: every float tensor within 1e-5 of its largest
+// magnitude, routes and indexer picks identical. Reading the last layer
+// first runs the five layers once; the logits then need no forward.
+func TestTraceV4Golden(t *testing.T) {
+	dir := filepath.Join(testdata.Dir(t), "trace", "v4-tiny")
+	raw, err := os.ReadFile(filepath.Join(dir, "golden.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var g struct {
+		Sequences []v4GoldenSeq `json:"sequences"`
+	}
+	if err := json.Unmarshal(raw, &g); err != nil {
+		t.Fatal(err)
+	}
+	var prompts []map[string]any
+	for i, s := range g.Sequences {
+		prompts = append(prompts, map[string]any{"id": fmt.Sprintf("seq%d", i), "label": "golden", "token_ids": s.TokenIDs})
+	}
+	pfile := writePrompts(t, prompts)
+	for _, mode := range []string{"a8", "fp32"} {
+		t.Run(mode, func(t *testing.T) {
+			m := startMount(t, dir, "--views", "trace", "--device", "cpu", "--trace-prompts", pfile, "--trace-precision", mode)
+			if _, err := os.Stat(m.path("trace", "ERROR.txt")); !os.IsNotExist(err) {
+				t.Fatalf("trace/ERROR.txt: %v", err)
+			}
+			for step, l := range []int{4, 0, 1, 2, 3} {
+				got := readSafetensors(t, m.path("trace", "layers", fmt.Sprintf("%02d.safetensors", l)))
+				if step == 0 {
+					if n := layerForwards(t, m); n != 5 {
+						t.Fatalf("reading layer 4 ran %d layer forwards, want 5\n%s", n, m.log)
+					}
+				}
+				for i, s := range g.Sequences {
+					gl := s.Modes[mode].Layers[l]
+					arr := func(kind string) *goldenArray {
+						var a goldenArray
+						if err := json.Unmarshal(gl[kind], &a); err != nil {
+							t.Fatalf("golden layer %d %s: %v", l, kind, err)
+						}
+						return &a
+					}
+					tensor := func(kind string, dt safetensors.DType, shape ...int64) []byte {
+						name := fmt.Sprintf("seq%d.%s", i, kind)
+						ts, ok := got[name]
+						if !ok {
+							t.Fatalf("layer %d: no tensor %s", l, name)
+						}
+						if ts.meta.DType != dt || !slices.Equal(ts.meta.Shape, shape) {
+							t.Fatalf("layer %d: %s is %s %v, want %s %v", l, name, ts.meta.DType, ts.meta.Shape, dt, shape)
+						}
+						return ts.data
+					}
+					T := int64(len(s.TokenIDs))
+					for _, kind := range []string{"attn_out", "ffn_out"} {
+						compareV4(t, fmt.Sprintf("layer %d seq%d %s", l, i, kind), (&goldenArray{Data: tensor(kind, safetensors.F32, T, 128)}).f32(), arr(kind).f32())
+					}
+					compareV4(t, fmt.Sprintf("layer %d seq%d stream_out", l, i), (&goldenArray{Data: tensor("stream_out", safetensors.F32, T, 4, 128)}).f32(), arr("stream_out").f32())
+					if _, ok := gl["compressed_kv"]; ok {
+						want := arr("compressed_kv")
+						compareV4(t, fmt.Sprintf("layer %d seq%d compressed_kv", l, i), (&goldenArray{Data: tensor("compressed_kv", safetensors.F32, int64(want.Shape[0]), 128)}).f32(), want.f32())
+					}
+					if raw, ok := gl["indexer"]; ok {
+						var ix struct {
+							TopK goldenArray `json:"topk"`
+						}
+						if err := json.Unmarshal(raw, &ix); err != nil {
+							t.Fatal(err)
+						}
+						k := ix.TopK.Shape[1]
+						b := tensor("indexer_topk", safetensors.I32, T, int64(k))
+						for r := range int(T) {
+							gotRow := slices.Clone(int32s(b)[r*k : (r+1)*k])
+							wantRow := slices.Clone(int32s(ix.TopK.Data)[r*k : (r+1)*k])
+							slices.Sort(wantRow)
+							// The file lists picks ascending with -1 last.
+							valid := slices.DeleteFunc(slices.Clone(wantRow), func(v int32) bool { return v < 0 })
+							for len(valid) < k {
+								valid = append(valid, -1)
+							}
+							if !slices.Equal(gotRow, valid) {
+								t.Errorf("layer %d seq%d token %d: indexer picks %v, want %v", l, i, r, gotRow, valid)
+							}
+						}
+					}
+					var route struct {
+						IDs     goldenArray `json:"ids"`
+						Weights goldenArray `json:"weights"`
+					}
+					if err := json.Unmarshal(gl["route"], &route); err != nil {
+						t.Fatal(err)
+					}
+					ids := tensor("topk_ids", safetensors.I32, T, 4)
+					w := tensor("topk_weights", safetensors.F32, T, 4)
+					compareRoutes(t, fmt.Sprintf("layer %d seq%d", l, i), ids, w, route.IDs.Data, route.Weights.f32(), 4)
+				}
+			}
+			logits := readSafetensors(t, m.path("trace", "logits.safetensors"))
+			for i, s := range g.Sequences {
+				ts := logits[fmt.Sprintf("seq%d.logits", i)]
+				if !slices.Equal(ts.meta.Shape, []int64{int64(len(s.TokenIDs)), 512}) {
+					t.Fatalf("seq%d.logits shape %v", i, ts.meta.Shape)
+				}
+				want := s.Modes[mode].Final.Logits
+				compareV4(t, fmt.Sprintf("seq%d logits", i), (&goldenArray{Data: ts.data}).f32(), want.f32())
+			}
+			var rec struct {
+				Attention string `json:"attention"`
+				Precision string `json:"precision"`
+				Indexer   []struct {
+					Tokens []struct {
+						Picks []int32 `json:"picks"`
+					} `json:"tokens"`
+				} `json:"indexer"`
+			}
+			b, err := os.ReadFile(m.path("trace", "layers", "02.json"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := json.Unmarshal(b, &rec); err != nil || rec.Attention != "csa" || rec.Precision != mode || len(rec.Indexer) != 2 {
+				t.Fatalf("layers/02.json (%v): %.400s", err, b)
+			}
+			if n := layerForwards(t, m); n != 5+4 {
+				// Layers 0-3 were re-run once each after layer 4 (the
+				// tracer keeps the last two layers' activations).
+				t.Errorf("%d layer forwards, want 9", n)
+			}
+		})
+	}
+}
+
+func int32s(b []byte) []int32 {
+	v := make([]int32, len(b)/4)
+	for i := range v {
+		v[i] = int32(uint32(b[4*i]) | uint32(b[4*i+1])<<8 | uint32(b[4*i+2])<<16 | uint32(b[4*i+3])<<24)
+	}
+	return v
+}
