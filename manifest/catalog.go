@@ -194,6 +194,7 @@ func Open(dir string) (*Catalog, error) {
 	shards := c.openShards(names, idx)
 	c.catalog(shards, idx)
 	classify(c.Tensors, c.Config, c.problem)
+	checkCounts(c.Config, c.Tensors, c.problem)
 
 	isShard := make(map[string]bool, len(names))
 	for _, n := range names {
