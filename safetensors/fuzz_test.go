@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/dsfs/dsfs/internal/fuzzcheck"
 )
@@ -126,6 +127,12 @@ func TestParseHeaderRegressions(t *testing.T) {
 		// serde_json allows only JSON whitespace after the object.
 		{"{}\u00a0", -1, "trailing data"},
 		{"{}\u2003", -1, "trailing data"},
+		// encoding/json decodes a lone surrogate as U+FFFD, renaming the
+		// tensor; serde_json refuses it.
+		{`{"layers.0.\udc80w":{"dtype":"U8","shape":[0],"data_offsets":[0,0]}}`, -1, `header string "layers.0.\udc80w" holds the lone UTF-16 surrogate escape \udc80`},
+		{`{"a\ud800":{"dtype":"U8","shape":[0],"data_offsets":[0,0]}}`, -1, `lone UTF-16 surrogate escape \ud800`},
+		{`{"a\ud800\u0041":{"dtype":"U8","shape":[0],"data_offsets":[0,0]}}`, -1, `lone UTF-16 surrogate escape \ud800`},
+		{`{"__metadata__":{"k":"\\\uDFFF"}}`, -1, `lone UTF-16 surrogate escape \uDFFF`},
 	}
 	for _, tt := range tests {
 		_, err := ParseHeader([]byte(tt.header), tt.size)
@@ -135,5 +142,14 @@ func TestParseHeaderRegressions(t *testing.T) {
 	}
 	if _, err := ParseHeader([]byte("{} \t\r\n"), 8+6); err != nil {
 		t.Errorf("JSON whitespace after the header: %v", err)
+	}
+	// A pair, an escaped backslash before "udc80", and U+FFFD itself are text.
+	for _, name := range []string{`\ud83d\ude00`, `\\udc80`, `\ufffd`, "\uFFFD", "\ufffd"} {
+		h, err := ParseHeader([]byte(`{"`+name+`":{"dtype":"U8","shape":[0],"data_offsets":[0,0]}}`), -1)
+		if err != nil {
+			t.Errorf("name %s: %v", name, err)
+		} else if !utf8.ValidString(h.Tensors[0].Name) {
+			t.Errorf("name %s decoded to %q", name, h.Tensors[0].Name)
+		}
 	}
 }
