@@ -2,7 +2,9 @@ package integration
 
 import (
 	"encoding/json"
+	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -59,4 +61,66 @@ func TestHostileLayerCount(t *testing.T) {
 			})
 		}
 	}
+}
+
+// TestSymlinkOutside plants links to a root-only file outside the
+// checkpoint (a file link, and an index entry through a directory link):
+// with --allow-other, user nobody cannot read it through the mount, no view
+// nor stats.json carries its bytes, and `dsfs export` does not copy it.
+func TestSymlinkOutside(t *testing.T) {
+	needMount(t)
+	setpriv, err := exec.LookPath("setpriv")
+	if err != nil {
+		t.Skip("setpriv not installed")
+	}
+	const secret = "TOPSECRET-d5f5"
+	private := t.TempDir()
+	shadow := filepath.Join(private, "shadow")
+	if err := os.WriteFile(shadow, []byte(secret+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	src := copyTiny(t)
+	if err := os.Symlink(shadow, filepath.Join(src, "notes.txt")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(private, filepath.Join(src, "ext")); err != nil {
+		t.Fatal(err)
+	}
+	editIndex(t, src, func(wm map[string]string) { wm["stolen.weight"] = "ext/shadow" })
+	// nobody must reach the mount point to be refused by dsfs, not by it.
+	for d := filepath.Dir(src); d != "/"; d = filepath.Dir(d) {
+		if fi, err := os.Stat(d); err == nil && fi.Mode().Perm()&0o005 != 0o005 {
+			os.Chmod(d, fi.Mode().Perm()|0o005)
+			t.Cleanup(func() { os.Chmod(d, fi.Mode().Perm()) })
+		}
+	}
+	m := startMount(t, src, "--allow-other")
+	os.Chmod(m.dir, 0o755)
+	for _, name := range []string{"notes.txt", "ext/shadow"} {
+		if !strings.Contains(m.log.String(), name) {
+			t.Errorf("no log line names %s:\n%s", name, m.log)
+		}
+	}
+	if strings.Contains(m.log.String(), "header length") {
+		t.Errorf("the outside file was read as a shard:\n%s", m.log)
+	}
+	as := []string{"--reuid=65534", "--regid=65534", "--clear-groups"}
+	for _, p := range []string{m.path("source", "notes.txt"), m.path("nvfp4", "notes.txt"), m.path("source", "ext", "shadow")} {
+		if out, err := exec.Command(setpriv, append(as, "cat", p)...).CombinedOutput(); err == nil || strings.Contains(string(out), secret) {
+			t.Errorf("nobody read %s: %v %q", p, err, out)
+		}
+	}
+	grep := func(dirs ...string) {
+		t.Helper()
+		out, err := exec.Command("grep", append([]string{"-rl", secret}, dirs...)...).CombinedOutput()
+		if err == nil {
+			t.Errorf("%s found in %s", secret, out)
+		}
+	}
+	grep(m.path("source"), m.path("nvfp4"), m.path("manifest", "summary.json"), m.path(".dsfs", "stats.json"))
+	out := export(t, "source", src)
+	if _, err := os.Lstat(filepath.Join(out, "notes.txt")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("export copied notes.txt: %v", err)
+	}
+	grep(out)
 }

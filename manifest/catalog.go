@@ -100,7 +100,8 @@ type Shard struct {
 	Header  *safetensors.Header
 	Tensors []*Tensor // data order; tensors left out of the catalog are left out here too
 
-	f *os.File
+	f  *os.File
+	id fileID
 }
 
 // File is a non-shard file of the checkpoint directory (config, tokenizer,
@@ -153,6 +154,9 @@ type Catalog struct {
 	Files []File
 	// Problems lists every fault found, sorted by file, then tensor.
 	Problems []Problem
+
+	roots roots             // where the files may resolve
+	ids   map[string]fileID // by Path: the file checked there, for CheckOpened
 }
 
 // Open catalogs the checkpoint in dir. It fails only when dir itself is
@@ -171,8 +175,11 @@ func Open(dir string) (*Catalog, error) {
 	if !fi.IsDir() {
 		return nil, fmt.Errorf("%s: not a directory", abs)
 	}
-	c := &Catalog{Dir: abs, Config: &Config{}}
-	files, broken, err := c.walk()
+	c := &Catalog{Dir: abs, Config: &Config{}, ids: make(map[string]fileID)}
+	if c.roots, err = sourceRoots(abs); err != nil {
+		return nil, err
+	}
+	files, broken, outside, err := c.walk()
 	if err != nil {
 		return nil, err
 	}
@@ -192,9 +199,16 @@ func Open(dir string) (*Catalog, error) {
 	}
 
 	shards := c.openShards(names, idx)
+	for _, s := range shards {
+		if s != nil {
+			c.ids[s.Path] = s.id
+		}
+	}
 	c.catalog(shards, idx)
 	classify(c.Tensors, c.Config, c.problem)
-	checkCounts(c.Config, c.Tensors, c.problem)
+	if !slices.Contains(shards, nil) { // else the missing shard explains the shortfall
+		checkCounts(c.Config, c.Tensors, c.problem)
+	}
 
 	isShard := make(map[string]bool, len(names))
 	for _, n := range names {
@@ -208,6 +222,11 @@ func Open(dir string) (*Catalog, error) {
 	for _, b := range broken {
 		if !isShard[b] {
 			c.problem(b, "", "broken symbolic link")
+		}
+	}
+	for _, o := range outside {
+		if !isShard[o] { // else openShard said so
+			c.problem(o, "", errOutside.Error())
 		}
 	}
 	sort.SliceStable(c.Problems, func(i, j int) bool {
@@ -276,14 +295,11 @@ func (c *Catalog) problem(file, tensor, reason string) {
 // walk lists the regular files under the directory, following symbolic
 // links to files (a Hugging Face snapshot links every file into ../../blobs)
 // but not to directories, and skipping hidden directories. broken lists the
-// links that lead nowhere.
-func (c *Catalog) walk() (files []File, broken []string, err error) {
+// links that lead nowhere, outside those that lead out of the roots.
+func (c *Catalog) walk() (files []File, broken, outside []string, err error) {
 	// WalkDir does not enter a root that is itself a link; walk its target
 	// but name everything under Dir.
-	root, err := filepath.EvalSymlinks(c.Dir)
-	if err != nil {
-		return nil, nil, err
-	}
+	root := c.roots[0]
 	err = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if p == root {
 			return err // an unreadable root makes the directory unusable
@@ -313,6 +329,16 @@ func (c *Catalog) walk() (files []File, broken []string, err error) {
 				broken = append(broken, rel)
 				return nil
 			}
+			if err != nil || !fi.Mode().IsRegular() {
+				break // links to directories are not followed
+			}
+			var f *os.File
+			if f, fi, err = c.roots.open(p); err == nil {
+				f.Close()
+			} else if errors.Is(err, errOutside) {
+				outside = append(outside, rel)
+				return nil
+			}
 		default:
 			return nil // sockets, devices and pipes are no part of a checkpoint
 		}
@@ -321,15 +347,17 @@ func (c *Catalog) walk() (files []File, broken []string, err error) {
 			return nil
 		}
 		if fi.Mode().IsRegular() {
-			files = append(files, File{Name: rel, Path: filepath.Join(c.Dir, filepath.FromSlash(rel)), Size: fi.Size()})
+			f := File{Name: rel, Path: filepath.Join(c.Dir, filepath.FromSlash(rel)), Size: fi.Size()}
+			files = append(files, f)
+			c.ids[f.Path] = idOf(fi)
 		}
 		return nil
 	})
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	slices.SortFunc(files, func(a, b File) int { return strings.Compare(a.Name, b.Name) })
-	return files, broken, nil
+	return files, broken, outside, nil
 }
 
 func (c *Catalog) readConfig(present bool) {
@@ -391,7 +419,7 @@ func (c *Catalog) openShards(names []string, idx *index) []*Shard {
 		go func() {
 			defer wg.Done()
 			for i := range work {
-				shards[i], errs[i] = openShard(c.Dir, names[i])
+				shards[i], errs[i] = openShard(c.roots, c.Dir, names[i])
 			}
 		}()
 	}

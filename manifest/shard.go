@@ -17,16 +17,11 @@ import (
 var ErrChanged = errors.New("source file changed since it was opened")
 
 // openShard opens and validates the shard name (slash-separated, relative
-// to dir). The file stays open in the returned Shard.
-func openShard(dir, name string) (_ *Shard, err error) {
+// to dir), which must resolve inside rs. The file stays open in the
+// returned Shard.
+func openShard(rs roots, dir, name string) (_ *Shard, err error) {
 	p := filepath.Join(dir, filepath.FromSlash(name))
-	// Opening a named pipe for reading would wait for a writer: look first.
-	if fi, err := os.Stat(p); err != nil {
-		return nil, err
-	} else if !fi.Mode().IsRegular() {
-		return nil, notRegular(fi)
-	}
-	f, err := os.Open(p)
+	f, fi, err := rs.open(p)
 	if err != nil {
 		return nil, err
 	}
@@ -35,18 +30,11 @@ func openShard(dir, name string) (_ *Shard, err error) {
 			f.Close()
 		}
 	}()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, notRegular(fi)
-	}
 	h, err := safetensors.ReadHeader(f, fi.Size())
 	if err != nil {
 		return nil, err
 	}
-	return &Shard{Name: name, Path: p, Size: fi.Size(), ModTime: fi.ModTime(), Header: h, f: f}, nil
+	return &Shard{Name: name, Path: p, Size: fi.Size(), ModTime: fi.ModTime(), Header: h, f: f, id: idOf(fi)}, nil
 }
 
 func notRegular(fi os.FileInfo) error {
