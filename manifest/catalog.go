@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/dsfs/dsfs/safetensors"
+	"golang.org/x/sync/semaphore"
 )
 
 // Role says what a tensor is for in the model.
@@ -199,6 +200,7 @@ func Open(dir string) (*Catalog, error) {
 	}
 
 	shards := c.openShards(names, idx)
+	c.boundShards(shards, MaxTensors, MaxHeaderBytes)
 	for _, s := range shards {
 		if s != nil {
 			c.ids[s.Path] = s.id
@@ -413,13 +415,14 @@ func (c *Catalog) openShards(names []string, idx *index) []*Shard {
 	shards := make([]*Shard, len(names))
 	errs := make([]error, len(names))
 	work := make(chan int)
+	parsing := semaphore.NewWeighted(maxParsing)
 	var wg sync.WaitGroup
 	for range min(runtime.GOMAXPROCS(0), len(names)) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for i := range work {
-				shards[i], errs[i] = openShard(c.roots, c.Dir, names[i])
+				shards[i], errs[i] = openShard(c.roots, c.Dir, names[i], parsing)
 			}
 		}()
 	}

@@ -1,6 +1,8 @@
 package manifest
 
 import (
+	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -9,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dsfs/dsfs/safetensors"
+	"golang.org/x/sync/semaphore"
 )
 
 // ErrChanged is wrapped by the errors of Shard.ReadAt when the file's size
@@ -19,7 +22,7 @@ var ErrChanged = errors.New("source file changed since it was opened")
 // openShard opens and validates the shard name (slash-separated, relative
 // to dir), which must resolve inside rs. The file stays open in the
 // returned Shard.
-func openShard(rs roots, dir, name string) (_ *Shard, err error) {
+func openShard(rs roots, dir, name string, parsing *semaphore.Weighted) (_ *Shard, err error) {
 	p := filepath.Join(dir, filepath.FromSlash(name))
 	f, fi, err := rs.open(p)
 	if err != nil {
@@ -30,7 +33,15 @@ func openShard(rs roots, dir, name string) (_ *Shard, err error) {
 			f.Close()
 		}
 	}()
-	h, err := safetensors.ReadHeader(f, fi.Size())
+	// Headers in the decoder cost a few times their length: take the
+	// length (the reader checks it) from the budget of headers in flight.
+	var n [8]byte
+	if _, err := f.ReadAt(n[:], 0); err == nil {
+		w := int64(min(binary.LittleEndian.Uint64(n[:]), maxParsing))
+		parsing.Acquire(context.Background(), w)
+		defer parsing.Release(w)
+	}
+	h, err := safetensors.ReadHeaderLimit(f, fi.Size(), MaxTensors)
 	if err != nil {
 		return nil, err
 	}

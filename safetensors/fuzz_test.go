@@ -2,6 +2,7 @@ package safetensors
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"math/big"
 	"sort"
@@ -150,6 +151,23 @@ func TestParseHeaderRegressions(t *testing.T) {
 			t.Errorf("name %s: %v", name, err)
 		} else if !utf8.ValidString(h.Tensors[0].Name) {
 			t.Errorf("name %s decoded to %q", name, h.Tensors[0].Name)
+		}
+	}
+}
+
+// TestReadHeaderLimit: a header of more tensors than the limit is refused
+// when the decoder meets the first one past it.
+func TestReadHeaderLimit(t *testing.T) {
+	header := `{"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},"b":{"dtype":"U8","shape":[1],"data_offsets":[1,2]},"c":{"dtype":"U8","shape":[1],"data_offsets":[2,3]}}`
+	file := binary.LittleEndian.AppendUint64(nil, uint64(len(header)))
+	file = append(append(file, header...), 1, 2, 3)
+	for _, tt := range []struct {
+		limit int
+		want  string
+	}{{-1, ""}, {3, ""}, {2, "header holds more than 2 tensors, the limit"}, {0, "more than 0 tensors"}} {
+		_, err := ReadHeaderLimit(bytes.NewReader(file), int64(len(file)), tt.limit)
+		if (err == nil) != (tt.want == "") || err != nil && !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("limit %d: %v, want %q", tt.limit, err, tt.want)
 		}
 	}
 }

@@ -68,6 +68,14 @@ func errorf(tensor, format string, args ...any) error {
 // given size. It never allocates more than the header length, which is
 // checked against the file size and MaxHeaderSize first.
 func ReadHeader(r io.ReaderAt, size int64) (*Header, error) {
+	return ReadHeaderLimit(r, size, -1)
+}
+
+// ReadHeaderLimit is ReadHeader refusing a header of more than maxTensors
+// tensors (no bound when negative) before decoding the rest: the reference
+// reader's 100 MB holds a million tensors, and each costs its reader far
+// more memory than its JSON.
+func ReadHeaderLimit(r io.ReaderAt, size int64, maxTensors int) (*Header, error) {
 	if size < 8 {
 		return nil, errorf("", "file is %d bytes, shorter than the 8-byte header length", size)
 	}
@@ -86,12 +94,18 @@ func ReadHeader(r io.ReaderAt, size int64) (*Header, error) {
 	if _, err := r.ReadAt(buf, 8); err != nil {
 		return nil, fmt.Errorf("reading header: %w", err)
 	}
-	return ParseHeader(buf, size)
+	return parseHeader(buf, size, maxTensors)
 }
 
 // ParseHeader validates the JSON header buf of a file of the given size
 // (size < 0 skips the check that the data section fills the file exactly).
 func ParseHeader(buf []byte, size int64) (*Header, error) {
+	return parseHeader(buf, size, -1)
+}
+
+// parseHeader is ParseHeader refusing a header of more than maxTensors
+// tensors (no bound when negative) as soon as it meets one more.
+func parseHeader(buf []byte, size int64, maxTensors int) (*Header, error) {
 	if !utf8.Valid(buf) {
 		return nil, errorf("", "header is not valid UTF-8")
 	}
@@ -129,6 +143,9 @@ func ParseHeader(buf []byte, size int64) (*Header, error) {
 				return nil, errorf("", "__metadata__ must map strings to strings")
 			}
 			continue
+		}
+		if len(h.Tensors) == maxTensors {
+			return nil, errorf("", "header holds more than %d tensors, the limit", maxTensors)
 		}
 		var e entryJSON
 		if err := dec.Decode(&e); err != nil {

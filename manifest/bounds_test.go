@@ -1,0 +1,65 @@
+package manifest
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/dsfs/dsfs/safetensors"
+	"golang.org/x/sync/semaphore"
+)
+
+// TestBoundShards: the shards past the total bounds are left out, each
+// with one problem naming it and the limit; the ones before are kept.
+func TestBoundShards(t *testing.T) {
+	dir := t.TempDir()
+	var names []string
+	for i := range 4 {
+		name := fmt.Sprintf("model-%05d-of-00004.safetensors", i+1)
+		writeShard(t, dir, name, spec(fmt.Sprintf("a%d", i), safetensors.U8, 1), spec(fmt.Sprintf("b%d", i), safetensors.U8, 1))
+		names = append(names, name)
+	}
+	rs, err := sourceRoots(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		maxTensors int
+		maxBytes   int64
+		kept       int
+		reason     string
+	}{
+		{8, 1 << 20, 4, ""},
+		{5, 1 << 20, 2, "more than the 5 tensors or 1048576 header bytes a mount allows (4 tensors, "},
+		{1, 1 << 20, 0, "with its 2 tensors"},
+		{100, 300, 2, "or 300 header bytes"},
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprint(tt.maxTensors, tt.maxBytes), func(t *testing.T) {
+			c := &Catalog{Dir: dir}
+			shards := make([]*Shard, len(names))
+			for i, n := range names {
+				if shards[i], err = openShard(rs, dir, n, semaphore.NewWeighted(maxParsing)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			c.boundShards(shards, tt.maxTensors, tt.maxBytes)
+			for i, s := range shards {
+				if (s != nil) != (i < tt.kept) {
+					t.Errorf("shard %d kept: %v, want the first %d", i, s != nil, tt.kept)
+				}
+				if s != nil {
+					s.Close()
+				}
+			}
+			if len(c.Problems) != len(names)-tt.kept {
+				t.Fatalf("problems %v, want one per shard left out", c.Problems)
+			}
+			for i, p := range c.Problems {
+				if p.File != names[tt.kept+i] || !strings.Contains(p.Reason, tt.reason) {
+					t.Errorf("problem %v, want %s and %q", p, names[tt.kept+i], tt.reason)
+				}
+			}
+		})
+	}
+}
