@@ -2,6 +2,8 @@ package manifest
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -59,6 +61,31 @@ func TestBoundShards(t *testing.T) {
 				if p.File != names[tt.kept+i] || !strings.Contains(p.Reason, tt.reason) {
 					t.Errorf("problem %v, want %s and %q", p, names[tt.kept+i], tt.reason)
 				}
+			}
+		})
+	}
+}
+
+// TestJSONFileBounds: a config.json or index past its bound (here sparse
+// files of 8 GiB) is one problem, refused by its size without reading it.
+func TestJSONFileBounds(t *testing.T) {
+	for _, tt := range []struct{ name, want string }{
+		{ConfigName, "config.json: unreadable: 8589934592 bytes, larger than the 16777216-byte limit"},
+		{IndexName, IndexName + ": unreadable: 8589934592 bytes, larger than the 67108864-byte limit"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			writeIndex(t, dir, goodCheckpoint(t, dir))
+			if err := os.Truncate(filepath.Join(dir, tt.name), 8<<30); err != nil {
+				t.Fatal(err)
+			}
+			c := mustOpen(t, dir)
+			var got []string
+			for _, p := range c.Problems {
+				got = append(got, p.String())
+			}
+			if len(got) != 1 || got[0] != tt.want {
+				t.Errorf("problems %q, want %q", got, tt.want)
 			}
 		})
 	}

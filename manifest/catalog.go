@@ -366,7 +366,7 @@ func (c *Catalog) readConfig(present bool) {
 	if !present {
 		return
 	}
-	b, err := readJSONFile(filepath.Join(c.Dir, ConfigName))
+	b, err := c.readJSONFile(filepath.Join(c.Dir, ConfigName), maxConfigSize)
 	if err != nil {
 		c.problem(ConfigName, "", "unreadable: "+pathErrReason(err))
 		return
@@ -384,7 +384,7 @@ func (c *Catalog) readConfig(present bool) {
 // else a lone model.safetensors, else every *.safetensors at the top.
 func (c *Catalog) shardNames(top map[string]bool, files []File) ([]string, *index) {
 	if top[IndexName] {
-		b, err := readJSONFile(filepath.Join(c.Dir, IndexName))
+		b, err := c.readJSONFile(filepath.Join(c.Dir, IndexName), maxIndexSize)
 		if err != nil {
 			c.problem(IndexName, "", "unreadable: "+pathErrReason(err))
 		} else {
@@ -566,23 +566,31 @@ func (c *Catalog) catalog(shards []*Shard, idx *index) {
 	}
 }
 
-// maxJSONSize bounds what is read of config.json and the index; the index
-// of a 100k-tensor checkpoint is under 10 MB.
-const maxJSONSize = 256 << 20
+// Bounds on the JSON files the catalog reads whole: DeepSeek's
+// config.json is a few kB; the index of a checkpoint of MaxTensors tensors
+// is under 64 MB.
+const (
+	maxConfigSize = 16 << 20
+	maxIndexSize  = 64 << 20
+)
 
-// readJSONFile reads a JSON file of at most maxJSONSize bytes.
-func readJSONFile(p string) ([]byte, error) {
-	f, err := os.Open(p)
+// readJSONFile reads the JSON file at p, of at most max bytes, through the
+// symbolic link rule; a larger file is refused by its size before reading.
+func (c *Catalog) readJSONFile(p string, max int64) ([]byte, error) {
+	f, fi, err := c.roots.open(p)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, maxJSONSize+1))
+	if fi.Size() > max {
+		return nil, fmt.Errorf("%d bytes, larger than the %d-byte limit", fi.Size(), max)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, max+1))
 	if err != nil {
 		return nil, err
 	}
-	if len(b) > maxJSONSize {
-		return nil, fmt.Errorf("larger than %d bytes", maxJSONSize)
+	if int64(len(b)) > max {
+		return nil, fmt.Errorf("grew past the %d-byte limit while read", max)
 	}
 	return b, nil
 }
