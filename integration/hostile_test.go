@@ -3,6 +3,7 @@ package integration
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -123,4 +124,59 @@ func TestSymlinkOutside(t *testing.T) {
 		t.Errorf("export copied notes.txt: %v", err)
 	}
 	grep(out)
+}
+
+// TestProblemsGrouped: 300k stale index entries give one log line and a
+// small stats.json that still counts them; a shard changed under the
+// mount, read block after block, logs its failure a few times with a
+// count, not once per block.
+func TestProblemsGrouped(t *testing.T) {
+	needMount(t)
+	src := copyTiny(t)
+	const stale = 300_000
+	editIndex(t, src, func(wm map[string]string) {
+		for i := range stale {
+			wm[fmt.Sprintf("ghost.%06d.weight", i)] = goodShard
+		}
+	})
+	m := startMount(t, src)
+	if n := strings.Count(m.log.String(), "bad input"); n != 1 {
+		t.Errorf("%d bad input lines, want 1:\n%.3000s", n, m.log)
+	}
+	if !strings.Contains(m.log.String(), "count=300000") {
+		t.Errorf("the line does not count the problems:\n%.3000s", m.log)
+	}
+	b, err := os.ReadFile(m.path(".dsfs", "stats.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st struct {
+		Problems struct {
+			Total  int `json:"total"`
+			Groups []struct {
+				Count   int      `json:"count"`
+				Tensors []string `json:"tensors"`
+			} `json:"groups"`
+		} `json:"problems"`
+	}
+	if err := json.Unmarshal(b, &st); err != nil {
+		t.Fatal(err)
+	}
+	if len(b) > 16<<10 || st.Problems.Total != stale || len(st.Problems.Groups) != 1 || st.Problems.Groups[0].Count != stale {
+		t.Errorf("stats.json: %d bytes, problems %+v", len(b), st.Problems)
+	}
+
+	view := m.path("nvfp4", badShard)
+	shard := filepath.Join(src, badShard)
+	fi, err := os.Stat(shard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	patchBytes(t, shard, fi.Size()-1, []byte{1})
+	exec.Command("dd", "if="+view, "of=/dev/null", "bs=64k", "conv=noerror").Run() // fails: the point
+	log := m.log.String()
+	failed := strings.Count(log, "read failed")
+	if failed == 0 || failed > 4 || !strings.Contains(log, "times=10 ") {
+		t.Errorf("%d read failed lines, want the 1st and 10th failures with counts:\n%s", failed, log)
+	}
 }

@@ -44,6 +44,7 @@ type Mount struct {
 	ctr         counters
 	status      func() map[string]any
 	passthrough bool
+	errs        repeatLog // read errors, logged once per file and cause with a count
 }
 
 // ErrMounted says the mount point is already a mount.

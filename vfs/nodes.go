@@ -174,7 +174,7 @@ func (h *fileHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.Rea
 			return nil, syscall.EINTR
 		}
 		h.m.ctr.errors.Add(1)
-		h.m.log.Error("read failed", "file", h.name, "offset", off, "err", err)
+		h.m.errs.error(h.m.log, "read failed", h.name, err, "offset", off)
 		return nil, syscall.EIO
 	}
 	h.m.ctr.reads.Add(1)
