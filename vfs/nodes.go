@@ -224,7 +224,7 @@ func (d *docNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32
 			return nil, 0, syscall.EINTR
 		}
 		d.m.ctr.errors.Add(1)
-		d.m.log.Error("generating document failed", "file", d.name, "err", err)
+		d.m.errs.error(d.m.log, "generating document failed", d.name, err)
 		return nil, 0, syscall.EIO
 	}
 	return &docHandle{m: d.m, b: b, live: d.live}, fuse.FOPEN_DIRECT_IO, 0
