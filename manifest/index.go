@@ -1,6 +1,7 @@
 package manifest
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -27,22 +28,23 @@ type index struct {
 // components: it is refused, never opened, otherwise.
 func parseIndex(data []byte) (*index, error) {
 	var doc struct {
-		WeightMap map[string]any `json:"weight_map"`
+		WeightMap json.RawMessage `json:"weight_map"`
 	}
 	if err := json.Unmarshal(data, &doc); err != nil {
 		return nil, fmt.Errorf("does not parse: %v", err)
 	}
-	if doc.WeightMap == nil {
-		return nil, errors.New("has no weight_map object")
+	weightMap, err := decodeWeightMap(doc.WeightMap, MaxTensors)
+	if err != nil {
+		return nil, err
 	}
 	idx := &index{
-		weightMap: make(map[string]string, len(doc.WeightMap)),
+		weightMap: make(map[string]string, len(weightMap)),
 		count:     make(map[string]int),
 	}
 	refused := make(map[string]string) // entry -> reason
 	// Clean once per distinct entry; there are thousands of tensors per shard.
 	cleaned := make(map[string]string)
-	for name, v := range doc.WeightMap {
+	for name, v := range weightMap {
 		entry, ok := v.(string)
 		if !ok {
 			idx.problems = append(idx.problems, Problem{File: IndexName, Tensor: name,
@@ -83,6 +85,37 @@ func parseIndex(data []byte) (*index, error) {
 		return a.Reason < b.Reason
 	})
 	return idx, nil
+}
+
+// decodeWeightMap decodes the weight_map object raw, refusing one of more
+// than max entries as soon as it meets one more: a map entry costs several
+// times its JSON. A repeated name keeps its last value, as json.Unmarshal
+// does.
+func decodeWeightMap(raw json.RawMessage, max int) (map[string]any, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, errors.New("has no weight_map object")
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return nil, errors.New("does not parse: weight_map is not an object")
+	}
+	m := make(map[string]any)
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, fmt.Errorf("does not parse: %v", err)
+		}
+		name := tok.(string) // object keys are always strings
+		var v any
+		if err := dec.Decode(&v); err != nil {
+			return nil, fmt.Errorf("does not parse: %v", err)
+		}
+		m[name] = v
+		if len(m) > max {
+			return nil, fmt.Errorf("weight_map has more than %d entries, the limit", max)
+		}
+	}
+	return m, nil
 }
 
 // checkEntry says why an index entry may not name a shard: only relative
