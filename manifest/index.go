@@ -1,7 +1,6 @@
 package manifest
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -88,34 +87,53 @@ func parseIndex(data []byte) (*index, error) {
 }
 
 // decodeWeightMap decodes the weight_map object raw, refusing one of more
-// than max entries as soon as it meets one more: a map entry costs several
-// times its JSON. A repeated name keeps its last value, as json.Unmarshal
-// does.
+// than max members before decoding it: a decoded entry costs several times
+// its JSON. A repeated name counts each time and keeps its last value.
 func decodeWeightMap(raw json.RawMessage, max int) (map[string]any, error) {
 	if len(raw) == 0 || string(raw) == "null" {
 		return nil, errors.New("has no weight_map object")
 	}
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
-		return nil, errors.New("does not parse: weight_map is not an object")
+	if members(raw) > max {
+		return nil, fmt.Errorf("weight_map has more than %d entries, the limit", max)
 	}
-	m := make(map[string]any)
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return nil, fmt.Errorf("does not parse: %v", err)
-		}
-		name := tok.(string) // object keys are always strings
-		var v any
-		if err := dec.Decode(&v); err != nil {
-			return nil, fmt.Errorf("does not parse: %v", err)
-		}
-		m[name] = v
-		if len(m) > max {
-			return nil, fmt.Errorf("weight_map has more than %d entries, the limit", max)
-		}
+	var m map[string]any
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return nil, fmt.Errorf("does not parse: %v", err)
 	}
 	return m, nil
+}
+
+// members counts the members of the JSON object raw (its commas outside
+// strings and nested values, plus one) without decoding it; for text that
+// is not an object the count means nothing, and decoding will fail.
+func members(raw []byte) int {
+	n, depth, inString, empty := 0, 0, false, true
+	for i := 0; i < len(raw); i++ {
+		c := raw[i]
+		switch {
+		case inString:
+			if c == '\\' {
+				i++
+			} else if c == '"' {
+				inString = false
+			}
+		case c == '"':
+			inString = true
+			if depth == 1 {
+				empty = false
+			}
+		case c == '{' || c == '[':
+			depth++
+		case c == '}' || c == ']':
+			depth--
+		case c == ',' && depth == 1:
+			n++
+		}
+	}
+	if empty {
+		return 0
+	}
+	return n + 1
 }
 
 // checkEntry says why an index entry may not name a shard: only relative
