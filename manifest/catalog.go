@@ -195,7 +195,7 @@ func Open(dir string) (*Catalog, error) {
 	if !top[ConfigName] && !top[IndexName] && len(names) == 0 {
 		return nil, fmt.Errorf("%s: no %s and no safetensors files", abs, ConfigName)
 	}
-	if !top[ConfigName] {
+	if !top[ConfigName] && !slices.Contains(outside, ConfigName) { // else refused, and said so below
 		c.problem(ConfigName, "", "missing")
 	}
 

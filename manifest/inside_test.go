@@ -34,6 +34,10 @@ func TestSymlinkRule(t *testing.T) {
 			rel, _ := filepath.Rel(filepath.Join(dir, "sub"), secret)
 			symlink(t, rel, filepath.Join(dir, "sub", "notes.txt"))
 		}, "sub/notes.txt: " + errOutside.Error(), "sub/notes.txt", false},
+		{"config.json linked outside", func(t *testing.T, dir string) {
+			os.Remove(filepath.Join(dir, ConfigName))
+			symlink(t, secret, filepath.Join(dir, ConfigName))
+		}, ConfigName + ": " + errOutside.Error(), ConfigName, false},
 		{"link to a file inside", func(t *testing.T, dir string) {
 			writeFile(t, dir, "docs/real.txt", "hello")
 			symlink(t, filepath.Join("docs", "real.txt"), filepath.Join(dir, "notes.txt"))
