@@ -16,6 +16,9 @@ type repeatLog struct {
 	counts map[[2]string]int64
 }
 
+// maxRepeatKeys bounds the (file, cause) pairs counted apart.
+const maxRepeatKeys = 4096
+
 // error logs msg for file and err (with args) if this is the 1st, 10th,
 // 100th, ... time that file failed that way.
 func (r *repeatLog) error(log *slog.Logger, msg, file string, err error, args ...any) {
@@ -31,6 +34,9 @@ func (r *repeatLog) error(log *slog.Logger, msg, file string, err error, args ..
 	r.mu.Lock()
 	if r.counts == nil {
 		r.counts = make(map[[2]string]int64)
+	}
+	if _, ok := r.counts[key]; !ok && len(r.counts) >= maxRepeatKeys {
+		key[1] = "" // causes that differ every time: count them by file
 	}
 	r.counts[key]++
 	n := r.counts[key]

@@ -33,3 +33,20 @@ func TestRepeatLog(t *testing.T) {
 		}
 	}
 }
+
+// TestRepeatLogBound: causes that differ every time are counted by file
+// once maxRepeatKeys pairs are known, so the counts stay bounded.
+func TestRepeatLogBound(t *testing.T) {
+	var buf bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&buf, nil))
+	var r repeatLog
+	for i := range maxRepeatKeys + 100 {
+		r.error(log, "read failed", "a", fmt.Errorf("cause %d", i))
+	}
+	if len(r.counts) != maxRepeatKeys+1 {
+		t.Errorf("%d keys, want %d", len(r.counts), maxRepeatKeys+1)
+	}
+	if n := strings.Count(buf.String(), "\n"); n != maxRepeatKeys+3 { // each new cause, then the 1st, 10th and 100th of the rest
+		t.Errorf("%d lines, want %d", n, maxRepeatKeys+3)
+	}
+}
