@@ -161,3 +161,31 @@ func symlink(t *testing.T, target, link string) {
 		t.Fatal(err)
 	}
 }
+
+// TestCheckOpenedDescriptor: the check on the opened descriptor refuses a
+// file outside the roots whatever path opened it, as when a link is
+// swapped in between the path check and the open.
+func TestCheckOpenedDescriptor(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, dir, "inside", "x")
+	outside := filepath.Join(t.TempDir(), "outside")
+	writeFile(t, filepath.Dir(outside), "outside", "y")
+	rs, err := sourceRoots(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		path string
+		ok   bool
+	}{{filepath.Join(dir, "inside"), true}, {outside, false}} {
+		f, err := os.Open(tt.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = rs.checkOpened(f, filepath.Join(dir, "inside"))
+		f.Close()
+		if (err == nil) != tt.ok {
+			t.Errorf("%s: %v, want ok %v", tt.path, err, tt.ok)
+		}
+	}
+}
