@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -480,5 +481,21 @@ func TestOverview(t *testing.T) {
 		if !strings.Contains(md, want) {
 			t.Errorf("README lacks %q", want)
 		}
+	}
+}
+
+// TestMarkdownProblemsGrouped: the README lists a fault repeated per
+// tensor once, with its count and first tensors; summary.json keeps each.
+func TestMarkdownProblemsGrouped(t *testing.T) {
+	o := &Overview{Problems: []manifest.Problem{{File: "model.safetensors.index.json", Reason: "missing"}}}
+	for i := range 1000 {
+		o.Problems = append(o.Problems, manifest.Problem{File: "a.safetensors", Tensor: fmt.Sprintf("t%04d", i), Reason: "listed in the index but not in the shard"})
+	}
+	md := string(o.Markdown())
+	_, problems, _ := strings.Cut(md, "## Problems\n\n")
+	want := "- model.safetensors.index.json: missing\n" +
+		"- a.safetensors: listed in the index but not in the shard (1000 tensors: t0000, t0001, t0002, t0003, t0004, ...)\n"
+	if problems != want {
+		t.Errorf("problems section\n%s\nwant\n%s", problems, want)
 	}
 }

@@ -200,8 +200,29 @@ func (o *Overview) Markdown() []byte {
 	if len(o.Problems) == 0 {
 		b.WriteString("None found in the headers, index or config.\n")
 	}
-	for _, p := range o.Problems {
-		fmt.Fprintf(&b, "- %s\n", p)
+	// summary.json lists every problem; here they are grouped, so that a
+	// fault repeated per tensor is one line.
+	groups, omitted := manifest.GroupProblems(o.Problems)
+	for _, g := range groups {
+		p := manifest.Problem{File: g.File, Reason: g.Reason}
+		if g.Count == 1 && len(g.Tensors) == 1 {
+			p.Tensor = g.Tensors[0]
+		}
+		fmt.Fprintf(&b, "- %s", p)
+		if g.Count > 1 {
+			fmt.Fprintf(&b, " (%d tensors", g.Count)
+			if len(g.Tensors) > 0 {
+				fmt.Fprintf(&b, ": %s", strings.Join(g.Tensors, ", "))
+				if len(g.Tensors) < g.Count {
+					b.WriteString(", ...")
+				}
+			}
+			b.WriteString(")")
+		}
+		b.WriteString("\n")
+	}
+	if omitted > 0 {
+		fmt.Fprintf(&b, "- and %d more problems, listed in summary.json\n", omitted)
 	}
 	return []byte(b.String())
 }

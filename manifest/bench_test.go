@@ -164,3 +164,43 @@ func cpuTime(b *testing.B) time.Duration {
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
+
+// BenchmarkHostileHeader opens a checkpoint whose one shard's header holds
+// 10^6 one-byte tensors (about 80 MB of JSON, under the reference reader's
+// 100 MB): the shard is refused at MaxTensors with one problem.
+// Before the bound a mount spent about a minute and 2.6 GB on it.
+func BenchmarkHostileHeader(b *testing.B) {
+	dir := b.TempDir()
+	specs := make([]safetensors.Spec, 1_000_000)
+	for i := range specs {
+		specs[i] = safetensors.Spec{Name: fmt.Sprintf("layers.%d.ffn.experts.%d.w1.weight", i/1000, i%1000), DType: safetensors.U8, Shape: []int64{1}}
+	}
+	l, err := safetensors.NewLayout(nil, specs)
+	if err != nil {
+		b.Fatal(err)
+	}
+	p := filepath.Join(dir, singleName)
+	if err := os.WriteFile(p, l.Header, 0o644); err != nil {
+		b.Fatal(err)
+	}
+	if err := os.Truncate(p, l.Size); err != nil {
+		b.Fatal(err)
+	}
+	writeJSON(b, dir, ConfigName, map[string]any{"model_type": "deepseek_v3"})
+	specs, l = nil, nil
+	b.ReportAllocs()
+	cpu0 := cpuTime(b)
+	ops := 0
+	for b.Loop() {
+		c, err := Open(dir)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(c.Shards) != 0 || len(c.Problems) != 1 || c.Problems[0].Reason != fmt.Sprintf("header holds more than %d tensors, the limit", MaxTensors) {
+			b.Fatalf("shards %d, problems %v", len(c.Shards), c.Problems)
+		}
+		c.Close()
+		ops++
+	}
+	b.ReportMetric((cpuTime(b)-cpu0).Seconds()/float64(ops), "cpu-s/op")
+}

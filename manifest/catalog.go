@@ -20,6 +20,7 @@ import (
 
 	"github.com/dsfs/dsfs/safetensors"
 	"github.com/dsfs/dsfs/sourcefile"
+	"golang.org/x/sync/semaphore"
 )
 
 // Role says what a tensor is for in the model.
@@ -101,7 +102,8 @@ type Shard struct {
 	Header  *safetensors.Header
 	Tensors []*Tensor // data order; tensors left out of the catalog are left out here too
 
-	f *sourcefile.File
+	f  *sourcefile.File
+	id fileID
 }
 
 // File is a non-shard file of the checkpoint directory (config, tokenizer,
@@ -160,6 +162,9 @@ type Catalog struct {
 	BadShards []BadShard
 	// Problems lists every fault found, sorted by file, then tensor.
 	Problems []Problem
+
+	roots roots             // where the files may resolve
+	ids   map[string]fileID // by Path: the file checked there, for CheckOpened
 }
 
 // BadShard is a shard of the checkpoint that could not be opened.
@@ -189,8 +194,11 @@ func Open(dir string) (*Catalog, error) {
 	if !fi.IsDir() {
 		return nil, fmt.Errorf("%s: not a directory", abs)
 	}
-	c := &Catalog{Dir: abs, Config: &Config{}}
-	files, broken, err := c.walk()
+	c := &Catalog{Dir: abs, Config: &Config{}, ids: make(map[string]fileID)}
+	if c.roots, err = sourceRoots(abs); err != nil {
+		return nil, err
+	}
+	files, broken, outside, err := c.walk()
 	if err != nil {
 		return nil, err
 	}
@@ -205,13 +213,21 @@ func Open(dir string) (*Catalog, error) {
 	if !top[ConfigName] && !top[IndexName] && len(names) == 0 {
 		return nil, fmt.Errorf("%s: no %s and no safetensors files", abs, ConfigName)
 	}
-	if !top[ConfigName] {
+	if !top[ConfigName] && !slices.Contains(outside, ConfigName) { // else refused, and said so below
 		c.problem(ConfigName, "", "missing")
 	}
 
 	shards, notShards := c.openShards(names, idx)
+	for _, s := range shards {
+		if s != nil {
+			c.ids[s.Path] = s.id
+		}
+	}
 	c.catalog(shards, idx)
 	classify(c.Tensors, c.Config, c.problem)
+	if !slices.Contains(shards, nil) { // else the missing shard explains the shortfall
+		checkCounts(c.Config, c.Tensors, c.problem)
+	}
 
 	isShard := make(map[string]bool, len(names))
 	for _, n := range names {
@@ -234,6 +250,11 @@ func Open(dir string) (*Catalog, error) {
 	for _, b := range broken {
 		if !isShard[b] {
 			c.problem(b, "", "broken symbolic link")
+		}
+	}
+	for _, o := range outside {
+		if !isShard[o] { // else openShard said so
+			c.problem(o, "", errOutside.Error())
 		}
 	}
 	sort.SliceStable(c.Problems, func(i, j int) bool {
@@ -302,14 +323,11 @@ func (c *Catalog) problem(file, tensor, reason string) {
 // walk lists the regular files under the directory, following symbolic
 // links to files (a Hugging Face snapshot links every file into ../../blobs)
 // but not to directories, and skipping hidden directories. broken lists the
-// links that lead nowhere.
-func (c *Catalog) walk() (files []File, broken []string, err error) {
+// links that lead nowhere, outside those that lead out of the roots.
+func (c *Catalog) walk() (files []File, broken, outside []string, err error) {
 	// WalkDir does not enter a root that is itself a link; walk its target
 	// but name everything under Dir.
-	root, err := filepath.EvalSymlinks(c.Dir)
-	if err != nil {
-		return nil, nil, err
-	}
+	root := c.roots[0]
 	err = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if p == root {
 			return err // an unreadable root makes the directory unusable
@@ -339,6 +357,16 @@ func (c *Catalog) walk() (files []File, broken []string, err error) {
 				broken = append(broken, rel)
 				return nil
 			}
+			if err != nil || !fi.Mode().IsRegular() {
+				break // links to directories are not followed
+			}
+			var f *os.File
+			if f, fi, err = c.roots.open(p); err == nil {
+				f.Close()
+			} else if errors.Is(err, errOutside) {
+				outside = append(outside, rel)
+				return nil
+			}
 		default:
 			return nil // sockets, devices and pipes are no part of a checkpoint
 		}
@@ -347,22 +375,24 @@ func (c *Catalog) walk() (files []File, broken []string, err error) {
 			return nil
 		}
 		if fi.Mode().IsRegular() {
-			files = append(files, File{Name: rel, Path: filepath.Join(c.Dir, filepath.FromSlash(rel)), Size: fi.Size()})
+			f := File{Name: rel, Path: filepath.Join(c.Dir, filepath.FromSlash(rel)), Size: fi.Size()}
+			files = append(files, f)
+			c.ids[f.Path] = idOf(fi)
 		}
 		return nil
 	})
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	slices.SortFunc(files, func(a, b File) int { return strings.Compare(a.Name, b.Name) })
-	return files, broken, nil
+	return files, broken, outside, nil
 }
 
 func (c *Catalog) readConfig(present bool) {
 	if !present {
 		return
 	}
-	b, err := readJSONFile(filepath.Join(c.Dir, ConfigName))
+	b, err := c.readJSONFile(filepath.Join(c.Dir, ConfigName), maxConfigSize)
 	if err != nil {
 		c.problem(ConfigName, "", "unreadable: "+pathErrReason(err))
 		return
@@ -380,7 +410,7 @@ func (c *Catalog) readConfig(present bool) {
 // else a lone model.safetensors, else every *.safetensors at the top.
 func (c *Catalog) shardNames(top map[string]bool, files []File) ([]string, *index) {
 	if top[IndexName] {
-		b, err := readJSONFile(filepath.Join(c.Dir, IndexName))
+		b, err := c.readJSONFile(filepath.Join(c.Dir, IndexName), maxIndexSize)
 		if err != nil {
 			c.problem(IndexName, "", "unreadable: "+pathErrReason(err))
 		} else {
@@ -413,13 +443,14 @@ func (c *Catalog) openShards(names []string, idx *index) (shards []*Shard, notSh
 	shards = make([]*Shard, len(names))
 	errs := make([]error, len(names))
 	work := make(chan int)
+	parsing := semaphore.NewWeighted(maxParsing)
 	var wg sync.WaitGroup
 	for range min(runtime.GOMAXPROCS(0), len(names)) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for i := range work {
-				shards[i], errs[i] = openShard(c.Dir, names[i])
+				shards[i], errs[i] = openShard(c.roots, c.Dir, names[i], parsing)
 			}
 		}()
 	}
@@ -428,6 +459,7 @@ func (c *Catalog) openShards(names []string, idx *index) (shards []*Shard, notSh
 	}
 	close(work)
 	wg.Wait()
+	boundShards(shards, errs, MaxTensors, MaxHeaderBytes)
 	notShards = make(map[string]bool)
 	var notShardReasons [][2]string // file, why its header is no header
 	bad := make(map[string]int)     // name -> index in c.BadShards
@@ -596,23 +628,31 @@ func (c *Catalog) catalog(shards []*Shard, idx *index) {
 	}
 }
 
-// maxJSONSize bounds what is read of config.json and the index; the index
-// of a 100k-tensor checkpoint is under 10 MB.
-const maxJSONSize = 256 << 20
+// Bounds on the JSON files the catalog reads whole: DeepSeek's
+// config.json is a few kB; the index of a checkpoint of MaxTensors tensors
+// is under 64 MB.
+const (
+	maxConfigSize = 16 << 20
+	maxIndexSize  = 64 << 20
+)
 
-// readJSONFile reads a JSON file of at most maxJSONSize bytes.
-func readJSONFile(p string) ([]byte, error) {
-	f, err := os.Open(p)
+// readJSONFile reads the JSON file at p, of at most max bytes, through the
+// symbolic link rule; a larger file is refused by its size before reading.
+func (c *Catalog) readJSONFile(p string, max int64) ([]byte, error) {
+	f, fi, err := c.roots.open(p)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, maxJSONSize+1))
+	if fi.Size() > max {
+		return nil, fmt.Errorf("%d bytes, larger than the %d-byte limit", fi.Size(), max)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, max+1))
 	if err != nil {
 		return nil, err
 	}
-	if len(b) > maxJSONSize {
-		return nil, fmt.Errorf("larger than %d bytes", maxJSONSize)
+	if int64(len(b)) > max {
+		return nil, fmt.Errorf("grew past the %d-byte limit while read", max)
 	}
 	return b, nil
 }

@@ -175,7 +175,7 @@ func shardNames(c *Catalog) []string {
 // TestHFCacheSnapshot opens a Hugging Face cache snapshot, where every file
 // is a symbolic link into ../../blobs, outside the snapshot directory.
 func TestHFCacheSnapshot(t *testing.T) {
-	repo := t.TempDir()
+	repo := filepath.Join(t.TempDir(), "models--deepseek-ai--DeepSeek-V4.1")
 	flat := t.TempDir()
 	wm := goodCheckpoint(t, flat)
 	writeIndex(t, flat, wm)

@@ -157,7 +157,7 @@ func TestClassify(t *testing.T) {
 		config  map[string]any
 		tensors []want
 	}{
-		{"v4.1", map[string]any{"model_type": "deepseek_v41", "num_hidden_layers": 43,
+		{"v4.1", map[string]any{"model_type": "deepseek_v41", "num_hidden_layers": 13,
 			"quantization_config": map[string]any{"quant_method": "fp8", "weight_block_size": []int{32, 32}, "scale_fmt": "ue8m0", "expert_dtype": "fp4"}}, v41},
 		{"v3", map[string]any{"model_type": "deepseek_v3", "num_hidden_layers": 2, "num_nextn_predict_layers": 1,
 			"quantization_config": map[string]any{"quant_method": "fp8", "weight_block_size": []int{128, 128}}}, v3},

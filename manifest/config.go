@@ -86,6 +86,38 @@ func parseConfig(data []byte) (*Config, []error) {
 	return c, r.errs
 }
 
+// checkCounts compares the counts config.json gives with the tensors the
+// headers hold, so that no consumer trusts a count the checkpoint does not
+// back (a hostile config may claim 10^9 layers): each count past what the
+// tensors show is one problem. Fewer than the config says is allowed only
+// where the tensors say nothing (no layers, experts or MTP blocks at all
+// is a checkpoint of another kind, not a short one).
+func checkCounts(cfg *Config, ts []*Tensor, problem func(file, tensor, reason string)) {
+	layers, experts, mtp := -1, -1, -1
+	for _, t := range ts {
+		if t.MTP < 0 {
+			layers = max(layers, t.Layer)
+		}
+		if t.Role == RoleRoutedExpert {
+			experts = max(experts, t.Expert)
+		}
+		mtp = max(mtp, t.MTP)
+	}
+	for _, c := range []struct {
+		key        string
+		want, have int
+		what       string
+	}{
+		{"num_hidden_layers", cfg.NumLayers, layers + 1, "layers"},
+		{"n_routed_experts", cfg.RoutedExperts, experts + 1, "routed experts"},
+		{"num_nextn_predict_layers", cfg.MTPLayers, mtp + 1, "MTP blocks"},
+	} {
+		if c.have > 0 && c.want > c.have {
+			problem(ConfigName, "", fmt.Sprintf("%s %d, but the shards hold tensors for %d %s", c.key, c.want, c.have, c.what))
+		}
+	}
+}
+
 // decodeObject decodes a JSON object with numbers kept as json.Number.
 func decodeObject(data []byte) (map[string]any, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))

@@ -3,8 +3,11 @@ package manifest
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/dsfs/dsfs/safetensors"
 )
 
 func TestParseConfig(t *testing.T) {
@@ -149,5 +152,46 @@ func TestPatchConfig(t *testing.T) {
 	out, _ := PatchConfig([]byte(src), []string{"quantization_config", "expert_dtype"}, "nvfp4")
 	if err := json.Unmarshal(out, &doc); err != nil {
 		t.Fatalf("output does not parse: %v", err)
+	}
+}
+
+// TestCountsAgainstTensors: a count in config.json beyond the tensors is
+// one problem naming the key, whatever its size, found in time
+// proportional to the tensors.
+func TestCountsAgainstTensors(t *testing.T) {
+	tensors := []safetensors.Spec{
+		spec("layers.0.attn_norm.weight", safetensors.BF16, 4),
+		spec("layers.1.ffn.experts.0.w1.weight", safetensors.BF16, 4, 4),
+		spec("layers.1.ffn.experts.1.w1.weight", safetensors.BF16, 4, 4),
+		spec("mtp.0.attn_norm.weight", safetensors.BF16, 4),
+	}
+	tests := []struct {
+		config map[string]any
+		want   []string
+	}{
+		{map[string]any{"num_hidden_layers": 2, "n_routed_experts": 2, "num_nextn_predict_layers": 1}, nil},
+		// Fewer than the tensors show is classify's business (MTP from layers.L).
+		{map[string]any{"num_hidden_layers": 1}, nil},
+		{map[string]any{"num_hidden_layers": 100000}, []string{"config.json: num_hidden_layers 100000, but the shards hold tensors for 2 layers"}},
+		{map[string]any{"num_hidden_layers": 1000000000, "n_routed_experts": 1 << 40, "num_nextn_predict_layers": 1000000}, []string{
+			"config.json: n_routed_experts 1099511627776, but the shards hold tensors for 2 routed experts",
+			"config.json: num_hidden_layers 1000000000, but the shards hold tensors for 2 layers",
+			"config.json: num_nextn_predict_layers 1000000, but the shards hold tensors for 1 MTP blocks",
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprint(tt.config), func(t *testing.T) {
+			dir := t.TempDir()
+			writeShard(t, dir, "model.safetensors", tensors...)
+			writeJSON(t, dir, ConfigName, tt.config)
+			var got []string
+			for _, p := range mustOpen(t, dir).Problems {
+				got = append(got, p.String())
+			}
+			slices.Sort(got)
+			if !slices.Equal(got, tt.want) {
+				t.Errorf("problems:\n%q\nwant\n%q", got, tt.want)
+			}
+		})
 	}
 }

@@ -27,22 +27,23 @@ type index struct {
 // components: it is refused, never opened, otherwise.
 func parseIndex(data []byte) (*index, error) {
 	var doc struct {
-		WeightMap map[string]any `json:"weight_map"`
+		WeightMap json.RawMessage `json:"weight_map"`
 	}
 	if err := json.Unmarshal(data, &doc); err != nil {
 		return nil, fmt.Errorf("does not parse: %v", err)
 	}
-	if doc.WeightMap == nil {
-		return nil, errors.New("has no weight_map object")
+	weightMap, err := decodeWeightMap(doc.WeightMap, MaxTensors)
+	if err != nil {
+		return nil, err
 	}
 	idx := &index{
-		weightMap: make(map[string]string, len(doc.WeightMap)),
+		weightMap: make(map[string]string, len(weightMap)),
 		count:     make(map[string]int),
 	}
 	refused := make(map[string]string) // entry -> reason
 	// Clean once per distinct entry; there are thousands of tensors per shard.
 	cleaned := make(map[string]string)
-	for name, v := range doc.WeightMap {
+	for name, v := range weightMap {
 		entry, ok := v.(string)
 		if !ok {
 			idx.problems = append(idx.problems, Problem{File: IndexName, Tensor: name,
@@ -83,6 +84,56 @@ func parseIndex(data []byte) (*index, error) {
 		return a.Reason < b.Reason
 	})
 	return idx, nil
+}
+
+// decodeWeightMap decodes the weight_map object raw, refusing one of more
+// than max members before decoding it: a decoded entry costs several times
+// its JSON. A repeated name counts each time and keeps its last value.
+func decodeWeightMap(raw json.RawMessage, max int) (map[string]any, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, errors.New("has no weight_map object")
+	}
+	if members(raw) > max {
+		return nil, fmt.Errorf("weight_map has more than %d entries, the limit", max)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return nil, fmt.Errorf("does not parse: %v", err)
+	}
+	return m, nil
+}
+
+// members counts the members of the JSON object raw (its commas outside
+// strings and nested values, plus one) without decoding it; for text that
+// is not an object the count means nothing, and decoding will fail.
+func members(raw []byte) int {
+	n, depth, inString, empty := 0, 0, false, true
+	for i := 0; i < len(raw); i++ {
+		c := raw[i]
+		switch {
+		case inString:
+			if c == '\\' {
+				i++
+			} else if c == '"' {
+				inString = false
+			}
+		case c == '"':
+			inString = true
+			if depth == 1 {
+				empty = false
+			}
+		case c == '{' || c == '[':
+			depth++
+		case c == '}' || c == ']':
+			depth--
+		case c == ',' && depth == 1:
+			n++
+		}
+	}
+	if empty {
+		return 0
+	}
+	return n + 1
 }
 
 // checkEntry says why an index entry may not name a shard: only relative

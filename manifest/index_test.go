@@ -78,3 +78,24 @@ func TestParseIndex(t *testing.T) {
 		})
 	}
 }
+
+// TestWeightMapBound: an index of more members than the bound is refused
+// before it is decoded; commas in names, values and nested values do not
+// count.
+func TestWeightMapBound(t *testing.T) {
+	for _, tt := range []struct {
+		in   string
+		want string
+	}{
+		{`{}`, ""},
+		{` { "a" : "m" , "b" : "m" } `, ""},
+		{`{"a\",":"m,","b":[1,2,{"c":3,"d":4}]}`, ""},
+		{`{"a":"m","a":"n","b":"m"}`, "weight_map has more than 2 entries, the limit"},
+		{`{"a":"m","b":"m","c":"m"}`, "weight_map has more than 2 entries, the limit"},
+	} {
+		_, err := decodeWeightMap([]byte(tt.in), 2)
+		if (err == nil) != (tt.want == "") || err != nil && err.Error() != tt.want {
+			t.Errorf("%s: %v, want %q", tt.in, err, tt.want)
+		}
+	}
+}

@@ -1,10 +1,15 @@
 package manifest
 
 import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"os"
 	"path/filepath"
 
 	"github.com/dsfs/dsfs/safetensors"
 	"github.com/dsfs/dsfs/sourcefile"
+	"golang.org/x/sync/semaphore"
 )
 
 // ErrChanged is wrapped by the errors of Shard.ReadAt when the file changed
@@ -13,10 +18,15 @@ import (
 var ErrChanged = sourcefile.ErrChanged
 
 // openShard opens and validates the shard name (slash-separated, relative
-// to dir). The file stays open in the returned Shard.
-func openShard(dir, name string) (_ *Shard, err error) {
+// to dir), which must resolve inside rs. The file stays open in the
+// returned Shard.
+func openShard(rs roots, dir, name string, parsing *semaphore.Weighted) (_ *Shard, err error) {
 	p := filepath.Join(dir, filepath.FromSlash(name))
-	f, err := sourcefile.Open(p)
+	osf, fi, err := rs.open(p)
+	if err != nil {
+		return nil, err
+	}
+	f, err := sourcefile.FromFile(p, osf)
 	if err != nil {
 		return nil, err
 	}
@@ -25,11 +35,23 @@ func openShard(dir, name string) (_ *Shard, err error) {
 			f.Close()
 		}
 	}()
-	h, err := safetensors.ReadHeader(f, f.Size())
+	// Headers in the decoder cost a few times their length: take the
+	// length (the reader checks it) from the budget of headers in flight.
+	var n [8]byte
+	if _, err := f.ReadAt(n[:], 0); err == nil {
+		w := int64(min(binary.LittleEndian.Uint64(n[:]), maxParsing))
+		parsing.Acquire(context.Background(), w)
+		defer parsing.Release(w)
+	}
+	h, err := safetensors.ReadHeaderLimit(f, fi.Size(), MaxTensors)
 	if err != nil {
 		return nil, err
 	}
-	return &Shard{Name: name, Path: p, Size: f.Size(), ModTime: f.ModTime(), Header: h, f: f}, nil
+	return &Shard{Name: name, Path: p, Size: fi.Size(), ModTime: fi.ModTime(), Header: h, f: f, id: idOf(fi)}, nil
+}
+
+func notRegular(fi os.FileInfo) error {
+	return fmt.Errorf("not a regular file (mode %s)", fi.Mode().Type())
 }
 
 // ReadAt reads len(p) bytes at offset off of the shard file with pread, so

@@ -2,11 +2,13 @@ package safetensors
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"math/big"
 	"sort"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/dsfs/dsfs/internal/fuzzcheck"
 )
@@ -126,6 +128,12 @@ func TestParseHeaderRegressions(t *testing.T) {
 		// serde_json allows only JSON whitespace after the object.
 		{"{}\u00a0", -1, "trailing data"},
 		{"{}\u2003", -1, "trailing data"},
+		// encoding/json decodes a lone surrogate as U+FFFD, renaming the
+		// tensor; serde_json refuses it.
+		{`{"layers.0.\udc80w":{"dtype":"U8","shape":[0],"data_offsets":[0,0]}}`, -1, `header string "layers.0.\udc80w" holds the lone UTF-16 surrogate escape \udc80`},
+		{`{"a\ud800":{"dtype":"U8","shape":[0],"data_offsets":[0,0]}}`, -1, `lone UTF-16 surrogate escape \ud800`},
+		{`{"a\ud800\u0041":{"dtype":"U8","shape":[0],"data_offsets":[0,0]}}`, -1, `lone UTF-16 surrogate escape \ud800`},
+		{`{"__metadata__":{"k":"\\\uDFFF"}}`, -1, `lone UTF-16 surrogate escape \uDFFF`},
 	}
 	for _, tt := range tests {
 		_, err := ParseHeader([]byte(tt.header), tt.size)
@@ -135,5 +143,31 @@ func TestParseHeaderRegressions(t *testing.T) {
 	}
 	if _, err := ParseHeader([]byte("{} \t\r\n"), 8+6); err != nil {
 		t.Errorf("JSON whitespace after the header: %v", err)
+	}
+	// A pair, an escaped backslash before "udc80", and U+FFFD itself are text.
+	for _, name := range []string{`\ud83d\ude00`, `\\udc80`, `\ufffd`, "\uFFFD", "\ufffd"} {
+		h, err := ParseHeader([]byte(`{"`+name+`":{"dtype":"U8","shape":[0],"data_offsets":[0,0]}}`), -1)
+		if err != nil {
+			t.Errorf("name %s: %v", name, err)
+		} else if !utf8.ValidString(h.Tensors[0].Name) {
+			t.Errorf("name %s decoded to %q", name, h.Tensors[0].Name)
+		}
+	}
+}
+
+// TestReadHeaderLimit: a header of more tensors than the limit is refused
+// when the decoder meets the first one past it.
+func TestReadHeaderLimit(t *testing.T) {
+	header := `{"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},"b":{"dtype":"U8","shape":[1],"data_offsets":[1,2]},"c":{"dtype":"U8","shape":[1],"data_offsets":[2,3]}}`
+	file := binary.LittleEndian.AppendUint64(nil, uint64(len(header)))
+	file = append(append(file, header...), 1, 2, 3)
+	for _, tt := range []struct {
+		limit int
+		want  string
+	}{{-1, ""}, {3, ""}, {2, "header holds more than 2 tensors, the limit"}, {0, "more than 0 tensors"}} {
+		_, err := ReadHeaderLimit(bytes.NewReader(file), int64(len(file)), tt.limit)
+		if (err == nil) != (tt.want == "") || err != nil && !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("limit %d: %v, want %q", tt.limit, err, tt.want)
+		}
 	}
 }

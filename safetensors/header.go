@@ -68,6 +68,14 @@ func errorf(tensor, format string, args ...any) error {
 // given size. It never allocates more than the header length, which is
 // checked against the file size and MaxHeaderSize first.
 func ReadHeader(r io.ReaderAt, size int64) (*Header, error) {
+	return ReadHeaderLimit(r, size, -1)
+}
+
+// ReadHeaderLimit is ReadHeader refusing a header of more than maxTensors
+// tensors (no bound when negative) before decoding the rest: the reference
+// reader's 100 MB holds a million tensors, and each costs its reader far
+// more memory than its JSON.
+func ReadHeaderLimit(r io.ReaderAt, size int64, maxTensors int) (*Header, error) {
 	if size < 8 {
 		return nil, errorf("", "file is %d bytes, shorter than the 8-byte header length", size)
 	}
@@ -86,14 +94,23 @@ func ReadHeader(r io.ReaderAt, size int64) (*Header, error) {
 	if _, err := r.ReadAt(buf, 8); err != nil {
 		return nil, fmt.Errorf("reading header: %w", err)
 	}
-	return ParseHeader(buf, size)
+	return parseHeader(buf, size, maxTensors)
 }
 
 // ParseHeader validates the JSON header buf of a file of the given size
 // (size < 0 skips the check that the data section fills the file exactly).
 func ParseHeader(buf []byte, size int64) (*Header, error) {
+	return parseHeader(buf, size, -1)
+}
+
+// parseHeader is ParseHeader refusing a header of more than maxTensors
+// tensors (no bound when negative) as soon as it meets one more.
+func parseHeader(buf []byte, size int64, maxTensors int) (*Header, error) {
 	if !utf8.Valid(buf) {
 		return nil, errorf("", "header is not valid UTF-8")
+	}
+	if err := checkSurrogates(buf); err != nil {
+		return nil, err
 	}
 	dec := json.NewDecoder(bytes.NewReader(buf))
 	dec.UseNumber()
@@ -127,6 +144,9 @@ func ParseHeader(buf []byte, size int64) (*Header, error) {
 			}
 			continue
 		}
+		if len(h.Tensors) == maxTensors {
+			return nil, errorf("", "header holds more than %d tensors, the limit", maxTensors)
+		}
 		var e entryJSON
 		if err := dec.Decode(&e); err != nil {
 			if isSyntaxError(err) {
@@ -152,6 +172,86 @@ func ParseHeader(buf []byte, size int64) (*Header, error) {
 		return nil, err
 	}
 	return h, nil
+}
+
+// checkSurrogates refuses a \u escape of a UTF-16 surrogate that is not
+// half of a pair: encoding/json would decode it as U+FFFD and so rename the
+// tensor, where the reference reader (serde_json) refuses the header. A
+// backslash only ever occurs inside a JSON string, so a scan of escapes
+// needs no parser.
+func checkSurrogates(buf []byte) error {
+	for i := 0; i < len(buf); {
+		j := bytes.IndexByte(buf[i:], '\\')
+		if j < 0 {
+			return nil
+		}
+		i += j
+		r, ok := hexEscape(buf, i)
+		switch {
+		case !ok:
+			i += 2 // any other escape, or one the JSON parser will refuse
+			continue
+		case r >= 0xd800 && r < 0xdc00:
+			if lo, ok := hexEscape(buf, i+6); ok && lo >= 0xdc00 && lo < 0xe000 {
+				i += 12
+				continue
+			}
+		case r < 0xdc00 || r >= 0xe000:
+			i += 6
+			continue
+		}
+		return errorf("", "header string \"%s\" holds the lone UTF-16 surrogate escape %s, which is not UTF-8 text (the reference reader refuses it)", quotedAround(buf, i), buf[i:i+6])
+	}
+	return nil
+}
+
+// hexEscape decodes a \uXXXX escape at buf[i:].
+func hexEscape(buf []byte, i int) (rune, bool) {
+	if i+6 > len(buf) || buf[i] != '\\' || buf[i+1] != 'u' {
+		return 0, false
+	}
+	var r rune
+	for _, c := range buf[i+2 : i+6] {
+		switch {
+		case '0' <= c && c <= '9':
+			r = r<<4 | rune(c-'0')
+		case 'a' <= c && c <= 'f':
+			r = r<<4 | rune(c-'a'+10)
+		case 'A' <= c && c <= 'F':
+			r = r<<4 | rune(c-'A'+10)
+		default:
+			return 0, false
+		}
+	}
+	return r, true
+}
+
+// quotedAround returns the raw text of the JSON string holding buf[i],
+// escapes as written, for a message.
+func quotedAround(buf []byte, i int) string {
+	start := i
+	for start > 0 && !(buf[start-1] == '"' && !escaped(buf, start-1)) {
+		start--
+	}
+	end := i
+	for end < len(buf) && !(buf[end] == '"' && !escaped(buf, end)) {
+		end++
+	}
+	const most = 200
+	if end-start > most {
+		end = start + most
+	}
+	return string(buf[start:end])
+}
+
+// escaped says whether buf[i] is preceded by an odd run of backslashes.
+func escaped(buf []byte, i int) bool {
+	n := 0
+	for i > 0 && buf[i-1] == '\\' {
+		n++
+		i--
+	}
+	return n%2 == 1
 }
 
 type entryJSON struct {

@@ -87,6 +87,26 @@ func Open(path string) (*File, error) {
 	return &File{path: path, f: os.NewFile(uintptr(fd), path), id: identityOf(&st)}, nil
 }
 
+// FromFile takes over f, a regular file already opened at path (by a
+// caller that checked where path leads), and records its identity as Open
+// does. On error f is closed.
+func FromFile(path string, f *os.File) (*File, error) {
+	var st syscall.Stat_t
+	if err := syscall.Fstat(int(f.Fd()), &st); err != nil {
+		f.Close()
+		return nil, &os.PathError{Op: "fstat", Path: path, Err: err}
+	}
+	if t := st.Mode & syscall.S_IFMT; t != syscall.S_IFREG {
+		f.Close()
+		return nil, &os.PathError{Op: "open", Path: path, Err: fmt.Errorf("not a regular file (%s)", fileType(t))}
+	}
+	return &File{path: path, f: f, id: identityOf(&st)}, nil
+}
+
+// Stat returns the status of the opened file (not of what its path names
+// now).
+func (f *File) Stat() (os.FileInfo, error) { return f.f.Stat() }
+
 // fileType names a stat file type for a message.
 func fileType(t uint32) string {
 	switch t {

@@ -3,13 +3,12 @@ package tokenizer
 import (
 	"encoding/json"
 	"fmt"
-	"os"
 	"strings"
 )
 
 // LoadConfig reads a tokenizer_config.json file; see ParseConfig.
 func (t *Tokenizer) LoadConfig(path string) error {
-	data, err := os.ReadFile(path)
+	data, err := readFile(path)
 	if err != nil {
 		return err
 	}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 )
@@ -38,9 +39,14 @@ type Tokenizer struct {
 	prefix, suffix []int // ids Encode adds around the text
 }
 
-// Load reads a tokenizer.json file.
+// MaxFileSize bounds what Load and LoadConfig read: DeepSeek's
+// tokenizer.json is under 8 MB, and parsing costs a small multiple of the
+// file in memory.
+const MaxFileSize = 64 << 20
+
+// Load reads a tokenizer.json file of at most MaxFileSize bytes.
 func Load(path string) (*Tokenizer, error) {
-	data, err := os.ReadFile(path)
+	data, err := readFile(path)
 	if err != nil {
 		return nil, err
 	}
@@ -49,6 +55,33 @@ func Load(path string) (*Tokenizer, error) {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return t, nil
+}
+
+// readFile reads a regular file of at most MaxFileSize bytes, refusing a
+// larger one (a sparse file of any size costs nothing to make) by its size
+// before reading, and reading no more than the bound if it grows.
+func readFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	tooBig := fmt.Errorf("%s: %d bytes, more than the %d bytes a tokenizer file may have", path, fi.Size(), MaxFileSize)
+	if fi.Size() > MaxFileSize {
+		return nil, tooBig
+	}
+	data, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > MaxFileSize {
+		return nil, tooBig
+	}
+	return data, nil
 }
 
 type fileJSON struct {

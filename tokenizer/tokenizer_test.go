@@ -629,3 +629,28 @@ func TestConcurrentEncode(t *testing.T) {
 		t.Errorf("concurrent Encode(%q) differs", l)
 	}
 }
+
+// TestLoadBound: a tokenizer.json past MaxFileSize (here a sparse file of
+// 8 GiB) is refused by its size, naming the file, without reading it.
+func TestLoadBound(t *testing.T) {
+	dir := t.TempDir()
+	for _, name := range []string{"tokenizer.json", "tokenizer_config.json"} {
+		p := filepath.Join(dir, name)
+		f, err := os.Create(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Truncate(8 << 30); err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+	}
+	_, err := Load(filepath.Join(dir, "tokenizer.json"))
+	if err == nil || !strings.Contains(err.Error(), "tokenizer.json: 8589934592 bytes, more than the 67108864 bytes") {
+		t.Errorf("Load: %v", err)
+	}
+	var tok Tokenizer
+	if err := tok.LoadConfig(filepath.Join(dir, "tokenizer_config.json")); err == nil || !strings.Contains(err.Error(), "tokenizer_config.json: 8589934592 bytes") {
+		t.Errorf("LoadConfig: %v", err)
+	}
+}

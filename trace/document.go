@@ -181,7 +181,7 @@ func (t *Tracer) TraceJSON(ctx context.Context) ([]byte, error) {
 		layers[i] = i
 	}
 	var problems []string
-	for l := range cfg.Layers {
+	for l := range t.model.Checked() {
 		problems = append(problems, t.model.Problems(l)...)
 	}
 	d := Document{

@@ -49,6 +49,7 @@ type Mount struct {
 	passthrough bool
 	ino         map[*views.Node]uint64 // every node's inode number
 	sourceBytes int64
+	errs        repeatLog // read errors, logged once per file and cause with a count
 }
 
 // ErrMounted says the mount point is already a mount.

@@ -204,7 +204,7 @@ func (h *fileHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.Rea
 		}
 		h.m.ctr.errors.Add(1)
 		if logSourceError(err) {
-			h.m.log.Error("read failed", "file", h.name, "offset", off, "err", err)
+			h.m.errs.error(h.m.log, "read failed", h.name, err, "offset", off)
 		}
 		return nil, syscall.EIO
 	}
@@ -271,7 +271,7 @@ func (d *docNode) generate(ctx context.Context) ([]byte, syscall.Errno) {
 		}
 		d.m.ctr.errors.Add(1)
 		if logSourceError(err) {
-			d.m.log.Error("generating document failed", "file", d.name, "err", err)
+			d.m.errs.error(d.m.log, "generating document failed", d.name, err)
 		}
 		return nil, syscall.EIO
 	}

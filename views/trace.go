@@ -82,7 +82,7 @@ func buildTrace(s *Set, _ string) (*Node, error) {
 	s.stats["trace"] = func() any {
 		return map[string]any{"layer_forwards": tr.Forwards(), "backend": backend.Name()}
 	}
-	for l := range m.Config.Layers {
+	for l := range m.Checked() {
 		for _, p := range m.Problems(l) {
 			problems = append(problems, fmt.Sprintf("layer %d: %s", l, p))
 		}

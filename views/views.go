@@ -178,6 +178,10 @@ func (s *Set) open(p string) (*sourcefile.File, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := s.Cat.CheckOpened(p, f); err != nil {
+		f.Close()
+		return nil, err
+	}
 	s.files[p] = f
 	return f, nil
 }

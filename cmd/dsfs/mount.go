@@ -19,12 +19,13 @@ import (
 
 // source is an opened checkpoint with its views.
 type source struct {
-	cat *manifest.Catalog
-	set *views.Set
+	cat      *manifest.Catalog
+	set      *views.Set
+	problems *problemReport
 }
 
-// openSource opens the checkpoint at dir, logs one line per problem found
-// and builds the views.
+// openSource opens the checkpoint at dir, logs the problems found (one
+// line per file and reason) and builds the views.
 func openSource(dir string, opt views.Options) (*source, error) {
 	// Opening a real checkpoint allocates about three times what it keeps
 	// (header JSON, layouts); collecting more often while it runs keeps the
@@ -34,15 +35,14 @@ func openSource(dir string, opt views.Options) (*source, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, p := range cat.Problems {
-		slog.Warn("bad input", "file", p.File, "tensor", p.Tensor, "reason", p.Reason)
-	}
+	problems := newProblemReport(cat.Problems)
+	problems.log()
 	set, err := views.Build(cat, opt)
 	if err != nil {
 		cat.Close()
 		return nil, err
 	}
-	return &source{cat: cat, set: set}, nil
+	return &source{cat: cat, set: set, problems: problems}, nil
 }
 
 func (s *source) Close() {
@@ -117,7 +117,7 @@ func runMount(args []string) error {
 				"views":      viewNamesOf(src.set.Root),
 				"shards":     len(src.cat.Shards),
 				"tensors":    len(src.cat.Tensors),
-				"problems":   append([]manifest.Problem{}, src.cat.Problems...),
+				"problems":   src.problems,
 				"view_stats": src.set.Stats(),
 			}
 			if opt.DiskCache != nil {

@@ -66,24 +66,43 @@ func Open(cat *manifest.Catalog) (*Model, error) {
 	if len(c.problems) > 0 {
 		return nil, errors.New(c.problems[0])
 	}
-	m.layers = make([]*layer, cfg.Layers)
-	m.problems = make([][]string, cfg.Layers)
-	for l := range cfg.Layers {
+	// A config may name more layers than the checkpoint holds (a hostile
+	// one 10^9): check one by one only up to the first layer past the last
+	// that has tensors, and let that layer's problem speak for the rest.
+	last := -1
+	for _, t := range cat.Tensors {
+		last = max(last, t.Layer)
+	}
+	n := min(cfg.Layers, last+2)
+	m.layers = make([]*layer, n)
+	m.problems = make([][]string, n)
+	empty := false
+	for l := range n {
 		c.problems = nil
 		ly := c.layer(l)
 		if len(c.problems) == 0 {
 			m.layers[l] = ly
 		}
 		m.problems[l] = c.problems
+		empty = len(ly.all) == 0
+	}
+	if n < cfg.Layers && empty {
+		m.problems[n-1] = []string{fmt.Sprintf("no tensors in the checkpoint, nor for layers %d-%d (config.json num_hidden_layers %d)", n, cfg.Layers-1, cfg.Layers)}
 	}
 	return m, nil
 }
+
+// Checked is the number of layers Open checked tensor by tensor: the
+// config's layer count, or fewer when the config names layers the
+// checkpoint holds no tensors for, in which case the last checked layer's
+// problem covers every layer from it on.
+func (m *Model) Checked() int { return len(m.problems) }
 
 // Catalog returns the checkpoint the model reads.
 func (m *Model) Catalog() *manifest.Catalog { return m.cat }
 
 // Problems lists what is wrong with the tensors of layer l (nil when it can
-// run).
+// run), for l < Checked().
 func (m *Model) Problems(l int) []string { return m.problems[l] }
 
 // Runnable is the number of leading layers that can run: every layer
@@ -153,6 +172,15 @@ func (c *checker) layer(l int) *layer {
 	cfg, n := c.m.Config, c.m.Naming
 	name := func(rest string) string { return n.Name(layerName(l, rest)) }
 	ly := &layer{index: l}
+	prefix := n.Name(layerName(l, ""))
+	ts := c.m.cat.Tensors
+	for i := sort.Search(len(ts), func(i int) bool { return ts[i].Name >= prefix }); i < len(ts) && strings.HasPrefix(ts[i].Name, prefix); i++ {
+		ly.all = append(ly.all, ts[i])
+	}
+	if len(ly.all) == 0 {
+		c.fail("no tensors named %s* in the checkpoint", prefix)
+		return ly
+	}
 	ly.attnNorm = c.tensor(name("attn_norm.weight"), cfg.Hidden, 0)
 	ly.ffnNorm = c.tensor(name("ffn_norm.weight"), cfg.Hidden, 0)
 	qOut := cfg.Heads * cfg.QKHead()
@@ -180,6 +208,12 @@ func (c *checker) layer(l int) *layer {
 		if cfg.TopKMethod == TopKNoAuxTC {
 			ly.bias = c.tensor(name("ffn.gate.bias"), cfg.RoutedExperts, 0)
 		}
+		// Each expert needs three tensors of the layer: a count the layer
+		// cannot hold is one problem, not three per expert named.
+		if cfg.RoutedExperts > len(ly.all)/3 {
+			c.fail("n_routed_experts %d: layer %d holds only %d tensors", cfg.RoutedExperts, l, len(ly.all))
+			return ly
+		}
 		ly.experts = make([][3]*manifest.Tensor, cfg.RoutedExperts)
 		for e := range ly.experts {
 			for i, p := range []string{"w1", "w2", "w3"} {
@@ -193,11 +227,6 @@ func (c *checker) layer(l int) *layer {
 		if cfg.SharedExperts > 0 {
 			ly.shared = mlp(layerName(l, "ffn.shared_experts"), cfg.SharedInter())
 		}
-	}
-	prefix := n.Name(layerName(l, ""))
-	ts := c.m.cat.Tensors
-	for i := sort.Search(len(ts), func(i int) bool { return ts[i].Name >= prefix }); i < len(ts) && strings.HasPrefix(ts[i].Name, prefix); i++ {
-		ly.all = append(ly.all, ts[i])
 	}
 	return ly
 }

@@ -428,3 +428,52 @@ func TestFlatFP8(t *testing.T) {
 		})
 	}
 }
+
+// TestHostileCounts: counts in config.json far beyond the tensors cost
+// work in proportion to the tensors, and one problem, not one per layer or
+// expert named.
+func TestHostileCounts(t *testing.T) {
+	src, config := readCheckpoint(t, filepath.Join(testdata.Dir(t), "trace", "v2lite-tiny"))
+	tests := []struct {
+		key, value  string
+		runnable    int
+		problems    int // in all
+		wantProblem string
+	}{
+		{"num_hidden_layers", "100000", 4, 1, "no tensors in the checkpoint, nor for layers 5-99999 (config.json num_hidden_layers 100000)"},
+		{"num_hidden_layers", "1000000", 4, 1, "nor for layers 5-999999"},
+		{"num_hidden_layers", "1000000000", 4, 1, "nor for layers 5-999999999"},
+		// Per MoE layer: the router's shape, and the count, not three
+		// lines per expert named.
+		{"n_routed_experts", "1000000000", 1, 6, "n_routed_experts 1000000000: layer 1 holds only 35 tensors"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.key+"="+tt.value, func(t *testing.T) {
+			cfg, err := manifest.PatchConfig(config, []string{tt.key}, json.Number(tt.value))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tt.key == "n_routed_experts" { // keep the routing settings consistent
+				if cfg, err = manifest.PatchConfig(cfg, []string{"n_group"}, json.Number("1")); err != nil {
+					t.Fatal(err)
+				}
+			}
+			dir := t.TempDir()
+			writeCheckpoint(t, dir, src, cfg)
+			m := openDir(t, dir)
+			if got := m.Runnable(); got != tt.runnable {
+				t.Errorf("Runnable() = %d, want %d", got, tt.runnable)
+			}
+			if got := m.Checked(); got > 5 {
+				t.Errorf("Checked() = %d, want at most 5", got)
+			}
+			var all []string
+			for l := range m.Checked() {
+				all = append(all, m.Problems(l)...)
+			}
+			if len(all) != tt.problems || !strings.Contains(strings.Join(all, "\n"), tt.wantProblem) {
+				t.Errorf("problems %q, want %d with %q", all, tt.problems, tt.wantProblem)
+			}
+		})
+	}
+}
