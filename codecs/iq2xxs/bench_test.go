@@ -19,14 +19,27 @@ func benchRows(b *testing.B) []float32 {
 // BenchmarkQuantize measures one thread quantising 5120-wide MXFP4-decoded
 // rows with unit importance. ggml's generic C reference does about 3.3 M
 // weights/s on the project's machine class.
+//
+// Its sub-benchmarks are the vector neighbour search (the one Quantize runs
+// where the CPU has it) and the portable Go one, so that the ratio of the
+// two comes from one run.
 func BenchmarkQuantize(b *testing.B) {
+	for _, bc := range []struct {
+		name   string
+		vector bool
+	}{{"vector", true}, {"scalar", false}} {
+		b.Run(bc.name, func(b *testing.B) { benchmarkQuantize(b, bc.vector) })
+	}
+}
+
+func benchmarkQuantize(b *testing.B, vector bool) {
 	src := benchRows(b)
 	dst := make([]byte, RowBytes(len(src)))
 	tables()
 	b.SetBytes(int64(4 * len(src)))
 	b.ReportAllocs()
 	for b.Loop() {
-		Quantize(dst, src, nil)
+		quantize(dst, src, nil, vector)
 	}
 	b.ReportMetric(float64(b.N)*float64(len(src))/b.Elapsed().Seconds(), "weights/s")
 }

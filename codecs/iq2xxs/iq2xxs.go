@@ -64,6 +64,11 @@ func Quantize(dst []byte, src, importance []float32) {
 			panic(fmt.Sprintf("iq2xxs: importance of length %d does not fit rows of %d weights", len(importance), len(src)))
 		}
 	}
+	quantize(dst, src, importance, true)
+}
+
+// quantize is Quantize with the vector neighbour search on or off.
+func quantize(dst []byte, src, importance []float32, vector bool) {
 	t := tables()
 	for b := 0; b < len(src)/BlockWeights; b++ {
 		x := (*[BlockWeights]float32)(src[b*BlockWeights:])
@@ -71,7 +76,7 @@ func Quantize(dst []byte, src, importance []float32) {
 		if importance != nil {
 			qw = (*[BlockWeights]float32)(importance[b*BlockWeights%len(importance):])
 		}
-		quantizeBlock((*[BlockBytes]byte)(dst[b*BlockBytes:]), x, qw, t)
+		quantizeBlock((*[BlockBytes]byte)(dst[b*BlockBytes:]), x, qw, t, vector)
 	}
 }
 

@@ -17,7 +17,9 @@ var levelValues = [4]float32{1, 3, 5, 7}
 
 // quantizeBlock is quantize_row_iq2_xxs_impl for one 256-weight block; qw is
 // the block's slice of the importance vector, nil for unit importance.
-func quantizeBlock(dst *[BlockBytes]byte, x *[BlockWeights]float32, qw *[BlockWeights]float32, t *searchTables) {
+// With vector set the neighbour searches run on the CPU's vector unit where
+// it has one; the bytes are the same.
+func quantizeBlock(dst *[BlockBytes]byte, x *[BlockWeights]float32, qw *[BlockWeights]float32, t *searchTables, vector bool) {
 	var sumx2 float32
 	for _, v := range x {
 		sumx2 += float32(v * v)
@@ -36,7 +38,7 @@ func quantizeBlock(dst *[BlockBytes]byte, x *[BlockWeights]float32, qw *[BlockWe
 			w = (*[32]float32)(qw[32*ib:])
 		}
 		sb.prepare((*[32]float32)(x[32*ib:]), w, sigma2)
-		scale, indices, signs := sb.quantize(t)
+		scale, indices, signs := sb.quantize(t, vector)
 		for k := range 4 {
 			q2[2*ib] |= uint32(indices[k]) << (8 * k)
 			q2[2*ib+1] |= uint32(signs[k]) << (7 * k)
@@ -118,7 +120,7 @@ func (sb *subBlock) prepare(xb, qw *[32]float32, sigma2 float32) {
 
 // quantize fits the prepared sub-block: its scale, the grid index and the
 // stored sign bits of each group.
-func (sb *subBlock) quantize(t *searchTables) (scale float32, indices [4]uint8, signs [4]uint8) {
+func (sb *subBlock) quantize(t *searchTables, vector bool) (scale float32, indices [4]uint8, signs [4]uint8) {
 	signs = sb.signs
 	m := sb.xval[0]
 	for _, v := range sb.xval[1:] {
@@ -144,7 +146,7 @@ func (sb *subBlock) quantize(t *searchTables) (scale float32, indices [4]uint8, 
 		id := (5 + float32(float32(is)*0.1)) / effMax
 		trialScale := 1 / id
 		for k := range 4 {
-			trial[k] = sb.project(t, k, id, trialScale)
+			trial[k] = sb.project(t, k, id, trialScale, vector)
 		}
 		sumqx, sumq2 := sb.sums(&trial)
 		if sumq2 > 0 && sumqx*sumqx > best*sumq2 {
@@ -156,7 +158,7 @@ func (sb *subBlock) quantize(t *searchTables) (scale float32, indices [4]uint8, 
 	if scale > 0 {
 		id := 1 / scale
 		for k := range 4 {
-			codes[k] = sb.project(t, k, id, scale)
+			codes[k] = sb.project(t, k, id, scale, vector)
 		}
 		if sumqx, sumq2 := sb.sums(&codes); sumq2 > 0 {
 			scale = sumqx / sumq2
@@ -179,7 +181,7 @@ func (sb *subBlock) quantize(t *searchTables) (scale float32, indices [4]uint8, 
 // project returns the level code of group k's grid point for the inverse
 // scale id: each magnitude rounded to the nearest level, and when that code
 // is off the grid, the best of its listed neighbours at scale.
-func (sb *subBlock) project(t *searchTables, k int, id, scale float32) uint16 {
+func (sb *subBlock) project(t *searchTables, k int, id, scale float32, vector bool) uint16 {
 	xval := (*[8]float32)(sb.xval[8*k:])
 	var u uint16
 	for i, v := range xval {
@@ -189,7 +191,7 @@ func (sb *subBlock) project(t *searchTables, k int, id, scale float32) uint16 {
 	if t.codeMap[u] >= 0 {
 		return u
 	}
-	return t.bestNeighbour(u, xval, (*[8]float32)(sb.waux[8*k:]), scale)
+	return t.bestNeighbour(u, xval, (*[8]float32)(sb.waux[8*k:]), scale, vector)
 }
 
 // sums returns sum(weight*xval*q) and sum(weight*q*q) over the sub-block
@@ -210,13 +212,18 @@ func (sb *subBlock) sums(codes *[4]uint16) (sumqx, sumq2 float32) {
 // the off-grid code u, the first with the smallest sum of
 // waux*(scale*q - xval)^2, as a level code. If no point has a distance below
 // the largest float32 (ggml aborts there), it returns the first one listed.
-func (t *searchTables) bestNeighbour(u uint16, xval, waux *[8]float32, scale float32) uint16 {
+// With vector set it runs the vector search where the CPU has one; both
+// searches give the same point.
+func (t *searchTables) bestNeighbour(u uint16, xval, waux *[8]float32, scale float32, vector bool) uint16 {
+	if vector && haveVectorSearch {
+		return t.bestNeighbourVector(u, xval, waux, scale)
+	}
 	// Each coordinate takes one of three levels, so the 24 possible terms
 	// are computed once and each candidate only adds up its eight, in
 	// ggml's order; the first addition is tabulated too. ggml starts from
 	// 0 + term, which differs only in the sign of a zero sum, and that
 	// compares the same.
-	var terms [8][4]float32
+	var terms [8][3]float32
 	s1, s3, s5 := scale, float32(scale*3), float32(scale*5)
 	for j, x := range xval {
 		w := waux[j]
