@@ -2,6 +2,7 @@ package iq2xxs
 
 import (
 	"testing"
+	"time"
 )
 
 // benchRows returns the 5120-wide MXFP4-decoded rows of the reference
@@ -42,6 +43,35 @@ func benchmarkQuantize(b *testing.B, vector bool) {
 		quantize(dst, src, nil, vector)
 	}
 	b.ReportMetric(float64(b.N)*float64(len(src))/b.Elapsed().Seconds(), "weights/s")
+}
+
+// ggmlRate is the single-thread rate of ggml's generic reference build on
+// the same kind of rows, as recorded with the reference vectors
+// (testdata/ggml/README.md, "Throughput of the C reference": 3.3-3.4 M
+// weights/s for IQ2_XXS with a unit imatrix).
+const ggmlRate = 3.3e6
+
+// BenchmarkQuantizeVsPortable alternates the vector and the portable
+// search on the same rows in every iteration, so that their ratio holds on
+// a loaded machine, and reports the vector rate against ggml's recorded
+// one.
+func BenchmarkQuantizeVsPortable(b *testing.B) {
+	src := benchRows(b)
+	dst := make([]byte, RowBytes(len(src)))
+	tables()
+	var vec, port time.Duration
+	for b.Loop() {
+		t0 := time.Now()
+		quantize(dst, src, nil, true)
+		t1 := time.Now()
+		quantize(dst, src, nil, false)
+		vec, port = vec+t1.Sub(t0), port+time.Since(t1)
+	}
+	n := float64(b.N) * float64(len(src))
+	b.ReportMetric(n/vec.Seconds(), "weights/s")
+	b.ReportMetric(n/port.Seconds(), "portable-weights/s")
+	b.ReportMetric(port.Seconds()/vec.Seconds(), "x-portable")
+	b.ReportMetric(n/vec.Seconds()/ggmlRate, "x-ggml-recorded")
 }
 
 func BenchmarkDequantize(b *testing.B) {

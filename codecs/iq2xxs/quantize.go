@@ -145,9 +145,7 @@ func (sb *subBlock) quantize(t *searchTables, vector bool) (scale float32, indic
 	for is := -6; is <= 6; is++ {
 		id := (5 + float32(float32(is)*0.1)) / effMax
 		trialScale := 1 / id
-		for k := range 4 {
-			trial[k] = sb.project(t, k, id, trialScale, vector)
-		}
+		sb.projectGroups(t, id, trialScale, &trial, vector)
 		sumqx, sumq2 := sb.sums(&trial)
 		if sumq2 > 0 && sumqx*sumqx > best*sumq2 {
 			scale = sumqx / sumq2
@@ -157,9 +155,7 @@ func (sb *subBlock) quantize(t *searchTables, vector bool) (scale float32, indic
 	}
 	if scale > 0 {
 		id := 1 / scale
-		for k := range 4 {
-			codes[k] = sb.project(t, k, id, scale, vector)
-		}
+		sb.projectGroups(t, id, scale, &codes, vector)
 		if sumqx, sumq2 := sb.sums(&codes); sumq2 > 0 {
 			scale = sumqx / sumq2
 		}
@@ -178,10 +174,23 @@ func (sb *subBlock) quantize(t *searchTables, vector bool) (scale float32, indic
 	return scale, indices, signs
 }
 
+// projectGroups sets codes to the four groups' level codes for the inverse
+// scale id and scale, as project does. With vector set it runs the vector
+// form where the CPU has one; the codes are the same.
+func (sb *subBlock) projectGroups(t *searchTables, id, scale float32, codes *[4]uint16, vector bool) {
+	if vector && haveVectorSearch {
+		projectAVX2(&sb.xval, &sb.waux, id, scale, &t.codeMap[0], &t.listAt[0], &t.lists[0], codes)
+		return
+	}
+	for k := range codes {
+		codes[k] = sb.project(t, k, id, scale)
+	}
+}
+
 // project returns the level code of group k's grid point for the inverse
 // scale id: each magnitude rounded to the nearest level, and when that code
 // is off the grid, the best of its listed neighbours at scale.
-func (sb *subBlock) project(t *searchTables, k int, id, scale float32, vector bool) uint16 {
+func (sb *subBlock) project(t *searchTables, k int, id, scale float32) uint16 {
 	xval := (*[8]float32)(sb.xval[8*k:])
 	var u uint16
 	for i, v := range xval {
@@ -191,7 +200,7 @@ func (sb *subBlock) project(t *searchTables, k int, id, scale float32, vector bo
 	if t.codeMap[u] >= 0 {
 		return u
 	}
-	return t.bestNeighbour(u, xval, (*[8]float32)(sb.waux[8*k:]), scale, vector)
+	return t.bestNeighbour(u, xval, (*[8]float32)(sb.waux[8*k:]), scale)
 }
 
 // sums returns sum(weight*xval*q) and sum(weight*q*q) over the sub-block
@@ -212,12 +221,7 @@ func (sb *subBlock) sums(codes *[4]uint16) (sumqx, sumq2 float32) {
 // the off-grid code u, the first with the smallest sum of
 // waux*(scale*q - xval)^2, as a level code. If no point has a distance below
 // the largest float32 (ggml aborts there), it returns the first one listed.
-// With vector set it runs the vector search where the CPU has one; both
-// searches give the same point.
-func (t *searchTables) bestNeighbour(u uint16, xval, waux *[8]float32, scale float32, vector bool) uint16 {
-	if vector && haveVectorSearch {
-		return t.bestNeighbourVector(u, xval, waux, scale)
-	}
+func (t *searchTables) bestNeighbour(u uint16, xval, waux *[8]float32, scale float32) uint16 {
 	// Each coordinate takes one of three levels, so the 24 possible terms
 	// are computed once and each candidate only adds up its eight, in
 	// ggml's order; the first addition is tabulated too. ggml starts from

@@ -15,54 +15,117 @@ DATA lanes<>+24(SB)/4, $6
 DATA lanes<>+28(SB)/4, $7
 GLOBL lanes<>(SB), RODATA|NOPTR, $32
 
+DATA shifts<>+0(SB)/4, $0
+DATA shifts<>+4(SB)/4, $2
+DATA shifts<>+8(SB)/4, $4
+DATA shifts<>+12(SB)/4, $6
+DATA shifts<>+16(SB)/4, $8
+DATA shifts<>+20(SB)/4, $10
+DATA shifts<>+24(SB)/4, $12
+DATA shifts<>+28(SB)/4, $14
+GLOBL shifts<>(SB), RODATA|NOPTR, $32
+
 DATA consts<>+0(SB)/4, $0x7f7fffff  // largest float32
 DATA consts<>+4(SB)/4, $0x7f800000  // +Inf
 DATA consts<>+8(SB)/4, $8
 DATA consts<>+12(SB)/4, $0x7fffffff
 DATA consts<>+16(SB)/4, $3.0
 DATA consts<>+20(SB)/4, $5.0
-GLOBL consts<>(SB), RODATA|NOPTR, $24
+DATA consts<>+24(SB)/4, $1.0
+DATA consts<>+28(SB)/4, $0.5
+DATA consts<>+32(SB)/4, $12582912.0 // nearest_int's 1.5*2^23
+DATA consts<>+36(SB)/4, $0x007fffff
+DATA consts<>+40(SB)/4, $0x00400000
+DATA consts<>+44(SB)/4, $2
+GLOBL consts<>(SB), RODATA|NOPTR, $48
 
-// func bestNeighbourAVX2(xval, waux *[8]float32, scale float32, codes *uint16, n int) int
+// func projectAVX2(xval, waux *[32]float32, id, scale float32, codeMap *int32, listAt *uint32, lists *uint16, codes *[4]uint16)
 //
-// The locals hold the eight coordinates' term tables, 32 bytes each:
+// The locals hold a group's eight term tables, 32 bytes each: the terms of
 // levels 0, 1, 2 and +Inf (the padding level), twice.
-TEXT ·bestNeighbourAVX2(SB), NOSPLIT, $256-48
+TEXT ·projectAVX2(SB), NOSPLIT, $256-56
 	MOVQ xval+0(FP), SI
 	MOVQ waux+8(FP), DX
-	VMOVUPS (SI), Y8  // x
-	VMOVUPS (DX), Y9  // waux
+	MOVQ codeMap+24(FP), R8
+	MOVQ listAt+32(FP), R9
+	MOVQ lists+40(FP), R10
+	MOVQ codes+48(FP), R11
+	XORQ R12, R12 // k*32, the group's byte offset
 
+	VBROADCASTSS id+16(FP), Y10
 	// The scales of the levels: scale, scale*3, scale*5, each rounded.
-	VMOVSS       scale+16(FP), X0
-	VMULSS       consts<>+16(SB), X0, X1
-	VMULSS       consts<>+20(SB), X0, X2
-	VBROADCASTSS X0, Y0
-	VBROADCASTSS X1, Y1
-	VBROADCASTSS X2, Y2
+	VMOVSS       scale+20(FP), X11
+	VMULSS       consts<>+16(SB), X11, X12
+	VMULSS       consts<>+20(SB), X11, X13
+	VBROADCASTSS X11, Y11
+	VBROADCASTSS X12, Y12
+	VBROADCASTSS X13, Y13
+	VMOVDQU      shifts<>(SB), Y14
 
-	// Y0, Y1, Y2: per coordinate, waux*(s-x)^2 as (waux*d)*d, d = s-x.
-	VSUBPS Y8, Y0, Y0
-	VMULPS Y0, Y9, Y10
-	VMULPS Y0, Y10, Y0
-	VSUBPS Y8, Y1, Y1
-	VMULPS Y1, Y9, Y10
-	VMULPS Y1, Y10, Y1
-	VSUBPS Y8, Y2, Y2
-	VMULPS Y2, Y9, Y10
-	VMULPS Y2, Y10, Y2
+group:
+	// u: the levels min(2, max(0, nearest_int(0.5*(id*x - 1)))), level j
+	// in bits 2j..2j+1.
+	VMOVUPS      (SI)(R12*1), Y8
+	VMULPS       Y8, Y10, Y0
+	VBROADCASTSS consts<>+24(SB), Y1
+	VSUBPS       Y1, Y0, Y0
+	VBROADCASTSS consts<>+28(SB), Y1
+	VMULPS       Y1, Y0, Y0
+	VBROADCASTSS consts<>+32(SB), Y1
+	VADDPS       Y1, Y0, Y0
+	VPBROADCASTD consts<>+36(SB), Y1
+	VPAND        Y1, Y0, Y0
+	VPBROADCASTD consts<>+40(SB), Y1
+	VPSUBD       Y1, Y0, Y0
+	VPXOR        Y1, Y1, Y1
+	VPMAXSD      Y1, Y0, Y0
+	VPBROADCASTD consts<>+44(SB), Y1
+	VPMINSD      Y1, Y0, Y0
+	VPSLLVD      Y14, Y0, Y0
+	VEXTRACTI128 $1, Y0, X1
+	VPOR         X1, X0, X0
+	VPSHUFD      $0x4e, X0, X1
+	VPOR         X1, X0, X0
+	VPSHUFD      $0xb1, X0, X1
+	VPOR         X1, X0, X0
+	VMOVD        X0, AX
+	MOVL         (R8)(AX*4), BX
+	TESTL        BX, BX
+	JGE          store
+
+	// Off the grid: the candidates are lists[start : start+n], listAt[u]
+	// = start<<8 | n.
+	MOVL  (R9)(AX*4), BX
+	MOVL  BX, CX
+	ANDL  $0xff, CX
+	SHRL  $8, BX
+	LEAQ  (R10)(BX*2), DI
+	MOVQ  DI, R13
+
+	// Per coordinate, waux*(s-x)^2 as (waux*d)*d, d = s-x, for the three
+	// level scales s.
+	VMOVUPS (DX)(R12*1), Y9
+	VSUBPS  Y8, Y11, Y0
+	VMULPS  Y0, Y9, Y4
+	VMULPS  Y0, Y4, Y0
+	VSUBPS  Y8, Y12, Y1
+	VMULPS  Y1, Y9, Y4
+	VMULPS  Y1, Y4, Y1
+	VSUBPS  Y8, Y13, Y2
+	VMULPS  Y2, Y9, Y4
+	VMULPS  Y2, Y4, Y2
 	VBROADCASTSS consts<>+4(SB), Y3
 
 	// Transpose in each 128-bit lane: Y4..Y7 become the tables of
 	// coordinates 0..3 (low lane) and 4..7 (high lane).
 	VUNPCKLPS Y1, Y0, Y8
 	VUNPCKHPS Y1, Y0, Y9
-	VUNPCKLPS Y3, Y2, Y10
-	VUNPCKHPS Y3, Y2, Y11
-	VSHUFPS   $0x44, Y10, Y8, Y4
-	VSHUFPS   $0xee, Y10, Y8, Y5
-	VSHUFPS   $0x44, Y11, Y9, Y6
-	VSHUFPS   $0xee, Y11, Y9, Y7
+	VUNPCKLPS Y3, Y2, Y0
+	VUNPCKHPS Y3, Y2, Y1
+	VSHUFPS   $0x44, Y0, Y8, Y4
+	VSHUFPS   $0xee, Y0, Y8, Y5
+	VSHUFPS   $0x44, Y1, Y9, Y6
+	VSHUFPS   $0xee, Y1, Y9, Y7
 
 	// Each table repeated in both lanes, coordinate j at 32*j(SP).
 	VPERM2F128 $0x00, Y4, Y4, Y0
@@ -82,14 +145,12 @@ TEXT ·bestNeighbourAVX2(SB), NOSPLIT, $256-48
 	VPERM2F128 $0x11, Y7, Y7, Y0
 	VMOVUPS    Y0, 224(SP)
 
-	MOVQ         codes+24(FP), DI
-	MOVQ         n+32(FP), CX
 	VBROADCASTSS consts<>+0(SB), Y6 // per lane: best distance
 	VPXOR        Y7, Y7, Y7         // and the position of its candidate
 	VMOVDQU      lanes<>(SB), Y5    // positions of the current candidates
 	VPBROADCASTD consts<>+8(SB), Y4
 
-loop:
+candidates:
 	// Y0: eight codes. VPERMPS looks each coordinate's level up by the
 	// low three bits, the level and a bit of the next level, which the
 	// repeated table ignores.
@@ -123,8 +184,8 @@ loop:
 	VBLENDVPS Y2, Y5, Y7, Y7
 	VPADDD    Y4, Y5, Y5
 	ADDQ      $16, DI
-	SUBQ      $8, CX
-	JGT       loop
+	SUBL      $8, CX
+	JGT       candidates
 
 	// The smallest distance of all lanes, then the first position among
 	// the lanes that hold it (-0 and +0 compare equal, as in ggml).
@@ -145,6 +206,15 @@ loop:
 	VPSHUFD      $0xb1, X0, X1
 	VPMINSD      X1, X0, X0
 	VMOVD        X0, AX
-	MOVQ         AX, ret+40(FP)
+	MOVWLZX      (R13)(AX*2), AX
+
+store:
+	MOVQ R12, BX
+	SHRQ $4, BX // k*32 bytes of floats -> k*2 bytes of codes
+	MOVW AX, (R11)(BX*1)
+	ADDQ $32, R12
+	CMPQ R12, $128
+	JLT  group
+
 	VZEROUPPER
 	RET

@@ -2,10 +2,10 @@
 
 package iq2xxs
 
-// haveVectorSearch says whether a vector neighbour search runs: not on this
+// haveVectorSearch says whether a vector projection runs: not on this
 // architecture.
 const haveVectorSearch = false
 
-func (t *searchTables) bestNeighbourVector(u uint16, xval, waux *[8]float32, scale float32) uint16 {
-	panic("iq2xxs: no vector neighbour search on this architecture")
+func projectAVX2(xval, waux *[32]float32, id, scale float32, codeMap *int32, listAt *uint32, lists *uint16, codes *[4]uint16) {
+	panic("iq2xxs: no vector projection on this architecture")
 }

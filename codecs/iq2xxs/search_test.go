@@ -6,45 +6,48 @@ import (
 	"testing"
 )
 
-// TestVectorSearchMatchesPortable compares the vector neighbour search with
-// the portable one on random groups, for every off-grid code, including
-// ties (all-equal inputs), zeros and non-finite distances.
-func TestVectorSearchMatchesPortable(t *testing.T) {
+// TestVectorProjectionMatchesPortable compares the vector projection with
+// the portable one on groups made to round to every off-grid code, with
+// exact ties (integer distances, zero metric), non-finite distances and
+// random metrics.
+func TestVectorProjectionMatchesPortable(t *testing.T) {
 	if !haveVectorSearch {
-		t.Skip("no vector neighbour search on this CPU")
+		t.Skip("no vector projection on this CPU")
 	}
 	r := newRand(t)
 	tb := tables()
-	var xval, waux [8]float32
+	var sb subBlock
 	for u := range mapSize {
 		if tb.codeMap[u] >= 0 {
 			continue
 		}
 		scale := float32(r.ExpFloat64())
-		switch r.IntN(8) {
-		case 0: // every candidate at the same distance
-			xval, waux = [8]float32{}, [8]float32{}
-		case 1: // integer grid: many exact ties
-			for j := range xval {
-				xval[j] = float32(r.IntN(6))
-				waux[j] = 1
-			}
-			scale = 1
-		case 2: // distances overflow (ggml aborts; both take the first)
-			for j := range xval {
-				xval[j] = float32(1e30 * r.Float64())
-				waux[j] = float32(1e10 * r.Float64())
-			}
-		default:
-			for j := range xval {
-				xval[j] = float32(math.Abs(r.NormFloat64()) * 3 * float64(scale))
-				waux[j] = float32(r.Float64())
-			}
+		kind := r.IntN(4)
+		if kind == 2 {
+			scale = 1e30
 		}
-		got := tb.bestNeighbour(uint16(u), &xval, &waux, scale, true)
-		want := tb.bestNeighbour(uint16(u), &xval, &waux, scale, false)
+		for i := range sb.xval {
+			l := float64(u >> (2 * (i % 8)) & 3)
+			var off float64
+			switch kind {
+			case 0: // every candidate at distance 0
+				sb.waux[i] = 0
+			case 1: // integer distances: many exact ties
+				sb.waux[i] = 1
+				scale = 1
+			case 2: // distances overflow (ggml aborts; both take the first)
+				sb.waux[i] = float32(1e10 * r.Float64())
+			default:
+				sb.waux[i] = float32(r.Float64())
+				off = 1.8*r.Float64() - 0.9
+			}
+			sb.xval[i] = float32((2*l + 1 + off) * float64(scale))
+		}
+		var got, want [4]uint16
+		sb.projectGroups(tb, 1/scale, scale, &got, true)
+		sb.projectGroups(tb, 1/scale, scale, &want, false)
 		if got != want {
-			t.Fatalf("code %#04x, xval %v, waux %v, scale %g: vector search gives %#04x, portable %#04x", u, xval, waux, scale, got, want)
+			t.Fatalf("code %#04x, xval %v, waux %v, scale %g: vector projection gives %#04x, portable %#04x", u, sb.xval, sb.waux, scale, got, want)
 		}
 	}
 }
