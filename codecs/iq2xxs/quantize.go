@@ -131,7 +131,7 @@ func (sb *subBlock) quantize(t *searchTables, vector bool) (scale float32, indic
 	if m < groupMaxEps {
 		return 0, indices, [4]uint8{}
 	}
-	scale = sb.scaleGuess()
+	scale = sb.scaleGuess(vector)
 	effMax := scale * 3
 	if effMax <= 0 {
 		return 0, indices, [4]uint8{}
@@ -140,17 +140,39 @@ func (sb *subBlock) quantize(t *searchTables, vector bool) (scale float32, indic
 	// codes holds the level code of each group's chosen grid point. Only
 	// when every fit below fails (non-finite metric, where ggml aborts) is
 	// its initial grid point 0 stored.
-	var codes, trial [4]uint16
+	var codes [4]uint16
 	var best float32
+	// The thirteen trials are independent until their sums are compared, so
+	// the vector path computes all of them first and their sums side by
+	// side, each still in ggml's order; the comparisons then run in ggml's
+	// order of trials.
+	const trials = 13
+	var (
+		trial        [trials][4]uint16
+		sumqx, sumq2 [16]float32
+	)
 	for is := -6; is <= 6; is++ {
 		id := (5 + float32(float32(is)*0.1)) / effMax
-		trialScale := 1 / id
-		sb.projectGroups(t, id, trialScale, &trial, vector)
-		sumqx, sumq2 := sb.sums(&trial)
-		if sumq2 > 0 && sumqx*sumqx > best*sumq2 {
-			scale = sumqx / sumq2
-			best = scale * sumqx
-			codes = trial
+		sb.projectGroups(t, id, 1/id, &trial[is+6], vector)
+	}
+	if vector && haveVectorSearch {
+		var lanes [4][16]uint32
+		for n, c := range trial {
+			for k := range c {
+				lanes[k][n] = uint32(c[k])
+			}
+		}
+		trialSumsAVX2(&sb.weight, &sb.xval, &lanes, &sumqx, &sumq2)
+	} else {
+		for n := range trial {
+			sumqx[n], sumq2[n] = sb.sums(&trial[n])
+		}
+	}
+	for n := range trials {
+		if sumq2[n] > 0 && sumqx[n]*sumqx[n] > best*sumq2[n] {
+			scale = sumqx[n] / sumq2[n]
+			best = scale * sumqx[n]
+			codes = trial[n]
 		}
 	}
 	if scale > 0 {
@@ -266,7 +288,7 @@ func (t *searchTables) bestNeighbour(u uint16, xval, waux *[8]float32, scale flo
 // sums that created it used the signed level. make_qp_quants returns 0 for
 // a largest value below groupMaxEps; the caller has already set such
 // sub-blocks aside.
-func (sb *subBlock) scaleGuess() float32 {
+func (sb *subBlock) scaleGuess(vector bool) float32 {
 	const nmax = 4
 	x, w := &sb.xval, &sb.weight
 	var m float32
@@ -283,20 +305,29 @@ func (sb *subBlock) scaleGuess() float32 {
 		diff := v - float32(scale*l)
 		bestMSE += float32(float32(w[i]*diff) * diff)
 	}
-	for is := -4; is <= 4; is++ {
-		if is == 0 {
-			continue
+	if vector && haveVectorSearch {
+		// The eight trials side by side, each error still summed in
+		// ggml's order, then compared in ggml's order.
+		var iscales, scales, mse [8]float32
+		for n, is := range [8]int{-4, -3, -2, -1, 1, 2, 3, 4} {
+			iscales[n] = (float32(0.1*float32(is)) + nmax) / m
+			scales[n] = 1 / iscales[n]
 		}
-		iscaleIs := (float32(0.1*float32(is)) + nmax) / m
-		scaleIs := 1 / iscaleIs
-		var mse float32
-		for i, v := range x {
-			l := float32(min(nmax, nearestInt(iscaleIs*v)))
-			diff := v - float32(scaleIs*l)
-			mse += float32(float32(w[i]*diff) * diff)
+		qpErrorsAVX2(x, w, &iscales, &scales, &mse)
+		for n, e := range mse {
+			if e < bestMSE {
+				bestMSE, iscale = e, iscales[n]
+			}
 		}
-		if mse < bestMSE {
-			bestMSE, iscale = mse, iscaleIs
+	} else {
+		for is := -4; is <= 4; is++ {
+			if is == 0 {
+				continue
+			}
+			iscaleIs := (float32(0.1*float32(is)) + nmax) / m
+			if mse := qpError(x, w, iscaleIs, 1/iscaleIs); mse < bestMSE {
+				bestMSE, iscale = mse, iscaleIs
+			}
 		}
 	}
 	var levels [32]uint8
@@ -336,4 +367,16 @@ func (sb *subBlock) scaleGuess() float32 {
 		return sumlx / suml2
 	}
 	return 0
+}
+
+// qpError is the weighted squared error of one of scaleGuess's trials:
+// levels min(4, nearest_int(iscale*x)) at scale, summed in index order.
+func qpError(x, w *[32]float32, iscale, scale float32) float32 {
+	var mse float32
+	for i, v := range x {
+		l := float32(min(4, nearestInt(iscale*v)))
+		diff := v - float32(scale*l)
+		mse += float32(float32(w[i]*diff) * diff)
+	}
+	return mse
 }

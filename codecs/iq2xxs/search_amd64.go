@@ -16,3 +16,16 @@ var haveVectorSearch = cpu.X86.HasAVX2
 //
 //go:noescape
 func projectAVX2(xval, waux *[32]float32, id, scale float32, codeMap *int32, listAt *uint32, lists *uint16, codes *[4]uint16)
+
+// trialSumsAVX2 computes, for up to 16 trials at once, the sums sums
+// computes: lane t of sumqx and sumq2 from the level codes codes[k][t] of
+// groups k = 0..3, accumulated in index order.
+//
+//go:noescape
+func trialSumsAVX2(weight, xval *[32]float32, codes *[4][16]uint32, sumqx, sumq2 *[16]float32)
+
+// qpErrorsAVX2 computes the weighted squared errors of scaleGuess's eight
+// trial scales at once, each summed in index order.
+//
+//go:noescape
+func qpErrorsAVX2(x, w *[32]float32, iscale, scale, mse *[8]float32)

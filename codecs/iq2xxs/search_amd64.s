@@ -25,6 +25,16 @@ DATA shifts<>+24(SB)/4, $12
 DATA shifts<>+28(SB)/4, $14
 GLOBL shifts<>(SB), RODATA|NOPTR, $32
 
+DATA levelq<>+0(SB)/4, $1.0
+DATA levelq<>+4(SB)/4, $3.0
+DATA levelq<>+8(SB)/4, $5.0
+DATA levelq<>+12(SB)/4, $7.0
+DATA levelq<>+16(SB)/4, $1.0
+DATA levelq<>+20(SB)/4, $3.0
+DATA levelq<>+24(SB)/4, $5.0
+DATA levelq<>+28(SB)/4, $7.0
+GLOBL levelq<>(SB), RODATA|NOPTR, $32
+
 DATA consts<>+0(SB)/4, $0x7f7fffff  // largest float32
 DATA consts<>+4(SB)/4, $0x7f800000  // +Inf
 DATA consts<>+8(SB)/4, $8
@@ -37,7 +47,8 @@ DATA consts<>+32(SB)/4, $12582912.0 // nearest_int's 1.5*2^23
 DATA consts<>+36(SB)/4, $0x007fffff
 DATA consts<>+40(SB)/4, $0x00400000
 DATA consts<>+44(SB)/4, $2
-GLOBL consts<>(SB), RODATA|NOPTR, $48
+DATA consts<>+48(SB)/4, $4
+GLOBL consts<>(SB), RODATA|NOPTR, $52
 
 // func projectAVX2(xval, waux *[32]float32, id, scale float32, codeMap *int32, listAt *uint32, lists *uint16, codes *[4]uint16)
 //
@@ -216,5 +227,105 @@ store:
 	CMPQ R12, $128
 	JLT  group
 
+	VZEROUPPER
+	RET
+
+// func trialSumsAVX2(weight, xval *[32]float32, codes *[4][16]uint32, sumqx, sumq2 *[16]float32)
+//
+// Lane t of Y0/Y1 (trials 0..7) and Y2/Y3 (trials 8..15) accumulates
+// trial t's sums over the 32 weights in index order.
+TEXT ·trialSumsAVX2(SB), NOSPLIT, $0-40
+	MOVQ weight+0(FP), SI
+	MOVQ xval+8(FP), DX
+	MOVQ codes+16(FP), DI
+	VMOVUPS levelq<>(SB), Y15
+	VXORPS  Y0, Y0, Y0
+	VXORPS  Y1, Y1, Y1
+	VXORPS  Y2, Y2, Y2
+	VXORPS  Y3, Y3, Y3
+	MOVQ    $4, CX
+
+sumGroup:
+	VMOVDQU (DI), Y4   // the group's codes of trials 0..7
+	VMOVDQU 32(DI), Y5 // and of trials 8..15
+	MOVQ    $8, BX
+
+sumWeight:
+	VMOVSS       (SI), X6
+	VMULSS       (DX), X6, X7 // w*x
+	VBROADCASTSS X6, Y6
+	VBROADCASTSS X7, Y7
+	VPERMPS      Y15, Y4, Y8   // q, trials 0..7
+	VPERMPS      Y15, Y5, Y9   // q, trials 8..15
+	VMULPS       Y8, Y7, Y10   // (w*x)*q
+	VADDPS       Y10, Y0, Y0
+	VMULPS       Y8, Y6, Y10   // (w*q)*q
+	VMULPS       Y8, Y10, Y10
+	VADDPS       Y10, Y1, Y1
+	VMULPS       Y9, Y7, Y10
+	VADDPS       Y10, Y2, Y2
+	VMULPS       Y9, Y6, Y10
+	VMULPS       Y9, Y10, Y10
+	VADDPS       Y10, Y3, Y3
+	VPSRLD       $2, Y4, Y4
+	VPSRLD       $2, Y5, Y5
+	ADDQ         $4, SI
+	ADDQ         $4, DX
+	DECQ         BX
+	JNZ          sumWeight
+
+	ADDQ $64, DI
+	DECQ CX
+	JNZ  sumGroup
+
+	MOVQ    sumqx+24(FP), AX
+	VMOVUPS Y0, (AX)
+	VMOVUPS Y2, 32(AX)
+	MOVQ    sumq2+32(FP), AX
+	VMOVUPS Y1, (AX)
+	VMOVUPS Y3, 32(AX)
+	VZEROUPPER
+	RET
+
+// func qpErrorsAVX2(x, w *[32]float32, iscale, scale, mse *[8]float32)
+//
+// Lane t accumulates trial t's weighted squared error over the 32 weights
+// in index order: l = min(4, nearest_int(iscale*x)), d = x - scale*l,
+// mse += (w*d)*d.
+TEXT ·qpErrorsAVX2(SB), NOSPLIT, $0-40
+	MOVQ         x+0(FP), SI
+	MOVQ         w+8(FP), DX
+	MOVQ         iscale+16(FP), AX
+	VMOVUPS      (AX), Y10
+	MOVQ         scale+24(FP), AX
+	VMOVUPS      (AX), Y11
+	VBROADCASTSS consts<>+32(SB), Y12
+	VPBROADCASTD consts<>+36(SB), Y13
+	VPBROADCASTD consts<>+40(SB), Y14
+	VPBROADCASTD consts<>+48(SB), Y15
+	VXORPS       Y0, Y0, Y0
+	MOVQ         $32, CX
+
+qpWeight:
+	VBROADCASTSS (SI), Y1 // x
+	VBROADCASTSS (DX), Y2 // w
+	VMULPS       Y1, Y10, Y3
+	VADDPS       Y12, Y3, Y3
+	VPAND        Y13, Y3, Y3
+	VPSUBD       Y14, Y3, Y3
+	VPMINSD      Y15, Y3, Y3
+	VCVTDQ2PS    Y3, Y3
+	VMULPS       Y3, Y11, Y3 // scale*l
+	VSUBPS       Y3, Y1, Y3  // x - scale*l
+	VMULPS       Y3, Y2, Y4  // (w*d)*d
+	VMULPS       Y3, Y4, Y4
+	VADDPS       Y4, Y0, Y0
+	ADDQ         $4, SI
+	ADDQ         $4, DX
+	DECQ         CX
+	JNZ          qpWeight
+
+	MOVQ    mse+32(FP), AX
+	VMOVUPS Y0, (AX)
 	VZEROUPPER
 	RET

@@ -9,3 +9,11 @@ const haveVectorSearch = false
 func projectAVX2(xval, waux *[32]float32, id, scale float32, codeMap *int32, listAt *uint32, lists *uint16, codes *[4]uint16) {
 	panic("iq2xxs: no vector projection on this architecture")
 }
+
+func trialSumsAVX2(weight, xval *[32]float32, codes *[4][16]uint32, sumqx, sumq2 *[16]float32) {
+	panic("iq2xxs: no vector sums on this architecture")
+}
+
+func qpErrorsAVX2(x, w *[32]float32, iscale, scale, mse *[8]float32) {
+	panic("iq2xxs: no vector errors on this architecture")
+}

@@ -3,6 +3,7 @@ package iq2xxs
 import (
 	"bytes"
 	"math"
+	"math/rand/v2"
 	"testing"
 )
 
@@ -95,6 +96,68 @@ func TestVectorsPortable(t *testing.T) {
 		quantize(got, c.Input, nil, false)
 		if !bytes.Equal(got, c.Expect) {
 			t.Fatalf("%s: byte %d differs from ggml's", c.Name, firstDiff(got, c.Expect))
+		}
+	}
+}
+
+// randomSubBlock fills sb with the prepared state of 32 random weights,
+// MXFP4-like or Gaussian over a wide range, with a random importance.
+func randomSubBlock(r *rand.Rand, sb *subBlock) {
+	var x, qw [32]float32
+	if r.IntN(2) == 0 {
+		copy(x[:], mxfp4Row(r, 32))
+	} else {
+		for i := range x {
+			x[i] = float32(r.NormFloat64() * math.Exp(3*r.NormFloat64()))
+		}
+	}
+	for i := range qw {
+		qw[i] = float32(r.ExpFloat64())
+	}
+	var sumx2 float32
+	for _, v := range x {
+		sumx2 += float32(v * v)
+	}
+	sb.prepare(&x, &qw, sumx2/32)
+}
+
+// TestVectorTrialKernels compares the side-by-side trial kernels lane by
+// lane, bit for bit, with the portable sums and errors.
+func TestVectorTrialKernels(t *testing.T) {
+	if !haveVectorSearch {
+		t.Skip("no vector kernels on this CPU")
+	}
+	r := newRand(t)
+	var sb subBlock
+	for range 2000 {
+		randomSubBlock(r, &sb)
+		var codes [16][4]uint16
+		var lanes [4][16]uint32
+		for n := range codes {
+			for k := range 4 {
+				codes[n][k] = uint16(r.IntN(1 << 16))
+				lanes[k][n] = uint32(codes[n][k])
+			}
+		}
+		var sumqx, sumq2 [16]float32
+		trialSumsAVX2(&sb.weight, &sb.xval, &lanes, &sumqx, &sumq2)
+		for n := range codes {
+			qx, q2 := sb.sums(&codes[n])
+			if math.Float32bits(qx) != math.Float32bits(sumqx[n]) || math.Float32bits(q2) != math.Float32bits(sumq2[n]) {
+				t.Fatalf("codes %x: vector sums %g, %g; portable %g, %g", codes[n], sumqx[n], sumq2[n], qx, q2)
+			}
+		}
+
+		var iscales, scales, mse [8]float32
+		for n := range iscales {
+			iscales[n] = float32(r.ExpFloat64() * 4 / float64(sb.xval[r.IntN(32)]+1e-3))
+			scales[n] = 1 / iscales[n]
+		}
+		qpErrorsAVX2(&sb.xval, &sb.weight, &iscales, &scales, &mse)
+		for n := range mse {
+			if want := qpError(&sb.xval, &sb.weight, iscales[n], scales[n]); math.Float32bits(want) != math.Float32bits(mse[n]) {
+				t.Fatalf("iscale %g: vector error %g, portable %g", iscales[n], mse[n], want)
+			}
 		}
 	}
 }
