@@ -3,6 +3,7 @@ package q2k
 import (
 	"math/rand/v2"
 	"testing"
+	"time"
 )
 
 // Benchmarks quantise 64 MXFP4-decoded rows of 5120 weights per iteration on
@@ -24,6 +25,32 @@ func benchmarkQuantize(b *testing.B, quantize func(dst []byte, src []float32)) {
 
 func BenchmarkQuantizeRef(b *testing.B) {
 	benchmarkQuantize(b, QuantizeRef)
+}
+
+// ggmlRefRate is the single-thread rate of ggml's generic reference build for
+// quantize_row_q2_K_ref on the same kind of rows, as recorded with the
+// reference vectors (testdata/ggml/README.md: 19.3-19.6 M weights/s).
+const ggmlRefRate = 19.5e6
+
+// BenchmarkQuantizeRefVsPortable alternates the vector and the portable fit
+// on the same rows in every iteration, so that their ratio holds on a loaded
+// machine, and reports the vector rate against ggml's recorded one.
+func BenchmarkQuantizeRefVsPortable(b *testing.B) {
+	src := mxfp4Rows(rand.New(rand.NewPCG(1, 2)), benchRows, benchWidth)
+	dst := make([]byte, RowBytes(len(src)))
+	var vec, port time.Duration
+	for b.Loop() {
+		t0 := time.Now()
+		quantizeRef(dst, src, true)
+		t1 := time.Now()
+		quantizeRef(dst, src, false)
+		vec, port = vec+t1.Sub(t0), port+time.Since(t1)
+	}
+	n := float64(b.N) * float64(len(src))
+	b.ReportMetric(n/vec.Seconds(), "weights/s")
+	b.ReportMetric(n/port.Seconds(), "portable-weights/s")
+	b.ReportMetric(port.Seconds()/vec.Seconds(), "x-portable")
+	b.ReportMetric(n/vec.Seconds()/ggmlRefRate, "x-ggml-recorded")
 }
 
 func BenchmarkQuantizeUnit(b *testing.B) {

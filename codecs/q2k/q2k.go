@@ -58,8 +58,14 @@ func RowBytes(n int) int {
 // BlockWeights or dst is shorter than RowBytes(len(src)).
 func QuantizeRef(dst []byte, src []float32) {
 	checkQuantize(dst, src)
+	quantizeRef(dst, src, true)
+}
+
+// quantizeRef is QuantizeRef with the vector fit (where the CPU has one) on
+// or off; the bytes are the same.
+func quantizeRef(dst []byte, src []float32, vector bool) {
 	for len(src) > 0 {
-		quantizeRefBlock((*[BlockBytes]byte)(dst), (*[BlockWeights]float32)(src))
+		quantizeRefBlock((*[BlockBytes]byte)(dst), (*[BlockWeights]float32)(src), vector)
 		dst, src = dst[BlockBytes:], src[BlockWeights:]
 	}
 }
@@ -153,20 +159,28 @@ func abs32(f float32) float32 {
 	return math.Float32frombits(math.Float32bits(f) &^ (1 << 31))
 }
 
-// quantizeRefBlock is one block of quantize_row_q2_K_ref.
-func quantizeRefBlock(b *[BlockBytes]byte, x *[BlockWeights]float32) {
+// quantizeRefBlock is one block of quantize_row_q2_K_ref, with the
+// sub-blocks' fits side by side on the vector unit if vector is set and the
+// CPU has one.
+func quantizeRefBlock(b *[BlockBytes]byte, x *[BlockWeights]float32, vector bool) {
 	var (
 		codes            [subBlocks]uint32 // 2-bit levels, weight i of sub-block j in bits 2i..2i+1 of codes[j]
 		scales, mins     [subBlocks]float32
 		w                [16]float32
 		maxScale, maxMin float32
 	)
-	for j := range subBlocks {
-		xs := (*[16]float32)(x[16*j:])
-		for i, v := range xs {
-			w[i] = abs32(v)
+	if vector && haveVectorFit {
+		fitRefVector(x, &scales, &mins, &codes)
+	} else {
+		for j := range subBlocks {
+			xs := (*[16]float32)(x[16*j:])
+			for i, v := range xs {
+				w[i] = abs32(v)
+			}
+			scales[j], mins[j], codes[j] = fitRange(xs, &w, refSteps, true)
 		}
-		scales[j], mins[j], codes[j] = fitRange(xs, &w, refSteps, true)
+	}
+	for j := range subBlocks {
 		if scales[j] > maxScale {
 			maxScale = scales[j]
 		}
@@ -197,6 +211,28 @@ func quantizeRefBlock(b *[BlockBytes]byte, x *[BlockWeights]float32) {
 	}
 	requantize(x, sc, ggmlfp16.Float32(d), ggmlfp16.Float32(dmin), &codes)
 	pack(b, &codes, d, dmin)
+}
+
+// fitRefVector is the reference path's sixteen fits, eight at a time with
+// fitRangeMADAVX2.
+func fitRefVector(x *[BlockWeights]float32, scales, mins *[subBlocks]float32, codes *[subBlocks]uint32) {
+	var xt, wt, lt [16][8]float32
+	for half := range 2 {
+		for j := range 8 {
+			xs := (*[16]float32)(x[16*(8*half+j):])
+			for i, v := range xs {
+				xt[i][j], wt[i][j] = v, abs32(v)
+			}
+		}
+		fitRangeMADAVX2(&xt, &wt, &refSteps[0], len(refSteps), (*[8]float32)(scales[8*half:]), (*[8]float32)(mins[8*half:]), &lt)
+		for j := range 8 {
+			var c uint32
+			for i := range 16 {
+				c |= uint32(lt[i][j]) << (2 * i)
+			}
+			codes[8*half+j] = c
+		}
+	}
 }
 
 // quantizeImportanceBlock is one block of quantize_row_q2_K_impl.
