@@ -15,3 +15,9 @@ var haveVectorFit = cpu.X86.HasAVX2
 //
 //go:noescape
 func fitRangeMADAVX2(x, w *[16][8]float32, steps *float32, nsteps int, scale, negMin *[8]float32, levels *[16][8]float32)
+
+// requantizeAVX2 sets codes[j] to levelCodes(1, t) for t[i] = (x[16j+i] +
+// dm[j]) / dd[j], each weight's division as requantize rounds it.
+//
+//go:noescape
+func requantizeAVX2(x *[BlockWeights]float32, dm, dd *[subBlocks]float32, codes *[subBlocks]uint32)

@@ -209,3 +209,66 @@ clearLevels:
 	VMOVUPS      Y10, (AX)
 	VZEROUPPER
 	RET
+
+DATA levelShifts<>+0(SB)/4, $0
+DATA levelShifts<>+4(SB)/4, $2
+DATA levelShifts<>+8(SB)/4, $4
+DATA levelShifts<>+12(SB)/4, $6
+DATA levelShifts<>+16(SB)/4, $8
+DATA levelShifts<>+20(SB)/4, $10
+DATA levelShifts<>+24(SB)/4, $12
+DATA levelShifts<>+28(SB)/4, $14
+GLOBL levelShifts<>(SB), RODATA|NOPTR, $32
+
+// LEVELINT is LEVEL without the conversion back to float32.
+#define LEVELINT(reg, tmp) \
+	VBROADCASTSS fitConsts<>+8(SB), tmp; \
+	VADDPS       tmp, reg, reg; \
+	VPBROADCASTD fitConsts<>+12(SB), tmp; \
+	VPAND        tmp, reg, reg; \
+	VPBROADCASTD fitConsts<>+16(SB), tmp; \
+	VPSUBD       tmp, reg, reg; \
+	VPXOR        tmp, tmp, tmp; \
+	VPMAXSD      tmp, reg, reg; \
+	VPBROADCASTD fitConsts<>+20(SB), tmp; \
+	VPMINSD      tmp, reg, reg
+
+// func requantizeAVX2(x *[256]float32, dm, dd *[16]float32, codes *[16]uint32)
+//
+// codes[j] packs the levels of (x + dm[j])/dd[j] over sub-block j.
+TEXT ·requantizeAVX2(SB), NOSPLIT, $0-32
+	MOVQ    x+0(FP), SI
+	MOVQ    dm+8(FP), R8
+	MOVQ    dd+16(FP), R9
+	MOVQ    codes+24(FP), DI
+	VMOVDQU levelShifts<>(SB), Y8
+	MOVQ    $16, CX
+
+requant:
+	VBROADCASTSS (R8), Y6
+	VBROADCASTSS (R9), Y7
+	VADDPS       (SI), Y6, Y0
+	VDIVPS       Y7, Y0, Y0
+	VADDPS       32(SI), Y6, Y1
+	VDIVPS       Y7, Y1, Y1
+	LEVELINT(Y0, Y2)
+	LEVELINT(Y1, Y2)
+	VPSLLVD      Y8, Y0, Y0
+	VPSLLVD      Y8, Y1, Y1
+	VPSLLD       $16, Y1, Y1
+	VPOR         Y1, Y0, Y0
+	VEXTRACTI128 $1, Y0, X1
+	VPOR         X1, X0, X0
+	VPSHUFD      $0x4e, X0, X1
+	VPOR         X1, X0, X0
+	VPSHUFD      $0xb1, X0, X1
+	VPOR         X1, X0, X0
+	VMOVD        X0, (DI)
+	ADDQ         $64, SI
+	ADDQ         $4, R8
+	ADDQ         $4, R9
+	ADDQ         $4, DI
+	DECQ         CX
+	JNZ          requant
+	VZEROUPPER
+	RET

@@ -90,3 +90,44 @@ func TestVectorRefMatchesPortable(t *testing.T) {
 		}
 	}
 }
+
+// TestVectorRequantizeMatchesPortable compares the vector requantisation
+// with requantize on random blocks, scale codes and super-scales, zero
+// and non-finite ones included.
+func TestVectorRequantizeMatchesPortable(t *testing.T) {
+	if !haveVectorFit {
+		t.Skip("no vector requantisation on this CPU")
+	}
+	rng, seed := newRand()
+	pick := func() float32 {
+		switch rng.IntN(10) {
+		case 0:
+			return 0
+		case 1:
+			return float32([]float64{math.Inf(1), math.NaN(), 1e-40, 65504}[rng.IntN(4)])
+		}
+		return float32(rng.ExpFloat64() * 1e-3)
+	}
+	for round := range 2000 {
+		var x [BlockWeights]float32
+		copy(x[:], mxfp4Rows(rng, 1, BlockWeights))
+		if round%4 == 0 {
+			x[rng.IntN(BlockWeights)] = float32(math.Inf(1 - 2*rng.IntN(2)))
+		}
+		var sc [subBlocks]byte
+		for j := range sc {
+			sc[j] = byte(rng.IntN(256))
+		}
+		d, dmin := pick(), pick()
+		var got, want [subBlocks]uint32
+		for j := range got {
+			got[j] = rng.Uint32()
+			want[j] = got[j]
+		}
+		requantizeVector(&x, &sc, d, dmin, &got)
+		requantize(&x, &sc, d, dmin, &want)
+		if got != want {
+			t.Fatalf("seed %d, round %d: d %g, dmin %g, scales %x: vector codes %08x, portable %08x", seed, round, d, dmin, sc, got, want)
+		}
+	}
+}

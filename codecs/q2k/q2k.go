@@ -209,8 +209,29 @@ func quantizeRefBlock(b *[BlockBytes]byte, x *[BlockWeights]float32, vector bool
 		}
 		dmin = ggmlfp16.Bits(maxMin / 15)
 	}
-	requantize(x, sc, ggmlfp16.Float32(d), ggmlfp16.Float32(dmin), &codes)
+	if vector && haveVectorFit {
+		requantizeVector(x, sc, ggmlfp16.Float32(d), ggmlfp16.Float32(dmin), &codes)
+	} else {
+		requantize(x, sc, ggmlfp16.Float32(d), ggmlfp16.Float32(dmin), &codes)
+	}
 	pack(b, &codes, d, dmin)
+}
+
+// requantizeVector is requantize with the divisions and levels on the
+// vector unit.
+func requantizeVector(x *[BlockWeights]float32, sc *[subBlocks]byte, d, dmin float32, codes *[subBlocks]uint32) {
+	var dd, dm [subBlocks]float32
+	var fresh [subBlocks]uint32
+	for j, s := range sc {
+		dd[j] = d * float32(s&0xF)
+		dm[j] = float32(dmin * float32(s>>4))
+	}
+	requantizeAVX2(x, &dm, &dd, &fresh)
+	for j := range codes {
+		if dd[j] != 0 {
+			codes[j] = fresh[j]
+		}
+	}
 }
 
 // fitRefVector is the reference path's sixteen fits, eight at a time with
