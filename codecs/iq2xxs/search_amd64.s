@@ -52,16 +52,18 @@ GLOBL consts<>(SB), RODATA|NOPTR, $52
 
 // func projectAVX2(xval, waux *[32]float32, id, scale float32, codeMap *int32, listAt *uint32, lists *uint16, codes *[4]uint16)
 //
-// The locals hold a group's eight term tables, 32 bytes each: the terms of
-// levels 0, 1, 2 and +Inf (the padding level), twice.
-TEXT ·projectAVX2(SB), NOSPLIT, $256-56
+// It runs in two passes so that the four groups' independent work overlaps:
+// first every group's level code and distance-term tables, then the grid
+// lookups and neighbour searches. The locals hold the tables, 256 bytes a
+// group (coordinate j's at 32*j: the terms of levels 0, 1, 2 and +Inf, the
+// padding level, twice), then the four level codes.
+TEXT ·projectAVX2(SB), 0, $1040-56
 	MOVQ xval+0(FP), SI
 	MOVQ waux+8(FP), DX
 	MOVQ codeMap+24(FP), R8
 	MOVQ listAt+32(FP), R9
 	MOVQ lists+40(FP), R10
 	MOVQ codes+48(FP), R11
-	XORQ R12, R12 // k*32, the group's byte offset
 
 	VBROADCASTSS id+16(FP), Y10
 	// The scales of the levels: scale, scale*3, scale*5, each rounded.
@@ -72,10 +74,11 @@ TEXT ·projectAVX2(SB), NOSPLIT, $256-56
 	VBROADCASTSS X12, Y12
 	VBROADCASTSS X13, Y13
 	VMOVDQU      shifts<>(SB), Y14
+	XORQ         R12, R12 // k*32: group k's offset in xval and waux
 
-group:
+prepare:
 	// u: the levels min(2, max(0, nearest_int(0.5*(id*x - 1)))), level j
-	// in bits 2j..2j+1.
+	// in bits 2j..2j+1, stored at 1024+4k(SP).
 	VMOVUPS      (SI)(R12*1), Y8
 	VMULPS       Y8, Y10, Y0
 	VBROADCASTSS consts<>+24(SB), Y1
@@ -99,19 +102,9 @@ group:
 	VPOR         X1, X0, X0
 	VPSHUFD      $0xb1, X0, X1
 	VPOR         X1, X0, X0
-	VMOVD        X0, AX
-	MOVL         (R8)(AX*4), BX
-	TESTL        BX, BX
-	JGE          store
-
-	// Off the grid: the candidates are lists[start : start+n], listAt[u]
-	// = start<<8 | n.
-	MOVL  (R9)(AX*4), BX
-	MOVL  BX, CX
-	ANDL  $0xff, CX
-	SHRL  $8, BX
-	LEAQ  (R10)(BX*2), DI
-	MOVQ  DI, R13
+	MOVQ         R12, BX
+	SHRQ         $3, BX
+	VMOVD        X0, 1024(SP)(BX*1)
 
 	// Per coordinate, waux*(s-x)^2 as (waux*d)*d, d = s-x, for the three
 	// level scales s.
@@ -138,62 +131,92 @@ group:
 	VSHUFPS   $0x44, Y1, Y9, Y6
 	VSHUFPS   $0xee, Y1, Y9, Y7
 
-	// Each table repeated in both lanes, coordinate j at 32*j(SP).
+	// Each table repeated in both lanes.
+	MOVQ       R12, BX
+	SHLQ       $3, BX
+	LEAQ       (SP)(BX*1), BX
 	VPERM2F128 $0x00, Y4, Y4, Y0
-	VMOVUPS    Y0, 0(SP)
+	VMOVUPS    Y0, 0(BX)
 	VPERM2F128 $0x00, Y5, Y5, Y0
-	VMOVUPS    Y0, 32(SP)
+	VMOVUPS    Y0, 32(BX)
 	VPERM2F128 $0x00, Y6, Y6, Y0
-	VMOVUPS    Y0, 64(SP)
+	VMOVUPS    Y0, 64(BX)
 	VPERM2F128 $0x00, Y7, Y7, Y0
-	VMOVUPS    Y0, 96(SP)
+	VMOVUPS    Y0, 96(BX)
 	VPERM2F128 $0x11, Y4, Y4, Y0
-	VMOVUPS    Y0, 128(SP)
+	VMOVUPS    Y0, 128(BX)
 	VPERM2F128 $0x11, Y5, Y5, Y0
-	VMOVUPS    Y0, 160(SP)
+	VMOVUPS    Y0, 160(BX)
 	VPERM2F128 $0x11, Y6, Y6, Y0
-	VMOVUPS    Y0, 192(SP)
+	VMOVUPS    Y0, 192(BX)
 	VPERM2F128 $0x11, Y7, Y7, Y0
-	VMOVUPS    Y0, 224(SP)
+	VMOVUPS    Y0, 224(BX)
 
-	VBROADCASTSS consts<>+0(SB), Y6 // per lane: best distance
-	VPXOR        Y7, Y7, Y7         // and the position of its candidate
-	VMOVDQU      lanes<>(SB), Y5    // positions of the current candidates
-	VPBROADCASTD consts<>+8(SB), Y4
+	ADDQ $32, R12
+	CMPQ R12, $128
+	JLT  prepare
+
+	VBROADCASTSS consts<>+0(SB), Y10 // the largest float32
+	VPBROADCASTD consts<>+8(SB), Y11 // 8
+	VMOVDQU      lanes<>(SB), Y12
+	VPBROADCASTD consts<>+12(SB), Y13 // the largest int32
+	XORQ         R12, R12             // k*4
+
+group:
+	MOVL  1024(SP)(R12*1), AX
+	MOVL  (R8)(AX*4), BX
+	TESTL BX, BX
+	JGE   store
+
+	// Off the grid: the candidates are lists[start : start+n], listAt[u]
+	// = start<<8 | n; SI: the group's tables.
+	MOVL (R9)(AX*4), BX
+	MOVL BX, CX
+	ANDL $0xff, CX
+	SHRL $8, BX
+	LEAQ (R10)(BX*2), DI
+	MOVQ DI, R13
+	MOVQ R12, SI
+	SHLQ $6, SI
+	LEAQ (SP)(SI*1), SI
+
+	VMOVAPS Y10, Y6 // per lane: best distance
+	VPXOR   Y7, Y7, Y7 // and the position of its candidate
+	VMOVDQA Y12, Y5    // positions of the current candidates
 
 candidates:
 	// Y0: eight codes. VPERMPS looks each coordinate's level up by the
 	// low three bits, the level and a bit of the next level, which the
 	// repeated table ignores.
 	VPMOVZXWD (DI), Y0
-	VPERMPS   0(SP), Y0, Y1
+	VPERMPS   0(SI), Y0, Y1
 	VPSRLD    $2, Y0, Y0
-	VPERMPS   32(SP), Y0, Y3
+	VPERMPS   32(SI), Y0, Y3
 	VADDPS    Y3, Y1, Y1
 	VPSRLD    $2, Y0, Y0
-	VPERMPS   64(SP), Y0, Y3
+	VPERMPS   64(SI), Y0, Y3
 	VADDPS    Y3, Y1, Y1
 	VPSRLD    $2, Y0, Y0
-	VPERMPS   96(SP), Y0, Y3
+	VPERMPS   96(SI), Y0, Y3
 	VADDPS    Y3, Y1, Y1
 	VPSRLD    $2, Y0, Y0
-	VPERMPS   128(SP), Y0, Y3
+	VPERMPS   128(SI), Y0, Y3
 	VADDPS    Y3, Y1, Y1
 	VPSRLD    $2, Y0, Y0
-	VPERMPS   160(SP), Y0, Y3
+	VPERMPS   160(SI), Y0, Y3
 	VADDPS    Y3, Y1, Y1
 	VPSRLD    $2, Y0, Y0
-	VPERMPS   192(SP), Y0, Y3
+	VPERMPS   192(SI), Y0, Y3
 	VADDPS    Y3, Y1, Y1
 	VPSRLD    $2, Y0, Y0
-	VPERMPS   224(SP), Y0, Y3
+	VPERMPS   224(SI), Y0, Y3
 	VADDPS    Y3, Y1, Y1
 
 	// Strictly smaller (ordered: NaN never is) replaces the lane's best.
 	VCMPPS    $0x11, Y6, Y1, Y2
 	VBLENDVPS Y2, Y1, Y6, Y6
 	VBLENDVPS Y2, Y5, Y7, Y7
-	VPADDD    Y4, Y5, Y5
+	VPADDD    Y11, Y5, Y5
 	ADDQ      $16, DI
 	SUBL      $8, CX
 	JGT       candidates
@@ -208,8 +231,7 @@ candidates:
 	VMINPS       X1, X0, X0
 	VBROADCASTSS X0, Y0
 	VCMPPS       $0x00, Y0, Y6, Y2
-	VPBROADCASTD consts<>+12(SB), Y1
-	VBLENDVPS    Y2, Y7, Y1, Y1
+	VBLENDVPS    Y2, Y7, Y13, Y1
 	VEXTRACTI128 $1, Y1, X0
 	VPMINSD      X1, X0, X0
 	VPSHUFD      $0x4e, X0, X1
@@ -221,10 +243,10 @@ candidates:
 
 store:
 	MOVQ R12, BX
-	SHRQ $4, BX // k*32 bytes of floats -> k*2 bytes of codes
+	SHRQ $1, BX // k*4 -> k*2 bytes of codes
 	MOVW AX, (R11)(BX*1)
-	ADDQ $32, R12
-	CMPQ R12, $128
+	ADDQ $4, R12
+	CMPQ R12, $16
 	JLT  group
 
 	VZEROUPPER
