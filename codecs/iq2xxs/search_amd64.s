@@ -106,6 +106,14 @@ prepare:
 	SHRQ         $3, BX
 	VMOVD        X0, 1024(SP)(BX*1)
 
+	// The candidate lists (megabytes, beyond the L2 cache) are fetched
+	// early for the second pass; an on-grid code fetches a list it does
+	// not need, which is harmless.
+	VMOVD      X0, AX
+	MOVL       (R9)(AX*4), BX
+	SHRL       $8, BX
+	PREFETCHT0 (R10)(BX*2)
+
 	// Per coordinate, waux*(s-x)^2 as (waux*d)*d, d = s-x, for the three
 	// level scales s.
 	VMOVUPS (DX)(R12*1), Y9
