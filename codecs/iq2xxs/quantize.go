@@ -37,7 +37,7 @@ func quantizeBlock(dst *[BlockBytes]byte, x *[BlockWeights]float32, qw *[BlockWe
 		if qw != nil {
 			w = (*[32]float32)(qw[32*ib:])
 		}
-		sb.prepare((*[32]float32)(x[32*ib:]), w, sigma2)
+		sb.prepare((*[32]float32)(x[32*ib:]), w, sigma2, vector)
 		scale, indices, signs := sb.quantize(t, vector)
 		for k := range 4 {
 			q2[2*ib] |= uint32(indices[k]) << (8 * k)
@@ -67,6 +67,9 @@ func quantizeBlock(dst *[BlockBytes]byte, x *[BlockWeights]float32, qw *[BlockWe
 	}
 }
 
+// unitImportance is 32 ones, the vector form of a nil importance.
+var unitImportance = [32]float32{1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}
+
 // subBlock is the quantiser's state for 32 weights: four groups of eight,
 // each coded as one grid point, seven sign bits and the shared scale.
 type subBlock struct {
@@ -81,14 +84,24 @@ type subBlock struct {
 // and implies an even number of negatives, so a group with an odd number
 // gives the weight with the smallest weight*x^2 the wrong sign: its
 // magnitude is negated instead.
-func (sb *subBlock) prepare(xb, qw *[32]float32, sigma2 float32) {
-	for i, v := range xb {
-		w := sqrt32(sigma2 + float32(v*v))
-		if qw != nil {
-			w *= qw[i]
+// With vector set the square roots run on the vector unit where the CPU has
+// one; multiplying by an importance of 1 changes no bits, so nil importance
+// is a vector of ones there.
+func (sb *subBlock) prepare(xb, qw *[32]float32, sigma2 float32, vector bool) {
+	if vector && haveVectorSearch {
+		if qw == nil {
+			qw = &unitImportance
 		}
-		sb.weight[i] = w
-		sb.waux[i] = sqrt32(w)
+		weightsAVX2(xb, qw, sigma2, &sb.weight, &sb.waux)
+	} else {
+		for i, v := range xb {
+			w := sqrt32(sigma2 + float32(v*v))
+			if qw != nil {
+				w *= qw[i]
+			}
+			sb.weight[i] = w
+			sb.waux[i] = sqrt32(w)
+		}
 	}
 	for k := range 4 {
 		var s uint8

@@ -359,3 +359,30 @@ qpWeight:
 	VMOVUPS Y0, (AX)
 	VZEROUPPER
 	RET
+
+// func weightsAVX2(x, qw *[32]float32, sigma2 float32, weight, waux *[32]float32)
+//
+// weight = sqrt(sigma2 + x*x) * qw and waux = sqrt(weight), each operation
+// rounded to float32 (VSQRTPS is correctly rounded, as sqrtf is).
+TEXT ·weightsAVX2(SB), NOSPLIT, $0-40
+	MOVQ         x+0(FP), SI
+	MOVQ         qw+8(FP), DX
+	VBROADCASTSS sigma2+16(FP), Y2
+	MOVQ         weight+24(FP), DI
+	MOVQ         waux+32(FP), R8
+	XORQ         AX, AX
+
+weights:
+	VMOVUPS (SI)(AX*1), Y0
+	VMULPS  Y0, Y0, Y0
+	VADDPS  Y0, Y2, Y0
+	VSQRTPS Y0, Y0
+	VMULPS  (DX)(AX*1), Y0, Y0
+	VMOVUPS Y0, (DI)(AX*1)
+	VSQRTPS Y0, Y0
+	VMOVUPS Y0, (R8)(AX*1)
+	ADDQ    $32, AX
+	CMPQ    AX, $128
+	JLT     weights
+	VZEROUPPER
+	RET

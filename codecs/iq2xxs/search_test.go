@@ -118,7 +118,7 @@ func randomSubBlock(r *rand.Rand, sb *subBlock) {
 	for _, v := range x {
 		sumx2 += float32(v * v)
 	}
-	sb.prepare(&x, &qw, sumx2/32)
+	sb.prepare(&x, &qw, sumx2/32, false)
 }
 
 // TestVectorTrialKernels compares the side-by-side trial kernels lane by
@@ -158,6 +158,40 @@ func TestVectorTrialKernels(t *testing.T) {
 			if want := qpError(&sb.xval, &sb.weight, iscales[n], scales[n]); math.Float32bits(want) != math.Float32bits(mse[n]) {
 				t.Fatalf("iscale %g: vector error %g, portable %g", iscales[n], mse[n], want)
 			}
+		}
+	}
+}
+
+// TestVectorWeightsMatchPortable compares prepare's vector square roots
+// with the portable ones bit for bit, with and without importance
+// (negative, zero and huge entries included).
+func TestVectorWeightsMatchPortable(t *testing.T) {
+	if !haveVectorSearch {
+		t.Skip("no vector kernels on this CPU")
+	}
+	r := newRand(t)
+	for round := range 2000 {
+		var x, qw [32]float32
+		for i := range x {
+			x[i] = float32(r.NormFloat64() * math.Exp(8*r.NormFloat64()))
+			qw[i] = float32([]float64{r.ExpFloat64(), 0, -1, 1e30, r.Float64()}[r.IntN(5)])
+		}
+		imp := &qw
+		if round%2 == 0 {
+			imp = nil
+		}
+		sigma2 := float32(r.ExpFloat64())
+		var got, want subBlock
+		got.prepare(&x, imp, sigma2, true)
+		want.prepare(&x, imp, sigma2, false)
+		for i := range x {
+			if math.Float32bits(got.weight[i]) != math.Float32bits(want.weight[i]) && !(got.weight[i] != got.weight[i] && want.weight[i] != want.weight[i]) ||
+				math.Float32bits(got.waux[i]) != math.Float32bits(want.waux[i]) && !(got.waux[i] != got.waux[i] && want.waux[i] != want.waux[i]) {
+				t.Fatalf("x %g, importance %v, sigma2 %g: vector (%g, %g), portable (%g, %g)", x[i], imp != nil, sigma2, got.weight[i], got.waux[i], want.weight[i], want.waux[i])
+			}
+		}
+		if got.signs != want.signs {
+			t.Fatalf("round %d: signs %x, portable %x", round, got.signs, want.signs)
 		}
 	}
 }
