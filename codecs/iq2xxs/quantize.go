@@ -164,10 +164,12 @@ func (sb *subBlock) quantize(t *searchTables, vector bool) (scale float32, indic
 		trial        [trials][4]uint16
 		sumqx, sumq2 [16]float32
 	)
+	var ids, scales [trials]float32
 	for is := -6; is <= 6; is++ {
-		id := (5 + float32(float32(is)*0.1)) / effMax
-		sb.projectGroups(t, id, 1/id, &trial[is+6], vector)
+		ids[is+6] = (5 + float32(float32(is)*0.1)) / effMax
+		scales[is+6] = 1 / ids[is+6]
 	}
+	sb.projectTrials(t, ids[:], scales[:], trial[:], vector)
 	if vector && haveVectorSearch {
 		var lanes [4][16]uint32
 		for n, c := range trial {
@@ -213,12 +215,22 @@ func (sb *subBlock) quantize(t *searchTables, vector bool) (scale float32, indic
 // scale id and scale, as project does. With vector set it runs the vector
 // form where the CPU has one; the codes are the same.
 func (sb *subBlock) projectGroups(t *searchTables, id, scale float32, codes *[4]uint16, vector bool) {
+	var one [1][4]uint16
+	sb.projectTrials(t, []float32{id}, []float32{scale}, one[:], vector)
+	*codes = one[0]
+}
+
+// projectTrials is projectGroups for trial n's ids[n] and scales[n] into
+// codes[n], the vector form doing every trial in one call.
+func (sb *subBlock) projectTrials(t *searchTables, ids, scales []float32, codes [][4]uint16, vector bool) {
 	if vector && haveVectorSearch {
-		projectAVX2(&sb.xval, &sb.waux, id, scale, &t.codeMap[0], &t.listAt[0], &t.lists[0], codes)
+		projectAVX2(&sb.xval, &sb.waux, &ids[0], &scales[0], len(codes), &t.codeMap[0], &t.listAt[0], &t.lists[0], &codes[0])
 		return
 	}
-	for k := range codes {
-		codes[k] = sb.project(t, k, id, scale)
+	for n := range codes {
+		for k := range codes[n] {
+			codes[n][k] = sb.project(t, k, ids[n], scales[n])
+		}
 	}
 }
 

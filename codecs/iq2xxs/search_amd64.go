@@ -5,17 +5,18 @@ import "golang.org/x/sys/cpu"
 // haveVectorSearch says whether the AVX2 projection runs.
 var haveVectorSearch = cpu.X86.HasAVX2
 
-// projectAVX2 is projectGroups for the four groups of xval and waux, eight
-// coordinates or eight neighbour candidates at a time: each magnitude
-// rounded to its level as ggml rounds it, and for a code off the grid
-// (codeMap entry negative) the first of the candidates at listAt's place in
-// lists with the smallest distance below the largest float32 (the first
-// where none is). The distance terms waux*(s*q - xval)^2 are rounded as the
-// portable search rounds them and each candidate's eight are added in
-// coordinate order.
+// projectAVX2 is projectGroups for n trials: trial t's inverse scale
+// ids[t] and scale scales[t], its four codes into codes[t]. It works on the
+// four groups of xval and waux eight coordinates or eight neighbour
+// candidates at a time: each magnitude rounded to its level as ggml rounds
+// it, and for a code off the grid (codeMap entry negative) the first of the
+// candidates at listAt's place in lists with the smallest distance below
+// the largest float32 (the first where none is). The distance terms
+// waux*(s*q - xval)^2 are rounded as the portable search rounds them and
+// each candidate's eight are added in coordinate order.
 //
 //go:noescape
-func projectAVX2(xval, waux *[32]float32, id, scale float32, codeMap *int32, listAt *uint32, lists *uint16, codes *[4]uint16)
+func projectAVX2(xval, waux *[32]float32, ids, scales *float32, n int, codeMap *int32, listAt *uint32, lists *uint16, codes *[4]uint16)
 
 // trialSumsAVX2 computes, for up to 16 trials at once, the sums sums
 // computes: lane t of sumqx and sumq2 from the level codes codes[k][t] of

@@ -50,24 +50,32 @@ DATA consts<>+44(SB)/4, $2
 DATA consts<>+48(SB)/4, $4
 GLOBL consts<>(SB), RODATA|NOPTR, $52
 
-// func projectAVX2(xval, waux *[32]float32, id, scale float32, codeMap *int32, listAt *uint32, lists *uint16, codes *[4]uint16)
+// func projectAVX2(xval, waux *[32]float32, ids, scales *float32, n int, codeMap *int32, listAt *uint32, lists *uint16, codes *[4]uint16)
 //
-// It runs in two passes so that the four groups' independent work overlaps:
-// first every group's level code and distance-term tables, then the grid
-// lookups and neighbour searches. The locals hold the tables, 256 bytes a
-// group (coordinate j's at 32*j: the terms of levels 0, 1, 2 and +Inf, the
-// padding level, twice), then the four level codes.
-TEXT ·projectAVX2(SB), 0, $1040-56
-	MOVQ xval+0(FP), SI
+// Each trial runs in two passes so that the four groups' independent work
+// overlaps: first every group's level code and distance-term tables, then
+// the grid lookups and neighbour searches. The locals hold the tables, 256
+// bytes a group (coordinate j's at 32*j: the terms of levels 0, 1, 2 and
+// +Inf, the padding level, twice), then the four level codes, then the
+// trial's offset in ids and scales and the trials left.
+TEXT ·projectAVX2(SB), 0, $1056-72
 	MOVQ waux+8(FP), DX
-	MOVQ codeMap+24(FP), R8
-	MOVQ listAt+32(FP), R9
-	MOVQ lists+40(FP), R10
-	MOVQ codes+48(FP), R11
+	MOVQ codeMap+40(FP), R8
+	MOVQ listAt+48(FP), R9
+	MOVQ lists+56(FP), R10
+	MOVQ codes+64(FP), R11
+	MOVQ $0, 1040(SP)
+	MOVQ n+32(FP), AX
+	MOVQ AX, 1048(SP)
 
-	VBROADCASTSS id+16(FP), Y10
+trial:
+	MOVQ         xval+0(FP), SI
+	MOVQ         1040(SP), AX
+	MOVQ         ids+16(FP), BX
+	VBROADCASTSS (BX)(AX*1), Y10
 	// The scales of the levels: scale, scale*3, scale*5, each rounded.
-	VMOVSS       scale+20(FP), X11
+	MOVQ         scales+24(FP), BX
+	VMOVSS       (BX)(AX*1), X11
 	VMULSS       consts<>+16(SB), X11, X12
 	VMULSS       consts<>+20(SB), X11, X13
 	VBROADCASTSS X11, Y11
@@ -256,6 +264,11 @@ store:
 	ADDQ $4, R12
 	CMPQ R12, $16
 	JLT  group
+
+	ADDQ $8, R11
+	ADDQ $4, 1040(SP)
+	DECQ 1048(SP)
+	JNZ  trial
 
 	VZEROUPPER
 	RET

@@ -6,7 +6,7 @@ package iq2xxs
 // architecture.
 const haveVectorSearch = false
 
-func projectAVX2(xval, waux *[32]float32, id, scale float32, codeMap *int32, listAt *uint32, lists *uint16, codes *[4]uint16) {
+func projectAVX2(xval, waux *[32]float32, ids, scales *float32, n int, codeMap *int32, listAt *uint32, lists *uint16, codes *[4]uint16) {
 	panic("iq2xxs: no vector projection on this architecture")
 }
 
