@@ -3,6 +3,7 @@ package iq2xxs
 import (
 	"encoding/binary"
 	"math"
+	"math/bits"
 
 	"github.com/dsfs/dsfs/codecs/internal/ggmlfp16"
 )
@@ -88,11 +89,14 @@ type subBlock struct {
 // one; multiplying by an importance of 1 changes no bits, so nil importance
 // is a vector of ones there.
 func (sb *subBlock) prepare(xb, qw *[32]float32, sigma2 float32, vector bool) {
+	// neg: bit i set where weight i counts as negative, !(x >= 0), so
+	// -0.0 counts as positive and keeps its sign in xval.
+	var neg uint32
 	if vector && haveVectorSearch {
 		if qw == nil {
 			qw = &unitImportance
 		}
-		weightsAVX2(xb, qw, sigma2, &sb.weight, &sb.waux)
+		neg = weightsAVX2(xb, qw, sigma2, &sb.weight, &sb.waux, &sb.xval)
 	} else {
 		for i, v := range xb {
 			w := sqrt32(sigma2 + float32(v*v))
@@ -101,22 +105,17 @@ func (sb *subBlock) prepare(xb, qw *[32]float32, sigma2 float32, vector bool) {
 			}
 			sb.weight[i] = w
 			sb.waux[i] = sqrt32(w)
+			if v >= 0 {
+				sb.xval[i] = v
+			} else {
+				sb.xval[i] = -v
+				neg |= 1 << i
+			}
 		}
 	}
 	for k := range 4 {
-		var s uint8
-		odd := false
-		for i := 8 * k; i < 8*k+8; i++ {
-			// -0.0 counts as positive and keeps its sign in xval.
-			if xb[i] >= 0 {
-				sb.xval[i] = xb[i]
-			} else {
-				sb.xval[i] = -xb[i]
-				s |= 1 << (i - 8*k)
-				odd = !odd
-			}
-		}
-		if odd {
+		s := uint8(neg >> (8 * k))
+		if bits.OnesCount8(s)%2 == 1 {
 			imin := 8 * k
 			least := sb.weight[imin] * xb[imin] * xb[imin]
 			for i := 8*k + 1; i < 8*k+8; i++ {

@@ -32,7 +32,9 @@ func trialSumsAVX2(weight, xval *[32]float32, codes *[4][16]uint32, sumqx, sumq2
 func qpErrorsAVX2(x, w *[32]float32, iscale, scale, mse *[8]float32)
 
 // weightsAVX2 computes prepare's weights and their square roots, eight at a
-// time: weight = sqrt(sigma2 + x*x) * qw, waux = sqrt(weight).
+// time: weight = sqrt(sigma2 + x*x) * qw, waux = sqrt(weight), and the
+// magnitudes xval, returning the bits of the weights that count as
+// negative, !(x >= 0).
 //
 //go:noescape
-func weightsAVX2(x, qw *[32]float32, sigma2 float32, weight, waux *[32]float32)
+func weightsAVX2(x, qw *[32]float32, sigma2 float32, weight, waux, xval *[32]float32) uint32

@@ -48,7 +48,8 @@ DATA consts<>+36(SB)/4, $0x007fffff
 DATA consts<>+40(SB)/4, $0x00400000
 DATA consts<>+44(SB)/4, $2
 DATA consts<>+48(SB)/4, $4
-GLOBL consts<>(SB), RODATA|NOPTR, $52
+DATA consts<>+52(SB)/4, $0x80000000
+GLOBL consts<>(SB), RODATA|NOPTR, $56
 
 // func projectAVX2(xval, waux *[32]float32, ids, scales *float32, n int, codeMap *int32, listAt *uint32, lists *uint16, codes *[4]uint16)
 //
@@ -373,29 +374,44 @@ qpWeight:
 	VZEROUPPER
 	RET
 
-// func weightsAVX2(x, qw *[32]float32, sigma2 float32, weight, waux *[32]float32)
+// func weightsAVX2(x, qw *[32]float32, sigma2 float32, weight, waux, xval *[32]float32) uint32
 //
 // weight = sqrt(sigma2 + x*x) * qw and waux = sqrt(weight), each operation
-// rounded to float32 (VSQRTPS is correctly rounded, as sqrtf is).
-TEXT ·weightsAVX2(SB), NOSPLIT, $0-40
+// rounded to float32 (VSQRTPS is correctly rounded, as sqrtf is); xval = x
+// negated where !(x >= 0), and those weights' bits in the result.
+TEXT ·weightsAVX2(SB), NOSPLIT, $0-52
 	MOVQ         x+0(FP), SI
 	MOVQ         qw+8(FP), DX
 	VBROADCASTSS sigma2+16(FP), Y2
 	MOVQ         weight+24(FP), DI
 	MOVQ         waux+32(FP), R8
+	MOVQ         xval+40(FP), R9
+	VPBROADCASTD consts<>+52(SB), Y3 // the sign bit
+	VXORPS       Y4, Y4, Y4
 	XORQ         AX, AX
+	XORL         R10, R10 // the negative weights' bits
+	XORL         CX, CX   // their first bit
 
 weights:
-	VMOVUPS (SI)(AX*1), Y0
-	VMULPS  Y0, Y0, Y0
-	VADDPS  Y0, Y2, Y0
-	VSQRTPS Y0, Y0
-	VMULPS  (DX)(AX*1), Y0, Y0
-	VMOVUPS Y0, (DI)(AX*1)
-	VSQRTPS Y0, Y0
-	VMOVUPS Y0, (R8)(AX*1)
-	ADDQ    $32, AX
-	CMPQ    AX, $128
-	JLT     weights
+	VMOVUPS   (SI)(AX*1), Y1
+	VMULPS    Y1, Y1, Y0
+	VADDPS    Y0, Y2, Y0
+	VSQRTPS   Y0, Y0
+	VMULPS    (DX)(AX*1), Y0, Y0
+	VMOVUPS   Y0, (DI)(AX*1)
+	VSQRTPS   Y0, Y0
+	VMOVUPS   Y0, (R8)(AX*1)
+	VCMPPS    $0x09, Y4, Y1, Y5 // !(x >= 0)
+	VANDPS    Y3, Y5, Y0
+	VXORPS    Y0, Y1, Y1
+	VMOVUPS   Y1, (R9)(AX*1)
+	VMOVMSKPS Y5, BX
+	SHLL      CX, BX
+	ORL       BX, R10
+	ADDL      $8, CX
+	ADDQ      $32, AX
+	CMPQ      AX, $128
+	JLT       weights
+	MOVL      R10, ret+48(FP)
 	VZEROUPPER
 	RET

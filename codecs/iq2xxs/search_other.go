@@ -18,6 +18,6 @@ func qpErrorsAVX2(x, w *[32]float32, iscale, scale, mse *[8]float32) {
 	panic("iq2xxs: no vector errors on this architecture")
 }
 
-func weightsAVX2(x, qw *[32]float32, sigma2 float32, weight, waux *[32]float32) {
+func weightsAVX2(x, qw *[32]float32, sigma2 float32, weight, waux, xval *[32]float32) uint32 {
 	panic("iq2xxs: no vector weights on this architecture")
 }

@@ -174,6 +174,9 @@ func TestVectorWeightsMatchPortable(t *testing.T) {
 		var x, qw [32]float32
 		for i := range x {
 			x[i] = float32(r.NormFloat64() * math.Exp(8*r.NormFloat64()))
+			if r.IntN(16) == 0 {
+				x[i] = float32([]float64{0, math.Copysign(0, -1), math.NaN(), math.Inf(-1)}[r.IntN(4)])
+			}
 			qw[i] = float32([]float64{r.ExpFloat64(), 0, -1, 1e30, r.Float64()}[r.IntN(5)])
 		}
 		imp := &qw
@@ -188,6 +191,11 @@ func TestVectorWeightsMatchPortable(t *testing.T) {
 			if math.Float32bits(got.weight[i]) != math.Float32bits(want.weight[i]) && !(got.weight[i] != got.weight[i] && want.weight[i] != want.weight[i]) ||
 				math.Float32bits(got.waux[i]) != math.Float32bits(want.waux[i]) && !(got.waux[i] != got.waux[i] && want.waux[i] != want.waux[i]) {
 				t.Fatalf("x %g, importance %v, sigma2 %g: vector (%g, %g), portable (%g, %g)", x[i], imp != nil, sigma2, got.weight[i], got.waux[i], want.weight[i], want.waux[i])
+			}
+		}
+		for i := range x {
+			if math.Float32bits(got.xval[i]) != math.Float32bits(want.xval[i]) {
+				t.Fatalf("x %g: vector magnitude %g, portable %g", x[i], got.xval[i], want.xval[i])
 			}
 		}
 		if got.signs != want.signs {
