@@ -9,6 +9,14 @@
 // products that feed additions are wrapped in explicit float32 conversions,
 // which the Go specification forbids the compiler to fuse across.
 //
+// On amd64 with AVX2 the search runs on the vector unit, chosen at run time
+// (golang.org/x/sys/cpu): each trial scale's rounding and neighbour search
+// eight candidates at a time, the thirteen trials' sums and make_qp_quants'
+// eight trial errors side by side in lanes, and the weights' square roots.
+// Every lane runs ggml's operations in ggml's order and precision, separate
+// multiplies and adds, so the bytes are those of the portable Go path, which
+// other CPUs run and the tests compare against it.
+//
 // A block holds 256 weights in 66 bytes: the fp16 super-scale d, then eight
 // 32-weight sub-blocks of two little-endian uint32 words each, the first
 // holding four codebook indices, the second four 7-bit sign groups and a

@@ -15,6 +15,12 @@
 // ggml's order and every product is rounded before it is added, because Go
 // may otherwise fuse x*y+z into one FMA (it does on arm64 and GOAMD64=v3).
 //
+// On amd64 with AVX2, QuantizeRef fits eight sub-blocks side by side, one
+// per vector lane, each lane running make_qkx2_quants' operations in its
+// order and precision with branches as per-lane masks, and requantises on
+// the vector unit; the bytes are those of the portable Go path, which other
+// CPUs run and the tests compare against it.
+//
 // QuantizeImportance follows make_qkx3_quants as of d99724f2; the guard
 // against out-of-range levels that later llama.cpp commits added to it
 // changes none of the reference vectors.
