@@ -61,11 +61,33 @@ func TestVectorQuantizeMatchesPortable(t *testing.T) {
 	}
 	r := newRand(t)
 	const n = 2048
-	for row := range 40 {
+	// Edge rows: zeros of both signs, constants, subnormals, magnitudes whose
+	// squares overflow (ggml aborts there) and outliers among small values.
+	edges := []func(i int) float64{
+		func(int) float64 { return 0 },
+		func(int) float64 { return math.Copysign(0, -1) },
+		func(int) float64 { return -0.125 },
+		func(int) float64 { return r.NormFloat64() * 1e-40 },
+		func(int) float64 { return 1e37 * r.NormFloat64() },
+		func(i int) float64 {
+			if i%100 == 3 {
+				return 1e30
+			}
+			return r.NormFloat64()
+		},
+		func(i int) float64 { return float64(1 - 2*(i&1)) },
+	}
+	for row := range 40 + len(edges) {
 		var x []float32
-		if row%2 == 0 {
+		switch {
+		case row >= 40:
+			x = make([]float32, n)
+			for i := range x {
+				x[i] = float32(edges[row-40](i))
+			}
+		case row%2 == 0:
 			x = mxfp4Row(r, n)
-		} else {
+		default:
 			x = make([]float32, n)
 			for i := range x {
 				x[i] = float32(r.NormFloat64() * math.Exp(4*r.NormFloat64()))

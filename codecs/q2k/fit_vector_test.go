@@ -73,9 +73,29 @@ func TestVectorFitMatchesPortable(t *testing.T) {
 // expects the same bytes.
 func TestVectorRefMatchesPortable(t *testing.T) {
 	rng, seed := newRand()
-	for row := range 20 {
+	// Edge rows: zeros of both signs, constants, subnormals, values near
+	// float32's limit, outliers, and non-finite values.
+	edges := []func(i int) float64{
+		func(int) float64 { return 0 },
+		func(int) float64 { return math.Copysign(0, -1) },
+		func(int) float64 { return 0.5 },
+		func(int) float64 { return rng.NormFloat64() * 1e-40 },
+		func(int) float64 { return 3e38 * (2*rng.Float64() - 1) },
+		func(i int) float64 {
+			if i%50 == 7 {
+				return []float64{1e30, math.Inf(1), math.Inf(-1), math.NaN()}[i%4]
+			}
+			return rng.NormFloat64()
+		},
+	}
+	for row := range 20 + len(edges) {
 		x := mxfp4Rows(rng, 1, 2304)
-		if row%2 == 1 {
+		switch {
+		case row >= 20:
+			for i := range x {
+				x[i] = float32(edges[row-20](i))
+			}
+		case row%2 == 1:
 			for i := range x {
 				x[i] = float32(rng.NormFloat64() * math.Exp(3*rng.NormFloat64()))
 			}
