@@ -18,8 +18,9 @@ var levelValues = [4]float32{1, 3, 5, 7}
 
 // quantizeBlock is quantize_row_iq2_xxs_impl for one 256-weight block; qw is
 // the block's slice of the importance vector, nil for unit importance.
-// With vector set the neighbour searches run on the CPU's vector unit where
-// it has one; the bytes are the same.
+// With vector set the CPU's vector unit, where it has one, runs the square
+// roots, the trial projections and neighbour searches and the trials' sums
+// and errors; the bytes are the same.
 func quantizeBlock(dst *[BlockBytes]byte, x *[BlockWeights]float32, qw *[BlockWeights]float32, t *searchTables, vector bool) {
 	var sumx2 float32
 	for _, v := range x {
