@@ -2,6 +2,7 @@ package iq2xxs
 
 import (
 	"bytes"
+	"encoding/binary"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -224,4 +225,29 @@ func TestVectorWeightsMatchPortable(t *testing.T) {
 			t.Fatalf("round %d: signs %x, portable %x", round, got.signs, want.signs)
 		}
 	}
+}
+
+// FuzzVectorMatchesPortable quantises arbitrary float32 bits, non-finite
+// values included, through both paths and expects the same bytes.
+func FuzzVectorMatchesPortable(f *testing.F) {
+	seed := make([]byte, 4*BlockWeights)
+	for i := range BlockWeights {
+		binary.LittleEndian.PutUint32(seed[4*i:], math.Float32bits(float32(i%7)-3))
+	}
+	f.Add(seed)
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if !haveVectorSearch {
+			t.Skip("no vector kernels on this CPU")
+		}
+		x := make([]float32, (len(data)/4+BlockWeights-1)/BlockWeights*BlockWeights)
+		for i := range len(data) / 4 {
+			x[i] = math.Float32frombits(binary.LittleEndian.Uint32(data[4*i:]))
+		}
+		got, want := make([]byte, RowBytes(len(x))), make([]byte, RowBytes(len(x)))
+		quantize(got, x, nil, true)
+		quantize(want, x, nil, false)
+		if i := firstDiff(got, want); i >= 0 {
+			t.Fatalf("byte %d is %#02x with the vector path, %#02x with the portable one", i, got[i], want[i])
+		}
+	})
 }

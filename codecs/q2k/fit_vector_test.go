@@ -1,6 +1,7 @@
 package q2k
 
 import (
+	"encoding/binary"
 	"math"
 	"testing"
 )
@@ -150,4 +151,28 @@ func TestVectorRequantizeMatchesPortable(t *testing.T) {
 			t.Fatalf("seed %d, round %d: d %g, dmin %g, scales %x: vector codes %08x, portable %08x", seed, round, d, dmin, sc, got, want)
 		}
 	}
+}
+
+// FuzzVectorRefMatchesPortable quantises arbitrary float32 bits, non-finite
+// values included, through both reference paths and expects the same bytes.
+func FuzzVectorRefMatchesPortable(f *testing.F) {
+	seed := make([]byte, 4*BlockWeights)
+	for i := range BlockWeights {
+		binary.LittleEndian.PutUint32(seed[4*i:], math.Float32bits(float32(i%7)-3))
+	}
+	f.Add(seed)
+	f.Fuzz(func(t *testing.T, data []byte) {
+		x := make([]float32, (len(data)/4+BlockWeights-1)/BlockWeights*BlockWeights)
+		for i := range len(data) / 4 {
+			x[i] = math.Float32frombits(binary.LittleEndian.Uint32(data[4*i:]))
+		}
+		got, want := make([]byte, RowBytes(len(x))), make([]byte, RowBytes(len(x)))
+		quantizeRef(got, x, true)
+		quantizeRef(want, x, false)
+		for i := range got {
+			if got[i] != want[i] {
+				t.Fatalf("byte %d is %#02x with the vector fit, %#02x with the portable one", i, got[i], want[i])
+			}
+		}
+	})
 }
