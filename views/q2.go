@@ -176,6 +176,31 @@ func (t *Q2Tensor) BlockKey(weight, scale []byte) diskcache.Key {
 	return diskcache.Key(h.Sum(nil))
 }
 
+// q2Slots bounds the chunks quantised at once, over every block being
+// computed (the block cache computes several at a time, and so do manifest
+// hashes), to one per core: the blocks x per-block fan-out product is
+// bounded once here. Waiting chunks take slots in arrival order, so the
+// block a reader waits for is not slowed by ones started after it, and
+// only running chunks hold a decode buffer.
+var q2Slots struct {
+	sync.Mutex
+	procs int
+	ch    chan struct{}
+}
+
+// q2SlotChan returns the slot pool for the current GOMAXPROCS.
+func q2SlotChan() chan struct{} {
+	q2Slots.Lock()
+	defer q2Slots.Unlock()
+	if p := runtime.GOMAXPROCS(0); p != q2Slots.procs {
+		q2Slots.procs, q2Slots.ch = p, make(chan struct{}, p)
+	}
+	return q2Slots.ch
+}
+
+// q2Buffers recycles the float32 rows of a chunk.
+var q2Buffers sync.Pool
+
 // Quantise decodes the MXFP4 rows in weight and scale exactly and encodes
 // them into dst, spreading the rows over every core. It uses no cache.
 func (t *Q2Tensor) Quantise(ctx context.Context, weight, scale, dst []byte) error {
@@ -184,27 +209,52 @@ func (t *Q2Tensor) Quantise(ctx context.Context, weight, scale, dst []byte) erro
 	rows := int64(len(dst)) / rb
 	per := max(1, q2ChunkWeights/in)
 	chunks := (rows + per - 1) / per
+	slots := q2SlotChan()
 	var next atomic.Int64
 	eg, ctx := errgroup.WithContext(ctx)
-	for range min(int64(runtime.GOMAXPROCS(0)), chunks) {
+	for range min(int64(cap(slots)), chunks) {
 		eg.Go(func() error {
-			x := make([]float32, per*in)
 			for {
-				c := next.Add(1) - 1
-				if c >= chunks {
-					return nil
+				select {
+				case slots <- struct{}{}:
+				case <-ctx.Done():
+					return ctx.Err()
 				}
-				if err := ctx.Err(); err != nil {
+				more, err := t.quantiseChunk(ctx, &next, chunks, per, weight, scale, dst)
+				<-slots
+				if !more || err != nil {
 					return err
 				}
-				lo, hi := c*per, min(rows, (c+1)*per)
-				xs := x[:(hi-lo)*in]
-				codecs.DecodeMXFP4(xs, weight[lo*in/2:hi*in/2], scale[lo*in/codecs.MXBlock:hi*in/codecs.MXBlock])
-				t.Type.Quantise(dst[lo*rb:hi*rb], xs)
 			}
 		})
 	}
 	return eg.Wait()
+}
+
+// quantiseChunk quantises the next of the chunks of per rows, if any is
+// left.
+func (t *Q2Tensor) quantiseChunk(ctx context.Context, next *atomic.Int64, chunks, per int64, weight, scale, dst []byte) (more bool, err error) {
+	c := next.Add(1) - 1
+	if c >= chunks {
+		return false, nil
+	}
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	in, rb := t.In(), t.RowBytes()
+	rows := int64(len(dst)) / rb
+	lo, hi := c*per, min(rows, (c+1)*per)
+	n := int((hi - lo) * in)
+	x, _ := q2Buffers.Get().(*[]float32)
+	if x == nil || cap(*x) < n {
+		x = new([]float32)
+		*x = make([]float32, n)
+	}
+	xs := (*x)[:n]
+	codecs.DecodeMXFP4(xs, weight[lo*in/2:hi*in/2], scale[lo*in/codecs.MXBlock:hi*in/codecs.MXBlock])
+	t.Type.Quantise(dst[lo*rb:hi*rb], xs)
+	q2Buffers.Put(x)
+	return true, nil
 }
 
 // computeRows fills dst with output rows [lo, hi): from the disk cache when

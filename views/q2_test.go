@@ -12,7 +12,9 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/dsfs/dsfs/blockcache"
@@ -23,6 +25,7 @@ import (
 	"github.com/dsfs/dsfs/manifest"
 	"github.com/dsfs/dsfs/safetensors"
 	"github.com/dsfs/dsfs/synth"
+	"golang.org/x/sync/errgroup"
 )
 
 // q2Set builds the q2/ view alone of the checkpoint in dir.
@@ -446,4 +449,55 @@ func findQ2Tensor(t *testing.T, s *Set, name string) *Q2Tensor {
 	}
 	t.Fatalf("%s is not quantised", name)
 	return nil
+}
+
+// TestQ2QuantiseBounded: however many blocks are computed at once, no more
+// chunks are quantised at a time than there are cores, and the bytes are
+// those of a lone computation.
+func TestQ2QuantiseBounded(t *testing.T) {
+	s, _ := q2Set(t, tinyDir, Options{})
+	tt := findQ2Tensor(t, s, "layers.1.ffn.experts.0.w1.weight")
+	rows := tt.Shape[0]
+	w, sc, err := tt.ReadSource(0, rows)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := make([]byte, rows*tt.RowBytes())
+	if err := tt.Quantise(context.Background(), w, sc, want); err != nil {
+		t.Fatal(err)
+	}
+
+	var running, most atomic.Int64
+	typ := *tt.Type
+	typ.Quantise = func(dst []byte, src []float32) {
+		n := running.Add(1)
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		}
+		// Yield so that any other chunk allowed to run enters meanwhile.
+		for range 200 {
+			runtime.Gosched()
+		}
+		tt.Type.Quantise(dst, src)
+		running.Add(-1)
+	}
+	counted := *tt
+	counted.Type = &typ
+	procs := runtime.GOMAXPROCS(0)
+	got := make([][]byte, 2*procs+2)
+	var eg errgroup.Group
+	for i := range got {
+		got[i] = make([]byte, len(want))
+		eg.Go(func() error { return counted.Quantise(context.Background(), w, sc, got[i]) })
+	}
+	if err := eg.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if m := most.Load(); m > int64(procs) {
+		t.Errorf("%d chunks quantised at once on %d cores", m, procs)
+	}
+	for i, g := range got {
+		if !bytes.Equal(g, want) {
+			t.Fatalf("computation %d gave different bytes", i)
+		}
+	}
 }

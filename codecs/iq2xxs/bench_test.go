@@ -1,7 +1,9 @@
 package iq2xxs
 
 import (
+	"slices"
 	"testing"
+	"time"
 )
 
 // benchRows returns the 5120-wide MXFP4-decoded rows of the reference
@@ -19,16 +21,71 @@ func benchRows(b *testing.B) []float32 {
 // BenchmarkQuantize measures one thread quantising 5120-wide MXFP4-decoded
 // rows with unit importance. ggml's generic C reference does about 3.3 M
 // weights/s on the project's machine class.
+//
+// Its sub-benchmarks are the vector neighbour search (the one Quantize runs
+// where the CPU has it) and the portable Go one, so that the ratio of the
+// two comes from one run.
 func BenchmarkQuantize(b *testing.B) {
+	for _, bc := range []struct {
+		name   string
+		vector bool
+	}{{"vector", true}, {"scalar", false}} {
+		b.Run(bc.name, func(b *testing.B) { benchmarkQuantize(b, bc.vector) })
+	}
+}
+
+func benchmarkQuantize(b *testing.B, vector bool) {
 	src := benchRows(b)
 	dst := make([]byte, RowBytes(len(src)))
 	tables()
 	b.SetBytes(int64(4 * len(src)))
 	b.ReportAllocs()
 	for b.Loop() {
-		Quantize(dst, src, nil)
+		quantize(dst, src, nil, vector)
 	}
 	b.ReportMetric(float64(b.N)*float64(len(src))/b.Elapsed().Seconds(), "weights/s")
+}
+
+// ggmlRate is the single-thread rate of ggml's generic reference build on
+// the same kind of rows, as recorded with the reference vectors
+// (testdata/ggml/README.md, "Throughput of the C reference": 3.3-3.4 M
+// weights/s for IQ2_XXS with a unit imatrix).
+const ggmlRate = 3.3e6
+
+// BenchmarkQuantizeVsPortable alternates the vector and the portable
+// search on the same rows in every iteration, so that their ratio holds on
+// a loaded machine, and reports the vector rate against ggml's recorded
+// one.
+func BenchmarkQuantizeVsPortable(b *testing.B) {
+	src := benchRows(b)
+	dst := make([]byte, RowBytes(len(src)))
+	tables()
+	// Each iteration runs both, in alternating order so that a drift in
+	// the machine's load does not favour either; x-portable is the median
+	// of the iterations' ratios.
+	var vec, port time.Duration
+	var ratios []float64
+	for b.Loop() {
+		var dv, dp time.Duration
+		for k := range 2 {
+			t0 := time.Now()
+			if (k+len(ratios))%2 == 0 {
+				quantize(dst, src, nil, true)
+				dv = time.Since(t0)
+			} else {
+				quantize(dst, src, nil, false)
+				dp = time.Since(t0)
+			}
+		}
+		vec, port = vec+dv, port+dp
+		ratios = append(ratios, dp.Seconds()/dv.Seconds())
+	}
+	n := float64(b.N) * float64(len(src))
+	b.ReportMetric(n/vec.Seconds(), "weights/s")
+	b.ReportMetric(n/port.Seconds(), "portable-weights/s")
+	slices.Sort(ratios)
+	b.ReportMetric(ratios[len(ratios)/2], "x-portable")
+	b.ReportMetric(n/vec.Seconds()/ggmlRate, "x-ggml-recorded")
 }
 
 func BenchmarkDequantize(b *testing.B) {

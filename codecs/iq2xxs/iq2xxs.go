@@ -9,6 +9,14 @@
 // products that feed additions are wrapped in explicit float32 conversions,
 // which the Go specification forbids the compiler to fuse across.
 //
+// On amd64 with AVX2 the search runs on the vector unit, chosen at run time
+// (golang.org/x/sys/cpu): each trial scale's rounding and neighbour search
+// eight candidates at a time, the thirteen trials' sums and make_qp_quants'
+// eight trial errors side by side in lanes, and the weights' square roots.
+// Every lane runs ggml's operations in ggml's order and precision, separate
+// multiplies and adds, so the bytes are those of the portable Go path, which
+// other CPUs run and the tests compare against it.
+//
 // A block holds 256 weights in 66 bytes: the fp16 super-scale d, then eight
 // 32-weight sub-blocks of two little-endian uint32 words each, the first
 // holding four codebook indices, the second four 7-bit sign groups and a
@@ -64,6 +72,11 @@ func Quantize(dst []byte, src, importance []float32) {
 			panic(fmt.Sprintf("iq2xxs: importance of length %d does not fit rows of %d weights", len(importance), len(src)))
 		}
 	}
+	quantize(dst, src, importance, true)
+}
+
+// quantize is Quantize with the vector neighbour search on or off.
+func quantize(dst []byte, src, importance []float32, vector bool) {
 	t := tables()
 	for b := 0; b < len(src)/BlockWeights; b++ {
 		x := (*[BlockWeights]float32)(src[b*BlockWeights:])
@@ -71,7 +84,7 @@ func Quantize(dst []byte, src, importance []float32) {
 		if importance != nil {
 			qw = (*[BlockWeights]float32)(importance[b*BlockWeights%len(importance):])
 		}
-		quantizeBlock((*[BlockBytes]byte)(dst[b*BlockBytes:]), x, qw, t)
+		quantizeBlock((*[BlockBytes]byte)(dst[b*BlockBytes:]), x, qw, t, vector)
 	}
 }
 

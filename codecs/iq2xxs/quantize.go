@@ -3,6 +3,7 @@ package iq2xxs
 import (
 	"encoding/binary"
 	"math"
+	"math/bits"
 
 	"github.com/dsfs/dsfs/codecs/internal/ggmlfp16"
 )
@@ -17,7 +18,10 @@ var levelValues = [4]float32{1, 3, 5, 7}
 
 // quantizeBlock is quantize_row_iq2_xxs_impl for one 256-weight block; qw is
 // the block's slice of the importance vector, nil for unit importance.
-func quantizeBlock(dst *[BlockBytes]byte, x *[BlockWeights]float32, qw *[BlockWeights]float32, t *searchTables) {
+// With vector set the CPU's vector unit, where it has one, runs the square
+// roots, the trial projections and neighbour searches and the trials' sums
+// and errors; the bytes are the same.
+func quantizeBlock(dst *[BlockBytes]byte, x *[BlockWeights]float32, qw *[BlockWeights]float32, t *searchTables, vector bool) {
 	var sumx2 float32
 	for _, v := range x {
 		sumx2 += float32(v * v)
@@ -35,8 +39,8 @@ func quantizeBlock(dst *[BlockBytes]byte, x *[BlockWeights]float32, qw *[BlockWe
 		if qw != nil {
 			w = (*[32]float32)(qw[32*ib:])
 		}
-		sb.prepare((*[32]float32)(x[32*ib:]), w, sigma2)
-		scale, indices, signs := sb.quantize(t)
+		sb.prepare((*[32]float32)(x[32*ib:]), w, sigma2, vector)
+		scale, indices, signs := sb.quantize(t, vector)
 		for k := range 4 {
 			q2[2*ib] |= uint32(indices[k]) << (8 * k)
 			q2[2*ib+1] |= uint32(signs[k]) << (7 * k)
@@ -65,6 +69,9 @@ func quantizeBlock(dst *[BlockBytes]byte, x *[BlockWeights]float32, qw *[BlockWe
 	}
 }
 
+// unitImportance is 32 ones, the vector form of a nil importance.
+var unitImportance = [32]float32{1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}
+
 // subBlock is the quantiser's state for 32 weights: four groups of eight,
 // each coded as one grid point, seven sign bits and the shared scale.
 type subBlock struct {
@@ -79,29 +86,37 @@ type subBlock struct {
 // and implies an even number of negatives, so a group with an odd number
 // gives the weight with the smallest weight*x^2 the wrong sign: its
 // magnitude is negated instead.
-func (sb *subBlock) prepare(xb, qw *[32]float32, sigma2 float32) {
-	for i, v := range xb {
-		w := sqrt32(sigma2 + float32(v*v))
-		if qw != nil {
-			w *= qw[i]
+// With vector set the square roots run on the vector unit where the CPU has
+// one; multiplying by an importance of 1 changes no bits, so nil importance
+// is a vector of ones there.
+func (sb *subBlock) prepare(xb, qw *[32]float32, sigma2 float32, vector bool) {
+	// neg: bit i set where weight i counts as negative, !(x >= 0), so
+	// -0.0 counts as positive and keeps its sign in xval.
+	var neg uint32
+	if vector && haveVectorSearch {
+		if qw == nil {
+			qw = &unitImportance
 		}
-		sb.weight[i] = w
-		sb.waux[i] = sqrt32(w)
-	}
-	for k := range 4 {
-		var s uint8
-		odd := false
-		for i := 8 * k; i < 8*k+8; i++ {
-			// -0.0 counts as positive and keeps its sign in xval.
-			if xb[i] >= 0 {
-				sb.xval[i] = xb[i]
+		neg = weightsAVX2(xb, qw, sigma2, &sb.weight, &sb.waux, &sb.xval)
+	} else {
+		for i, v := range xb {
+			w := sqrt32(sigma2 + float32(v*v))
+			if qw != nil {
+				w *= qw[i]
+			}
+			sb.weight[i] = w
+			sb.waux[i] = sqrt32(w)
+			if v >= 0 {
+				sb.xval[i] = v
 			} else {
-				sb.xval[i] = -xb[i]
-				s |= 1 << (i - 8*k)
-				odd = !odd
+				sb.xval[i] = -v
+				neg |= 1 << i
 			}
 		}
-		if odd {
+	}
+	for k := range 4 {
+		s := uint8(neg >> (8 * k))
+		if bits.OnesCount8(s)%2 == 1 {
 			imin := 8 * k
 			least := sb.weight[imin] * xb[imin] * xb[imin]
 			for i := 8*k + 1; i < 8*k+8; i++ {
@@ -118,7 +133,7 @@ func (sb *subBlock) prepare(xb, qw *[32]float32, sigma2 float32) {
 
 // quantize fits the prepared sub-block: its scale, the grid index and the
 // stored sign bits of each group.
-func (sb *subBlock) quantize(t *searchTables) (scale float32, indices [4]uint8, signs [4]uint8) {
+func (sb *subBlock) quantize(t *searchTables, vector bool) (scale float32, indices [4]uint8, signs [4]uint8) {
 	signs = sb.signs
 	m := sb.xval[0]
 	for _, v := range sb.xval[1:] {
@@ -129,7 +144,7 @@ func (sb *subBlock) quantize(t *searchTables) (scale float32, indices [4]uint8, 
 	if m < groupMaxEps {
 		return 0, indices, [4]uint8{}
 	}
-	scale = sb.scaleGuess()
+	scale = sb.scaleGuess(vector)
 	effMax := scale * 3
 	if effMax <= 0 {
 		return 0, indices, [4]uint8{}
@@ -138,26 +153,46 @@ func (sb *subBlock) quantize(t *searchTables) (scale float32, indices [4]uint8, 
 	// codes holds the level code of each group's chosen grid point. Only
 	// when every fit below fails (non-finite metric, where ggml aborts) is
 	// its initial grid point 0 stored.
-	var codes, trial [4]uint16
+	var codes [4]uint16
 	var best float32
+	// The thirteen trials are independent until their sums are compared, so
+	// the vector path computes all of them first and their sums side by
+	// side, each still in ggml's order; the comparisons then run in ggml's
+	// order of trials.
+	const trials = 13
+	var (
+		trial        [trials][4]uint16
+		sumqx, sumq2 [16]float32
+	)
+	var ids, scales [trials]float32
 	for is := -6; is <= 6; is++ {
-		id := (5 + float32(float32(is)*0.1)) / effMax
-		trialScale := 1 / id
-		for k := range 4 {
-			trial[k] = sb.project(t, k, id, trialScale)
+		ids[is+6] = (5 + float32(float32(is)*0.1)) / effMax
+		scales[is+6] = 1 / ids[is+6]
+	}
+	sb.projectTrials(t, ids[:], scales[:], trial[:], vector)
+	if vector && haveVectorSearch {
+		var lanes [4][16]uint32
+		for n, c := range trial {
+			for k := range c {
+				lanes[k][n] = uint32(c[k])
+			}
 		}
-		sumqx, sumq2 := sb.sums(&trial)
-		if sumq2 > 0 && sumqx*sumqx > best*sumq2 {
-			scale = sumqx / sumq2
-			best = scale * sumqx
-			codes = trial
+		trialSumsAVX2(&sb.weight, &sb.xval, &lanes, &sumqx, &sumq2)
+	} else {
+		for n := range trial {
+			sumqx[n], sumq2[n] = sb.sums(&trial[n])
+		}
+	}
+	for n := range trials {
+		if sumq2[n] > 0 && sumqx[n]*sumqx[n] > best*sumq2[n] {
+			scale = sumqx[n] / sumq2[n]
+			best = scale * sumqx[n]
+			codes = trial[n]
 		}
 	}
 	if scale > 0 {
 		id := 1 / scale
-		for k := range 4 {
-			codes[k] = sb.project(t, k, id, scale)
-		}
+		sb.projectGroups(t, id, scale, &codes, vector)
 		if sumqx, sumq2 := sb.sums(&codes); sumq2 > 0 {
 			scale = sumqx / sumq2
 		}
@@ -174,6 +209,29 @@ func (sb *subBlock) quantize(t *searchTables) (scale float32, indices [4]uint8, 
 		indices[k] = uint8(t.codeMap[c])
 	}
 	return scale, indices, signs
+}
+
+// projectGroups sets codes to the four groups' level codes for the inverse
+// scale id and scale, as project does. With vector set it runs the vector
+// form where the CPU has one; the codes are the same.
+func (sb *subBlock) projectGroups(t *searchTables, id, scale float32, codes *[4]uint16, vector bool) {
+	var one [1][4]uint16
+	sb.projectTrials(t, []float32{id}, []float32{scale}, one[:], vector)
+	*codes = one[0]
+}
+
+// projectTrials is projectGroups for trial n's ids[n] and scales[n] into
+// codes[n], the vector form doing every trial in one call.
+func (sb *subBlock) projectTrials(t *searchTables, ids, scales []float32, codes [][4]uint16, vector bool) {
+	if vector && haveVectorSearch {
+		projectAVX2(&sb.xval, &sb.waux, &ids[0], &scales[0], len(codes), &t.codeMap[0], &t.listAt[0], &t.lists[0], &codes[0])
+		return
+	}
+	for n := range codes {
+		for k := range codes[n] {
+			codes[n][k] = sb.project(t, k, ids[n], scales[n])
+		}
+	}
 }
 
 // project returns the level code of group k's grid point for the inverse
@@ -216,7 +274,7 @@ func (t *searchTables) bestNeighbour(u uint16, xval, waux *[8]float32, scale flo
 	// ggml's order; the first addition is tabulated too. ggml starts from
 	// 0 + term, which differs only in the sign of a zero sum, and that
 	// compares the same.
-	var terms [8][4]float32
+	var terms [8][3]float32
 	s1, s3, s5 := scale, float32(scale*3), float32(scale*5)
 	for j, x := range xval {
 		w := waux[j]
@@ -255,7 +313,7 @@ func (t *searchTables) bestNeighbour(u uint16, xval, waux *[8]float32, scale flo
 // sums that created it used the signed level. make_qp_quants returns 0 for
 // a largest value below groupMaxEps; the caller has already set such
 // sub-blocks aside.
-func (sb *subBlock) scaleGuess() float32 {
+func (sb *subBlock) scaleGuess(vector bool) float32 {
 	const nmax = 4
 	x, w := &sb.xval, &sb.weight
 	var m float32
@@ -272,20 +330,29 @@ func (sb *subBlock) scaleGuess() float32 {
 		diff := v - float32(scale*l)
 		bestMSE += float32(float32(w[i]*diff) * diff)
 	}
-	for is := -4; is <= 4; is++ {
-		if is == 0 {
-			continue
+	if vector && haveVectorSearch {
+		// The eight trials side by side, each error still summed in
+		// ggml's order, then compared in ggml's order.
+		var iscales, scales, mse [8]float32
+		for n, is := range [8]int{-4, -3, -2, -1, 1, 2, 3, 4} {
+			iscales[n] = (float32(0.1*float32(is)) + nmax) / m
+			scales[n] = 1 / iscales[n]
 		}
-		iscaleIs := (float32(0.1*float32(is)) + nmax) / m
-		scaleIs := 1 / iscaleIs
-		var mse float32
-		for i, v := range x {
-			l := float32(min(nmax, nearestInt(iscaleIs*v)))
-			diff := v - float32(scaleIs*l)
-			mse += float32(float32(w[i]*diff) * diff)
+		qpErrorsAVX2(x, w, &iscales, &scales, &mse)
+		for n, e := range mse {
+			if e < bestMSE {
+				bestMSE, iscale = e, iscales[n]
+			}
 		}
-		if mse < bestMSE {
-			bestMSE, iscale = mse, iscaleIs
+	} else {
+		for is := -4; is <= 4; is++ {
+			if is == 0 {
+				continue
+			}
+			iscaleIs := (float32(0.1*float32(is)) + nmax) / m
+			if mse := qpError(x, w, iscaleIs, 1/iscaleIs); mse < bestMSE {
+				bestMSE, iscale = mse, iscaleIs
+			}
 		}
 	}
 	var levels [32]uint8
@@ -325,4 +392,16 @@ func (sb *subBlock) scaleGuess() float32 {
 		return sumlx / suml2
 	}
 	return 0
+}
+
+// qpError is the weighted squared error of one of scaleGuess's trials:
+// levels min(4, nearest_int(iscale*x)) at scale, summed in index order.
+func qpError(x, w *[32]float32, iscale, scale float32) float32 {
+	var mse float32
+	for i, v := range x {
+		l := float32(min(4, nearestInt(iscale*v)))
+		diff := v - float32(scale*l)
+		mse += float32(float32(w[i]*diff) * diff)
+	}
+	return mse
 }

@@ -66,7 +66,23 @@ type searchTables struct {
 	// followed by the grid indices at the two smallest distinct distances
 	// from the code, ordered by distance and then index.
 	neighbours []uint16
+
+	// lists holds the same lists for the vector search: grid codes rather
+	// than indices, each list padded with listPad codes to a multiple of
+	// listWidth. listAt[u] locates off-grid code u's list there: its start
+	// times 256 plus its padded length.
+	lists  []uint16
+	listAt [mapSize]uint32
 }
+
+const (
+	// listWidth is the number of candidates the vector search compares at
+	// once.
+	listWidth = 8
+	// listPad pads the vector search's lists: level 3 in every coordinate,
+	// whose distance terms are +Inf, so it never beats a listed point.
+	listPad = 0xffff
+)
 
 // tables returns the search tables, building them on first use.
 var tables = sync.OnceValue(buildTables)
@@ -106,6 +122,7 @@ func buildTables() *searchTables {
 	}
 
 	t.neighbours = make([]uint16, 0, 1<<19)
+	t.lists = make([]uint16, 0, 1<<21)
 	var dist [256]uint8
 	for u := range t.codeMap {
 		if t.codeMap[u] >= 0 {
@@ -134,6 +151,15 @@ func buildTables() *searchTables {
 			}
 		}
 		t.neighbours[offset] = uint16(len(t.neighbours) - offset - 1)
+
+		start := len(t.lists)
+		for _, k := range t.neighbours[offset+1:] {
+			t.lists = append(t.lists, gridCodes[k])
+		}
+		for len(t.lists)%listWidth != 0 {
+			t.lists = append(t.lists, listPad)
+		}
+		t.listAt[u] = uint32(start)<<8 | uint32(len(t.lists)-start)
 	}
 	return t
 }

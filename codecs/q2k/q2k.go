@@ -15,6 +15,12 @@
 // ggml's order and every product is rounded before it is added, because Go
 // may otherwise fuse x*y+z into one FMA (it does on arm64 and GOAMD64=v3).
 //
+// On amd64 with AVX2, QuantizeRef fits eight sub-blocks side by side, one
+// per vector lane, each lane running make_qkx2_quants' operations in its
+// order and precision with branches as per-lane masks, and requantises on
+// the vector unit; the bytes are those of the portable Go path, which other
+// CPUs run and the tests compare against it.
+//
 // QuantizeImportance follows make_qkx3_quants as of d99724f2; the guard
 // against out-of-range levels that later llama.cpp commits added to it
 // changes none of the reference vectors.
@@ -58,8 +64,14 @@ func RowBytes(n int) int {
 // BlockWeights or dst is shorter than RowBytes(len(src)).
 func QuantizeRef(dst []byte, src []float32) {
 	checkQuantize(dst, src)
+	quantizeRef(dst, src, true)
+}
+
+// quantizeRef is QuantizeRef with the vector fit (where the CPU has one) on
+// or off; the bytes are the same.
+func quantizeRef(dst []byte, src []float32, vector bool) {
 	for len(src) > 0 {
-		quantizeRefBlock((*[BlockBytes]byte)(dst), (*[BlockWeights]float32)(src))
+		quantizeRefBlock((*[BlockBytes]byte)(dst), (*[BlockWeights]float32)(src), vector)
 		dst, src = dst[BlockBytes:], src[BlockWeights:]
 	}
 }
@@ -153,20 +165,28 @@ func abs32(f float32) float32 {
 	return math.Float32frombits(math.Float32bits(f) &^ (1 << 31))
 }
 
-// quantizeRefBlock is one block of quantize_row_q2_K_ref.
-func quantizeRefBlock(b *[BlockBytes]byte, x *[BlockWeights]float32) {
+// quantizeRefBlock is one block of quantize_row_q2_K_ref, with the
+// sub-blocks' fits side by side on the vector unit if vector is set and the
+// CPU has one.
+func quantizeRefBlock(b *[BlockBytes]byte, x *[BlockWeights]float32, vector bool) {
 	var (
 		codes            [subBlocks]uint32 // 2-bit levels, weight i of sub-block j in bits 2i..2i+1 of codes[j]
 		scales, mins     [subBlocks]float32
 		w                [16]float32
 		maxScale, maxMin float32
 	)
-	for j := range subBlocks {
-		xs := (*[16]float32)(x[16*j:])
-		for i, v := range xs {
-			w[i] = abs32(v)
+	if vector && haveVectorFit {
+		fitRefVector(x, &scales, &mins, &codes)
+	} else {
+		for j := range subBlocks {
+			xs := (*[16]float32)(x[16*j:])
+			for i, v := range xs {
+				w[i] = abs32(v)
+			}
+			scales[j], mins[j], codes[j] = fitRange(xs, &w, refSteps, true)
 		}
-		scales[j], mins[j], codes[j] = fitRange(xs, &w, refSteps, true)
+	}
+	for j := range subBlocks {
 		if scales[j] > maxScale {
 			maxScale = scales[j]
 		}
@@ -195,8 +215,51 @@ func quantizeRefBlock(b *[BlockBytes]byte, x *[BlockWeights]float32) {
 		}
 		dmin = ggmlfp16.Bits(maxMin / 15)
 	}
-	requantize(x, sc, ggmlfp16.Float32(d), ggmlfp16.Float32(dmin), &codes)
+	if vector && haveVectorFit {
+		requantizeVector(x, sc, ggmlfp16.Float32(d), ggmlfp16.Float32(dmin), &codes)
+	} else {
+		requantize(x, sc, ggmlfp16.Float32(d), ggmlfp16.Float32(dmin), &codes)
+	}
 	pack(b, &codes, d, dmin)
+}
+
+// requantizeVector is requantize with the divisions and levels on the
+// vector unit.
+func requantizeVector(x *[BlockWeights]float32, sc *[subBlocks]byte, d, dmin float32, codes *[subBlocks]uint32) {
+	var dd, dm [subBlocks]float32
+	var fresh [subBlocks]uint32
+	for j, s := range sc {
+		dd[j] = d * float32(s&0xF)
+		dm[j] = float32(dmin * float32(s>>4))
+	}
+	requantizeAVX2(x, &dm, &dd, &fresh)
+	for j := range codes {
+		if dd[j] != 0 {
+			codes[j] = fresh[j]
+		}
+	}
+}
+
+// fitRefVector is the reference path's sixteen fits, eight at a time with
+// fitRangeMADAVX2.
+func fitRefVector(x *[BlockWeights]float32, scales, mins *[subBlocks]float32, codes *[subBlocks]uint32) {
+	var xt, wt, lt [16][8]float32
+	for half := range 2 {
+		for j := range 8 {
+			xs := (*[16]float32)(x[16*(8*half+j):])
+			for i, v := range xs {
+				xt[i][j], wt[i][j] = v, abs32(v)
+			}
+		}
+		fitRangeMADAVX2(&xt, &wt, &refSteps[0], len(refSteps), (*[8]float32)(scales[8*half:]), (*[8]float32)(mins[8*half:]), &lt)
+		for j := range 8 {
+			var c uint32
+			for i := range 16 {
+				c |= uint32(lt[i][j]) << (2 * i)
+			}
+			codes[8*half+j] = c
+		}
+	}
 }
 
 // quantizeImportanceBlock is one block of quantize_row_q2_K_impl.
