@@ -53,6 +53,9 @@ func usage(w io.Writer) {
 
 func main() {
 	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})))
+	if args, ok := mountHelperArgs(os.Args); ok {
+		os.Args = append([]string{os.Args[0], "mount"}, args...)
+	}
 	if len(os.Args) < 2 || os.Args[1] == "-h" || os.Args[1] == "--help" || os.Args[1] == "help" {
 		usage(os.Stdout)
 		return
