@@ -11,3 +11,5 @@ require (
 	golang.org/x/sync v0.25.0
 	golang.org/x/sys v0.28.0
 )
+
+require github.com/creack/pty v1.1.24

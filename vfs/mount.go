@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -14,7 +15,6 @@ import (
 	"github.com/dsfs/dsfs/views"
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
-	"golang.org/x/sys/unix"
 )
 
 // Options configure a mount.
@@ -124,14 +124,21 @@ func MountOptions(allowOther, debug bool) fuse.MountOptions {
 
 // RaiseReadAhead lets the kernel send 1 MiB reads to the mount at dir:
 // go-fuse can only lower the read-ahead the kernel offers, so the mount's
-// bdi setting is raised after mounting, which needs root.
+// bdi setting is raised after mounting, which needs root. The device comes
+// from /proc/self/mountinfo, not from a stat of dir: a process that asks
+// its own mount could not be killed while the request is in flight.
 func RaiseReadAhead(dir string) error {
-	var st unix.Stat_t
-	if err := unix.Stat(dir, &st); err != nil {
+	dir, err := filepath.Abs(dir)
+	if err != nil {
 		return err
 	}
-	p := fmt.Sprintf("/sys/class/bdi/%d:%d/read_ahead_kb", unix.Major(st.Dev), unix.Minor(st.Dev))
-	return os.WriteFile(p, []byte("1024"), 0)
+	e, ok, err := mountAt(dir)
+	if err != nil {
+		return err
+	} else if !ok {
+		return fmt.Errorf("%s: not a mount point", dir)
+	}
+	return os.WriteFile("/sys/class/bdi/"+e.dev+"/read_ahead_kb", []byte("1024"), 0)
 }
 
 // Wait serves requests until the file system is unmounted.

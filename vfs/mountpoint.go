@@ -89,7 +89,12 @@ func (p *MountPoint) Release() {
 
 // clearDeadMount detaches a dsfs mount at dir whose server has exited.
 func clearDeadMount(dir string, log *slog.Logger) error {
-	_, err := os.Stat(dir)
+	// A stat may be answered from the kernel's cached attributes; opening
+	// the directory always reaches the server.
+	f, err := os.Open(dir)
+	if err == nil {
+		f.Close()
+	}
 	if !errors.Is(err, syscall.ENOTCONN) {
 		return nil
 	}
@@ -114,6 +119,7 @@ func clearDeadMount(dir string, log *slog.Logger) error {
 // mountEntry is one line of /proc/self/mountinfo.
 type mountEntry struct {
 	dir, fsType, source string
+	dev                 string // MAJOR:MINOR
 }
 
 // mounts reads /proc/self/mountinfo.
@@ -132,7 +138,7 @@ func mounts() ([]mountEntry, error) {
 		if len(fields) < 5 {
 			continue
 		}
-		e := mountEntry{dir: unescapeMountinfo(fields[4])}
+		e := mountEntry{dir: unescapeMountinfo(fields[4]), dev: fields[2]}
 		for i := 5; i+2 < len(fields); i++ {
 			if fields[i] == "-" {
 				e.fsType, e.source = fields[i+1], unescapeMountinfo(fields[i+2])

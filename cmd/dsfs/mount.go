@@ -150,6 +150,7 @@ func runMount(args []string) error {
 			MountPoint: mp,
 			Status: func() map[string]any {
 				st := map[string]any{
+					"pid":        os.Getpid(),
 					"source":     src.cat.Dir,
 					"views":      viewNamesOf(src.set.Root),
 					"shards":     len(src.cat.Shards),
@@ -169,22 +170,18 @@ func runMount(args []string) error {
 	}
 	slog.Info("mounted", "source", src.cat.Dir, "mount", m.Dir, "shards", len(src.cat.Shards),
 		"tensors", len(src.cat.Tensors), "problems", len(src.cat.Problems), "cache_mb", *cacheMB)
-	go notifyReady(m.Dir)
+	notifyReady()
 	m.Wait()
 	slog.Info("unmounted", "mount", m.Dir)
 	return nil
 }
 
 // notifyReady tells a service manager (or a --background parent) that the
-// mount is ready once its .dsfs/stats.json can be read.
-func notifyReady(dir string) {
-	if os.Getenv("NOTIFY_SOCKET") == "" {
-		return
-	}
-	if _, err := os.ReadFile(filepath.Join(dir, ".dsfs", "stats.json")); err != nil {
-		slog.Error("mount not readable; not reporting ready", "mount", dir, "err", err)
-		return
-	}
+// mount is ready: vfs.Serve returns once the kernel has the mount and the
+// server answers, so .dsfs/stats.json can be read. (dsfs does not read its
+// own mount to check: a process blocked on its own FUSE request cannot be
+// killed.)
+func notifyReady() {
 	if _, err := sdnotify.Notify(sdnotify.Ready); err != nil {
 		slog.Error("telling the service manager the mount is ready", "err", err)
 	}
