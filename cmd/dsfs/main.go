@@ -31,8 +31,8 @@ var commands []command
 
 func init() {
 	commands = []command{
-		{"mount", "[--cache-mb N] [--cache-dir DIR] [--cache-dir-gb N] [--revision REV] [--views LIST] [--device auto|cpu|cuda] [--trace-prompts FILE] [--tp N] [--no-hash] [--allow-other] [--debug] SRC MNT", "mount SRC at MNT (foreground; Ctrl-C or SIGTERM unmounts)", runMount},
-		{"umount", "MNT", "unmount a dsfs mount", runUmount},
+		{"mount", "[--cache-mb N] [--cache-dir DIR] [--cache-dir-gb N] [--revision REV] [--views LIST] [--device auto|cpu|cuda] [--trace-prompts FILE] [--tp N] [--no-hash] [--allow-other] [--debug] [--background] [-o OPTS] SRC MNT", "mount SRC at MNT (foreground unless --background; Ctrl-C, SIGTERM or SIGHUP unmounts)", runMount},
+		{"umount", "[--lazy] MNT", "unmount a dsfs mount", runUmount},
 		{"demo", "[--check] [--preset NAME] [MNT]", "synthesise a small checkpoint, mount it and show it; --check verifies the views and exits", runDemo},
 		{"synth", "--preset NAME OUT", "write a synthetic checkpoint (presets: see --help)", runSynth},
 		{"export", "[--cache-mb N] [--cache-dir DIR] [--cache-dir-gb N] [--revision REV] [--device auto|cpu|cuda] [--trace-prompts FILE] VIEW SRC OUT", "write a view as ordinary files, through the same code as the mount", runExport},
