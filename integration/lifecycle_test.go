@@ -254,6 +254,35 @@ func TestUmountRefusesOtherFileSystems(t *testing.T) {
 	}
 }
 
+// TestUmountBusyAndLazy: dsfs umount of a mount with a file open says so;
+// --lazy detaches it, and the server exits once the file is closed.
+func TestUmountBusyAndLazy(t *testing.T) {
+	m := startMount(t, tinySrc)
+	unmountAtEnd(t, m.dir)
+	f, err := os.Open(m.path("nvfp4", "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	out, err := exec.Command(dsfsBin, "umount", m.dir).CombinedOutput()
+	if err == nil || !bytes.Contains(out, []byte("files are open on it")) {
+		t.Fatalf("dsfs umount with a file open: %v\n%s", err, out)
+	}
+	run(t, dsfsBin, "umount", "--lazy", m.dir)
+	if e := mountAt(t, m.dir); e.count != 0 {
+		t.Fatal("still mounted after dsfs umount --lazy")
+	}
+	if _, err := io.ReadAll(f); err != nil {
+		t.Fatalf("reading the open file after the lazy unmount: %v", err)
+	}
+	f.Close()
+	select {
+	case <-m.done:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("dsfs still serving 10 s after the last file was closed\n%s", m.log)
+	}
+}
+
 // TestRacingMounts: of two dsfs mounts started together on one mount
 // point, exactly one mounts, every time; an empty mount point is refused.
 func TestRacingMounts(t *testing.T) {

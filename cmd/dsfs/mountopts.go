@@ -84,7 +84,8 @@ func (o fuseOptions) apply(fs *flag.FlagSet) ([]string, error) {
 // dsfs) as `mount.fuse.dsfs SRC MNT -o OPTS`, and mount.fuse3, given the
 // type fuse.dsfs, runs `dsfs SRC MNT -o OPTS`. A helper must return once
 // the file system is mounted, so the mount goes to the background unless
-// -f asks for the foreground.
+// -f asks for the foreground. mount(8)'s helper flags -n, -s and -v are
+// dropped.
 func mountHelperArgs(argv []string) ([]string, bool) {
 	if len(argv) < 3 {
 		return nil, false
@@ -101,11 +102,13 @@ func mountHelperArgs(argv []string) ([]string, bool) {
 	var out []string
 	background := true
 	for _, a := range args {
-		if a == "-f" {
+		switch a {
+		case "-f":
 			background = false
-			continue
+		case "-n", "-s", "-v": // mount(8)'s no-mtab, sloppy and verbose: nothing to do here
+		default:
+			out = append(out, a)
 		}
-		out = append(out, a)
 	}
 	if background {
 		out = append(out, "--background")

@@ -64,7 +64,7 @@ func TestMountHelperArgs(t *testing.T) {
 		{[]string{"dsfs", "mount", src, "/mnt"}, ""},
 		{[]string{"dsfs", src, "/mnt", "-o", "ro,allow_other"}, src + " /mnt -o ro,allow_other --background"},
 		{[]string{"dsfs", src, "/mnt", "-f", "-o", "ro"}, src + " /mnt -o ro"},
-		{[]string{"/sbin/mount.fuse.dsfs", "/data/x", "/mnt", "-o", "ro"}, "/data/x /mnt -o ro --background"},
+		{[]string{"/sbin/mount.fuse.dsfs", "/data/x", "/mnt", "-n", "-o", "ro"}, "/data/x /mnt -o ro --background"},
 		{[]string{"dsfs", "/no/such/dir", "/mnt"}, ""},
 		{[]string{"dsfs", "umount", "/mnt"}, ""},
 	}
