@@ -296,6 +296,14 @@ func TestRacingMounts(t *testing.T) {
 			ps[j] = &proc{cmd: exec.Command(dsfsBin, "mount", "--cache-mb", "64", tinySrc, dir), log: newLogFile(t), done: make(chan struct{})}
 			ps[j].cmd.Stdout, ps[j].cmd.Stderr = ps[j].log.f, ps[j].log.f
 		}
+		t.Cleanup(func() {
+			for _, p := range ps {
+				if p.cmd.Process != nil {
+					p.cmd.Process.Kill()
+					<-p.done
+				}
+			}
+		})
 		wg.Add(2)
 		for _, p := range ps {
 			go func() {
