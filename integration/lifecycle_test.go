@@ -179,9 +179,9 @@ func TestTerminalClosed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out bytes.Buffer
-	copied := make(chan struct{})
-	go func() { io.Copy(&out, tty); close(copied) }()
+	// Nothing reads the terminal: a Read pending on it would hold off the
+	// close(2) of tty.Close, and the hang-up with it. dsfs writes far less
+	// than the terminal buffers before it is ready.
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 	t.Cleanup(func() {
@@ -196,9 +196,8 @@ func TestTerminalClosed(t *testing.T) {
 	p.waitReady(t, dir)
 	tty.Close()
 	p.waitExit(t, 5*time.Second, "after its terminal was closed")
-	<-copied
 	if e := mountAt(t, dir); e.count > 0 {
-		t.Fatalf("still mounted (%s) after the terminal closed\n%s", e.fsType, out.String())
+		t.Fatalf("still mounted (%s) after the terminal closed", e.fsType)
 	}
 	if _, err := os.ReadDir(dir); err != nil {
 		t.Fatalf("mount point after the terminal closed: %v", err)
