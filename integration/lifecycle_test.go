@@ -168,6 +168,37 @@ func TestSignalWithOpenFile(t *testing.T) {
 	}
 }
 
+// TestSecondSignalExits: a second signal while a file holds the detached
+// mount ends dsfs at once; the mount is gone already.
+func TestSecondSignalExits(t *testing.T) {
+	needMount(t)
+	dir := t.TempDir()
+	unmountAtEnd(t, dir)
+	p := startProc(t, exec.Command(dsfsBin, "mount", tinySrc, dir))
+	p.waitReady(t, dir)
+	f, err := os.Open(filepath.Join(dir, "nvfp4", "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	deadline := time.Now().Add(2 * time.Second)
+	for !strings.Contains(p.log.String(), "unmounting") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no unmount 2 s after SIGTERM\n%s", p.log)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	p.waitExit(t, 2*time.Second, "after a second SIGTERM")
+	if e := mountAt(t, dir); e.count != 0 {
+		t.Fatal("still mounted after two signals")
+	}
+	if _, err := io.ReadAll(f); err == nil {
+		t.Fatal("a file of the mount still reads after its server exited")
+	}
+}
+
 // TestTerminalClosed: closing the terminal dsfs mount runs in (SIGHUP from
 // the kernel) unmounts it: no dead mount stays behind.
 func TestTerminalClosed(t *testing.T) {
