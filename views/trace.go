@@ -61,7 +61,11 @@ func buildTrace(s *Set, _ string) (*Node, error) {
 		if user {
 			return nil, fmt.Errorf("--trace-prompts %s: %w", s.Opt.TracePrompts, err)
 		}
-		return s.traceError("cannot run the default prompts", fmt.Sprintf("the default prompts cannot run: %v", err), problems...), nil
+		summary := "cannot run the default prompts"
+		if tok == nil && problems != nil {
+			summary += " without a usable tokenizer.json"
+		}
+		return s.traceError(summary, fmt.Sprintf("the default prompts cannot run: %v", err), problems...), nil
 	}
 	// The backend starts only for a model it can run: CUDA compiles its
 	// kernels and takes device memory.

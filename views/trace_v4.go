@@ -45,7 +45,11 @@ func buildTraceV4(s *Set, prompts []trace.Prompt, user bool) (*Node, error) {
 		if user {
 			return nil, fmt.Errorf("--trace-prompts %s: %w", s.Opt.TracePrompts, err)
 		}
-		return s.traceError("cannot run the default prompts", fmt.Sprintf("the default prompts cannot run: %v", err), problems...), nil
+		summary := "cannot run the default prompts"
+		if tok == nil && problems != nil {
+			summary += " without a usable tokenizer.json"
+		}
+		return s.traceError(summary, fmt.Sprintf("the default prompts cannot run: %v", err), problems...), nil
 	}
 	if s.Opt.Device == "cuda" {
 		s.warnings = append(s.warnings, "trace: DeepSeek-V4 layers run on the CPU; the CUDA backend has no V4 kernels yet")
