@@ -131,6 +131,9 @@ type forward struct {
 	n          int
 	out        *LayerOutput
 	expertLoad time.Duration
+	// V4.1's router: logits divided by gateTemp (when set), and weights
+	// normalised by their sum plus weightEps.
+	gateTemp, weightEps float32
 }
 
 // mm is w.apply, timed as matrix-product time.

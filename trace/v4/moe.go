@@ -66,6 +66,11 @@ func (f *forward) route(x []float32, ids []int32) (Routes, error) {
 	if err != nil {
 		return Routes{}, err
 	}
+	if f.gateTemp != 0 {
+		for i := range logits {
+			logits[i] /= f.gateTemp
+		}
+	}
 	r := Routes{K: k, IDs: make([]int32, f.n*k), Weights: make([]float32, f.n*k), Margin: make([]float32, f.n), Hash: w.tid2eid != nil}
 	if !r.Hash {
 		r.Scores = make([]float32, f.n*e)
@@ -102,7 +107,7 @@ func (f *forward) route(x []float32, ids []int32) (Routes, error) {
 		}
 		for j := range tw {
 			if cfg.ScoreFunc != ScoreSoftmax {
-				tw[j] /= sum
+				tw[j] /= sum + f.weightEps
 			}
 			tw[j] *= float32(cfg.RouteScale)
 		}
