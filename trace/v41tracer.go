@@ -419,6 +419,9 @@ func (t *V41Tracer) ReadActivation(ctx context.Context, l int, a V4Activation, r
 			ids, row = sa.IndexTopK, 0
 		case "candidates":
 			mask := out.Out.Shared[a.prompt].Candidates
+			if len(mask) != a.Rows()*w {
+				return fmt.Errorf("%s: the candidate mask holds %d entries, not %d x %d", a.Name, len(mask), a.Rows(), w)
+			}
 			for i, keep := range mask[r0*w : r1*w] {
 				dst[i] = 0
 				if keep {
