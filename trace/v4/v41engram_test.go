@@ -132,3 +132,27 @@ func TestEngramTinyLayout(t *testing.T) {
 		t.Errorf("compressed pad id %d, want %d", e.PadID, ge.CompressedPadID)
 	}
 }
+
+// BenchmarkEngramLayout times what mounting a V4.1 checkpoint computes
+// for Engram: v41-tiny's token map (640 ids; the released tokenizer has
+// 129,280, so about 200 times this) and the released layout's 48 primes.
+func BenchmarkEngramLayout(b *testing.B) {
+	tj, err := os.ReadFile(filepath.Join(testdata.Dir(b), "trace", "v41-tiny", "tokenizer.json"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	tok, err := tokenizer.Parse(tj)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("map", func(b *testing.B) {
+		for range b.N {
+			CompressedTokenMap(tok)
+		}
+	})
+	b.Run("primes", func(b *testing.B) {
+		for range b.N {
+			EngramPrimes(2, 4, 8, 16000000)
+		}
+	})
+}
