@@ -180,3 +180,146 @@ func TestFP4QuantE4M3(t *testing.T) {
 		}
 	}
 }
+
+// TestDSparkStagesListed checks that mtp.N tensors are listed as DSpark
+// stages and leave the backbone's layers alone.
+func TestDSparkStagesListed(t *testing.T) {
+	m, _ := loadGolden41(t)
+	cat := editedCatalog(t, m, map[string]string{
+		"layers.0.attn_norm.weight": "+mtp.0.attn_norm.weight",
+		"norm.weight":               "+mtp.2.norm.weight",
+	})
+	m2, err := Open41(cat, mustRead(t, "inference/config.json"), mustRead(t, "tokenizer.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := m2.DSparkStages(); !slices.Equal(got, []string{"mtp.0", "mtp.2"}) {
+		t.Errorf("DSpark stages %v", got)
+	}
+	if m2.Runnable() != 6 {
+		t.Errorf("runnable %d, want 6", m2.Runnable())
+	}
+}
+
+// TestBatchEqualsSingle41 runs the chain on both golden sequences at once
+// and on each alone: attention, candidates and shared state never cross
+// sequences, and the results are the same bit for bit.
+func TestBatchEqualsSingle41(t *testing.T) {
+	m, g := loadGolden41(t)
+	cfg := m.Config
+	var seqs [][]int
+	var ids []int
+	var single []*State41
+	for _, s := range g.Sequences {
+		seqs = append(seqs, s.TokenIDs)
+		ids = append(ids, s.TokenIDs...)
+		emb, err := m.EmbedRows(s.TokenIDs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		single = append(single, cfg.InitialState41(emb, 1))
+	}
+	emb, err := m.EmbedRows(ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	both := cfg.InitialState41(emb, len(seqs))
+	for l := range cfg.Layers {
+		var want []float32
+		for i, s := range seqs {
+			out, err := m.Forward(context.Background(), l, single[i], [][]int{s}, A8)
+			if err != nil {
+				t.Fatal(err)
+			}
+			single[i] = out.Out
+			want = append(want, out.StreamOut...)
+		}
+		out, err := m.Forward(context.Background(), l, both, seqs, A8)
+		if err != nil {
+			t.Fatal(err)
+		}
+		both = out.Out
+		if !slices.Equal(out.StreamOut, want) {
+			t.Errorf("layer %d: batched stream differs from the sequences run alone (max|Δ|/max %.3g)", l, relDiff(out.StreamOut, want))
+		}
+		for i := range seqs {
+			if !slices.Equal(both.Shared[i].Candidates, single[i].Shared[0].Candidates) || !slices.Equal(both.Shared[i].TopK, single[i].Shared[0].TopK) {
+				t.Errorf("layer %d sequence %d: batched shared state differs", l, i)
+			}
+		}
+	}
+}
+
+// TestShortPrompts runs every layer on prompts shorter than a compressed
+// group, the window and a candidate block: no compressed entries, no
+// picks, and nothing out of range.
+func TestShortPrompts(t *testing.T) {
+	m, _ := loadGolden41(t)
+	cfg := m.Config
+	seqs := [][]int{{5}, {7, 300}, {9, 10, 11}}
+	var ids []int
+	for _, s := range seqs {
+		ids = append(ids, s...)
+	}
+	emb, err := m.EmbedRows(ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := cfg.InitialState41(emb, len(seqs))
+	for l := range cfg.Layers {
+		out, err := m.Forward(context.Background(), l, st, seqs, FP32)
+		if err != nil {
+			t.Fatalf("layer %d: %v", l, err)
+		}
+		for _, v := range out.StreamOut {
+			if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+				t.Fatalf("layer %d: non-finite output", l)
+			}
+		}
+		if r := cfg.Roles[l].Ratio; r > 0 {
+			for i, sa := range out.Seqs {
+				if n := len(sa.Compressed) / cfg.HeadDim; n != len(seqs[i])/r {
+					t.Errorf("layer %d sequence %d: %d compressed entries, want %d", l, i, n, len(seqs[i])/r)
+				}
+			}
+		}
+		st = out.Out
+	}
+	if _, err := m.Logits(st); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestForward41Errors checks that bad calls fail with a reason.
+func TestForward41Errors(t *testing.T) {
+	m, g := loadGolden41(t)
+	s := g.Sequences[0]
+	in := goldenState41(t, m.Config, s.Modes["a8"].Layers, 0)
+	bad := slices.Clone(s.TokenIDs)
+	bad[3] = 768
+	short := *in
+	short.PreMix = in.PreMix[:4]
+	for _, tc := range []struct {
+		name string
+		l    int
+		in   *State41
+		ids  []int
+		p    Precision
+		want string
+	}{
+		{"layer", 6, in, s.TokenIDs, A8, "layer 6 outside [0, 6)"},
+		{"precision", 0, in, s.TokenIDs, "bf16", `precision "bf16" is not a8 or fp32`},
+		{"pre_mix", 0, &short, s.TokenIDs, A8, "4 pre_mix values"},
+		{"token", 0, in, bad, A8, "token id 768 outside the vocabulary [0, 768)"},
+	} {
+		_, err := m.Forward(context.Background(), tc.l, tc.in, [][]int{tc.ids}, tc.p)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: error %v, want one containing %q", tc.name, err, tc.want)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := m.Forward(ctx, 2, goldenState41(t, m.Config, s.Modes["a8"].Layers, 2), [][]int{s.TokenIDs}, A8); err == nil || !strings.Contains(err.Error(), context.Canceled.Error()) {
+		t.Errorf("cancelled forward: %v", err)
+	}
+}
