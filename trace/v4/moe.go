@@ -66,7 +66,7 @@ func (f *forward) route(x []float32, ids []int32) (Routes, error) {
 	if err != nil {
 		return Routes{}, err
 	}
-	if f.gateTemp != 0 {
+	if f.v41 {
 		for i := range logits {
 			logits[i] /= f.gateTemp
 		}
@@ -105,9 +105,13 @@ func (f *forward) route(x []float32, ids []int32) (Routes, error) {
 			tw[j] = scores[id]
 			sum += tw[j]
 		}
+		norm, eps := cfg.ScoreFunc != ScoreSoftmax, float32(0)
+		if f.v41 {
+			norm, eps = f.normTopK && k > 1, 1e-20
+		}
 		for j := range tw {
-			if cfg.ScoreFunc != ScoreSoftmax {
-				tw[j] /= sum + f.weightEps
+			if norm {
+				tw[j] /= sum + eps
 			}
 			tw[j] *= float32(cfg.RouteScale)
 		}

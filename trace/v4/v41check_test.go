@@ -323,3 +323,64 @@ func TestForward41Errors(t *testing.T) {
 		t.Errorf("cancelled forward: %v", err)
 	}
 }
+
+// TestRoute41 checks V4.1's router against Gate.forward restated: logits
+// over gate_temp, the bias for selection only, weights normalised by
+// their sum + 1e-20 only with norm_topk_prob (whatever the scoring), and
+// times the routed scale.
+func TestRoute41(t *testing.T) {
+	const e, d, k = 8, 4, 3
+	w := make([]float32, e*d)
+	bias := make([]float32, e)
+	x := []float32{0.3, -1.2, 0.8, 2.0}
+	for i := range w {
+		w[i] = float32(math.Sin(float64(i)*1.7)) * 0.9
+	}
+	for i := range bias {
+		bias[i] = float32(i%3) * 0.05
+	}
+	for _, tc := range []struct {
+		score    string
+		temp     float32
+		normTopK bool
+	}{{ScoreSqrtSoftplus, 1, true}, {ScoreSqrtSoftplus, 2.5, false}, {ScoreSoftmax, 0.5, true}, {ScoreSigmoid, 1.5, true}} {
+		cfg := &Config{RoutedExperts: e, TopK: k, ScoreFunc: tc.score, RouteScale: 1.5}
+		f := &forward{cfg: cfg, n: 1, out: &LayerOutput{}, v41: true, gateTemp: tc.temp, normTopK: tc.normTopK,
+			w: &layerWeights{gate: &linear{w: w, rows: e, cols: d}, bias: bias}}
+		r, err := f.route(x, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		logits := make([]float32, e)
+		for i := range e {
+			var s float32
+			for c := range d {
+				s += x[c] * w[i*d+c]
+			}
+			logits[i] = s / tc.temp
+		}
+		scores := make([]float32, e)
+		cfg.score(scores, logits)
+		order := descending(func() []float32 {
+			sel := make([]float32, e)
+			for i := range sel {
+				sel[i] = scores[i] + bias[i]
+			}
+			return sel
+		}())
+		var sum float32
+		for _, id := range order[:k] {
+			sum += scores[id]
+		}
+		for j, id := range order[:k] {
+			want := scores[id]
+			if tc.normTopK {
+				want /= sum + 1e-20
+			}
+			want *= 1.5
+			if r.IDs[j] != int32(id) || math.Abs(float64(r.Weights[j]-want)) > 1e-6 {
+				t.Errorf("%+v: route %d is expert %d weight %g, want %d %g", tc, j, r.IDs[j], r.Weights[j], id, want)
+			}
+		}
+	}
+}

@@ -153,10 +153,7 @@ func (m *Model41) Forward(ctx context.Context, l int, in *State41, seqs [][]int,
 	load := time.Since(start)
 	out := &LayerOutput41{Layer: l, Tokens: n, Precision: p, Role: cfg.Roles[l], PreMixIn: in.PreMix}
 	f := &forward41{forward: forward{cfg: cfg.Config, ctx: ctx, w: &w.layerWeights, l: l, a8: p == A8, seqs: seqs, n: n,
-		out: &LayerOutput{}, gateTemp: float32(cfg.GateTemp)}, m: m, c41: cfg, w41: w, o: out}
-	if cfg.NormTopKProb {
-		f.weightEps = 1e-20
-	}
+		out: &LayerOutput{}, v41: true, gateTemp: float32(cfg.GateTemp), normTopK: cfg.NormTopKProb}, m: m, c41: cfg, w41: w, o: out}
 	if err := f.run(in); err != nil {
 		return nil, fmt.Errorf("layer %d: %w", l, err)
 	}
@@ -244,7 +241,7 @@ func collapse(x, pre []float32, n, d int) []float32 {
 func (f *forward41) engram(stream []float32) (*EngramOutput, error) {
 	cfg, c41, w := f.cfg, f.c41, f.w41
 	et := f.m.layers[f.l].engram
-	li := slicesIndex(c41.EngramLayers, f.l)
+	li := slices.Index(c41.EngramLayers, f.l)
 	n, d := cfg.HCMult, cfg.Hidden
 	cols := (c41.EngramMaxNgram - 1) * c41.EngramHeads
 	hd := c41.EngramHeadDim

@@ -3,6 +3,7 @@ package v4
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -213,7 +214,7 @@ func (c *checker) layer41(cfg *Config41, l int) *layer41Tensors {
 // engram checks an Engram layer's table (read row by row, never whole),
 // its projection and gate weights.
 func (c *checker) engram(cfg *Config41, want map[string]bool, p string, l int) *engramTensors {
-	i := slicesIndex(cfg.EngramLayers, l)
+	i := slices.Index(cfg.EngramLayers, l)
 	rows := cfg.EngramNumEmbeddings[i]
 	cols := (cfg.EngramMaxNgram - 1) * cfg.EngramHeads
 	e := &engramTensors{rows: rows, headDim: cfg.EngramHeadDim, scaleBy: cfg.FP8Block}
@@ -232,15 +233,6 @@ func (c *checker) engram(cfg *Config41, want map[string]bool, p string, l int) *
 	e.qWeight = c.tensor41(cfg, want, p+"engram.q_weight", kindFloat, cfg.HCMult, cfg.Hidden)
 	e.kWeight = c.tensor41(cfg, want, p+"engram.k_weight", kindFloat, cfg.HCMult, cfg.Hidden)
 	return e
-}
-
-func slicesIndex(s []int, v int) int {
-	for i, x := range s {
-		if x == v {
-			return i
-		}
-	}
-	return -1
 }
 
 // LayerTensors returns the number of tensors, elements and bytes the
