@@ -12,6 +12,7 @@ require (
 	golang.org/x/sync v0.25.0
 	golang.org/x/sys v0.46.0
 	golang.org/x/term v0.44.0
+	golang.org/x/text v0.44.0
 )
 
 require (

@@ -365,7 +365,7 @@ func (a V4Activation) Rows() int { return int(a.Shape[0]) }
 
 // RowBytes is the size of one row.
 func (a V4Activation) RowBytes() int64 {
-	n := int64(4)
+	n := int64(a.DType.Bits() / 8)
 	for _, d := range a.Shape[1:] {
 		n *= d
 	}

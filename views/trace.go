@@ -39,6 +39,9 @@ func buildTrace(s *Set, _ string) (*Node, error) {
 	if v4.IsV4(s.Cat.ConfigBytes) {
 		return buildTraceV4(s, prompts, user)
 	}
+	if v4.IsV41(s.Cat.ConfigBytes) {
+		return buildTraceV41(s, prompts, user)
+	}
 	if what, missing := v4.Missing(s.Cat.ConfigBytes); missing != nil {
 		return s.traceError("cannot run "+what, "cannot run "+what+"; the engine lacks:", missing...), nil
 	}

@@ -131,6 +131,11 @@ type forward struct {
 	n          int
 	out        *LayerOutput
 	expertLoad time.Duration
+	// v41 selects V4.1's router: logits divided by gateTemp, weights
+	// normalised (by their sum + 1e-20) only with normTopK and k > 1.
+	v41      bool
+	gateTemp float32
+	normTopK bool
 }
 
 // mm is w.apply, timed as matrix-product time.

@@ -66,6 +66,11 @@ func (f *forward) route(x []float32, ids []int32) (Routes, error) {
 	if err != nil {
 		return Routes{}, err
 	}
+	if f.v41 {
+		for i := range logits {
+			logits[i] /= f.gateTemp
+		}
+	}
 	r := Routes{K: k, IDs: make([]int32, f.n*k), Weights: make([]float32, f.n*k), Margin: make([]float32, f.n), Hash: w.tid2eid != nil}
 	if !r.Hash {
 		r.Scores = make([]float32, f.n*e)
@@ -100,9 +105,13 @@ func (f *forward) route(x []float32, ids []int32) (Routes, error) {
 			tw[j] = scores[id]
 			sum += tw[j]
 		}
+		norm, eps := cfg.ScoreFunc != ScoreSoftmax, float32(0)
+		if f.v41 {
+			norm, eps = f.normTopK && k > 1, 1e-20
+		}
 		for j := range tw {
-			if cfg.ScoreFunc != ScoreSoftmax {
-				tw[j] /= sum
+			if norm {
+				tw[j] /= sum + eps
 			}
 			tw[j] *= float32(cfg.RouteScale)
 		}

@@ -32,8 +32,10 @@ type tensorRef struct {
 	t          *manifest.Tensor
 	rows, cols int // cols is 0 for a vector
 	// quant is set for FP8 and MXFP4 weights: DeepSeek's linear()
-	// quantises their input to FP8 (the a8 precision).
-	quant bool
+	// quantises their input to FP8 (the a8 precision), per block of
+	// actBlock values (0: V4's 128).
+	quant    bool
+	actBlock int
 }
 
 // tensorErr wraps err with the shard and tensor it concerns.

@@ -18,6 +18,7 @@ type linear struct {
 	h          []uint16
 	rows, cols int
 	quant      bool
+	block      int // the a8 activation block; 0 for V4's actBlock
 }
 
 // load decodes r into a linear.
@@ -37,7 +38,7 @@ func load(r *tensorRef) (*linear, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &linear{w: w, rows: r.rows, cols: r.cols, quant: r.quant}, nil
+	return &linear{w: w, rows: r.rows, cols: r.cols, quant: r.quant, block: r.actBlock}, nil
 }
 
 // floats returns the weight's values as float32.
@@ -64,11 +65,15 @@ func (w *linear) apply(x []float32, m int, a8 bool) ([]float32, error) {
 	}
 	in := x
 	if a8 && w.quant {
-		if w.cols%actBlock != 0 {
-			return nil, fmt.Errorf("input width %d is not a multiple of the activation block %d", w.cols, actBlock)
+		blk := actBlock
+		if w.block > 0 {
+			blk = w.block
+		}
+		if w.cols%blk != 0 {
+			return nil, fmt.Errorf("input width %d is not a multiple of the activation block %d", w.cols, blk)
 		}
 		in = append([]float32(nil), x...)
-		actQuantFP8(in, actBlock)
+		actQuantFP8(in, blk)
 	}
 	out := make([]float32, m*w.rows)
 	switch {
