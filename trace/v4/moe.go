@@ -132,10 +132,19 @@ func (f *forward) moe(x []float32) ([]float32, error) {
 		var wts []float32
 		for t := range f.n {
 			for j := range k {
-				if r.IDs[t*k+j] == int32(e) {
-					rows = append(rows, t)
-					wts = append(wts, r.Weights[t*k+j])
+				if r.IDs[t*k+j] != int32(e) {
+					continue
 				}
+				// model.py's y[idx] += expert(x[idx], w) gathers, adds and
+				// stores back with a non-accumulating index_put, so a token
+				// listed twice for one expert (tid2eid can do that) gets
+				// one contribution: the last slot's, which is stored last.
+				if n := len(rows); n > 0 && rows[n-1] == t {
+					wts[n-1] = r.Weights[t*k+j]
+					continue
+				}
+				rows = append(rows, t)
+				wts = append(wts, r.Weights[t*k+j])
 			}
 		}
 		if len(rows) == 0 {
