@@ -180,7 +180,7 @@ func (t *V4Tracer) Final(ctx context.Context) (*v4.Final, error) {
 			return nil, err
 		}
 	}
-	f, err := t.model.Logits(t.streams[last+1])
+	f, err := t.model.Logits(ctx, t.streams[last+1])
 	if err != nil {
 		return nil, err
 	}
@@ -515,6 +515,8 @@ func (t *V4Tracer) TraceJSON(ctx context.Context) ([]byte, error) {
 	}
 	for l := range cfg.Layers {
 		d.LayerRoles = append(d.LayerRoles, cfg.Role(l))
+	}
+	for l := range t.model.Checked() {
 		for _, p := range t.model.Problems(l) {
 			d.Problems = append(d.Problems, fmt.Sprintf("layer %d: %s", l, p))
 		}

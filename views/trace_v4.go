@@ -55,7 +55,7 @@ func buildTraceV4(s *Set, prompts []trace.Prompt, user bool) (*Node, error) {
 	s.stats["trace"] = func() any {
 		return map[string]any{"layer_forwards": tr.Forwards(), "backend": "cpu", "precision": string(prec)}
 	}
-	for l := range m.Config.Layers {
+	for l := range m.Checked() {
 		for _, p := range m.Problems(l) {
 			problems = append(problems, fmt.Sprintf("layer %d: %s", l, p))
 		}

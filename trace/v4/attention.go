@@ -1,6 +1,7 @@
 package v4
 
 import (
+	"context"
 	"math"
 	"sort"
 	"time"
@@ -80,6 +81,9 @@ func (f *forward) attention(x []float32) ([]float32, error) {
 	if f.n > 0 {
 		start := time.Now()
 		for i := range g {
+			if err := f.ctx.Err(); err != nil {
+				return nil, err
+			}
 			simd.MatMulT(z[i*r:], g*r, o[i*gw:], h*hd, w.woA.w[i*r*gw:], gw, f.n, r, gw)
 		}
 		f.out.GEMMTime += time.Since(start)
@@ -147,16 +151,17 @@ func (f *forward) seqAttention(x, qr, q, kv, o []float32, rp *rope) (SeqAttentio
 		copy(idx[nw:], compIdx[t*kc:(t+1)*kc])
 	}
 	all := append(append([]float32(nil), kv...), comp...)
-	sparseAttention(o, q, all, w.sink, sa.TopK, sa.K, cfg.Heads, cfg.HeadDim, float32(1/math.Sqrt(float64(cfg.HeadDim))))
-	return sa, nil
+	err := sparseAttention(f.ctx, o, q, all, w.sink, sa.TopK, sa.K, cfg.Heads, cfg.HeadDim, float32(1/math.Sqrt(float64(cfg.HeadDim))))
+	return sa, err
 }
 
 // sparseAttention is kernel.py's sparse_attn: for query t and head h over
 // the rows idx[t] (-1 = none) of kv (K = V), softmax(scale·q·k) with the
-// head's sink logit (unscaled) in the denominator.
-func sparseAttention(o, q, kv, sink []float32, idx []int32, k, heads, d int, scale float32) {
+// head's sink logit (unscaled) in the denominator. It looks at ctx before
+// each query.
+func sparseAttention(ctx context.Context, o, q, kv, sink []float32, idx []int32, k, heads, d int, scale float32) error {
 	T := len(idx) / max(k, 1)
-	parallelFor(T, func(t int) {
+	return parallelForCtx(ctx, T, func(t int) {
 		s := make([]float32, k)
 		ids := idx[t*k : (t+1)*k]
 		for h := range heads {
@@ -226,7 +231,7 @@ func (f *forward) compress(x []float32, c *compressorWeights, rp *rope, rotate b
 		}
 	}
 	out := make([]float32, nc*hd)
-	parallelFor(nc, func(g int) {
+	err = parallelForCtx(f.ctx, nc, func(g int) {
 		rows := make([]int, 0, 2*ratio) // token of each pooled row
 		offs := make([]int, 0, 2*ratio) // channel offset of each pooled row
 		p := make([]float32, 2*ratio)
@@ -262,6 +267,9 @@ func (f *forward) compress(x []float32, c *compressorWeights, rp *rope, rotate b
 			o[ch] = acc
 		}
 	})
+	if err != nil {
+		return nil, err
+	}
 	rmsNormInto(out, out, c.norm, hd, cfg.NormEps)
 	for g := range nc {
 		e := out[g*hd : (g+1)*hd]
@@ -315,7 +323,7 @@ func (f *forward) indexer(x, qr []float32, rp *rope, sa *SeqAttention) (int, err
 	sa.IndexScores = make([]float32, T*nc)
 	sa.IndexTopK = make([]int32, T*k)
 	sa.IndexMargin = make([]float32, T)
-	parallelFor(T, func(t int) {
+	err = parallelForCtx(f.ctx, T, func(t int) {
 		order := make([]int, nc)
 		sc := sa.IndexScores[t*nc : (t+1)*nc]
 		for j := range nc {
@@ -348,5 +356,5 @@ func (f *forward) indexer(x, qr []float32, rp *rope, sa *SeqAttention) (int, err
 			sa.IndexMargin[t] = sc[order[k-1]] - sc[order[k]]
 		}
 	})
-	return k, nil
+	return k, err
 }

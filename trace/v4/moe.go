@@ -151,7 +151,7 @@ func (f *forward) moe(x []float32) ([]float32, error) {
 			continue
 		}
 		start := time.Now()
-		ld := &loader{}
+		ld := &loader{ctx: f.ctx}
 		var ew [3]*linear
 		for i := range ew {
 			ew[i] = ld.lin(w.t.experts[e][i])

@@ -172,7 +172,7 @@ func TestTid2eidRepeatedExpert(t *testing.T) {
 		if ids[0] != ids[1] {
 			t.Fatalf("%s: token 0 routes %v, want a repeated expert", p, ids[:k])
 		}
-		w, err := m.loadLayer(0)
+		w, err := m.loadLayer(context.Background(), 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -191,7 +191,7 @@ func TestTid2eidRepeatedExpert(t *testing.T) {
 				if !chosen {
 					continue
 				}
-				ld := &loader{}
+				ld := &loader{ctx: context.Background()}
 				var ew [3]*linear
 				for i := range ew {
 					ew[i] = ld.lin(w.t.experts[e][i])

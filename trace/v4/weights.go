@@ -1,6 +1,7 @@
 package v4
 
 import (
+	"context"
 	"encoding/binary"
 	"fmt"
 
@@ -53,12 +54,18 @@ func (w *linear) floats() []float32 {
 // actBlock is V4's activation quantisation block along the input.
 const actBlock = 128
 
-// apply returns x·wᵀ for m rows of x [m, cols]. With a8 and a quantised
-// weight, x is first quantised to FP8 per block of 128 with power-of-two
-// scales, as DeepSeek's linear() does before fp8_gemm / fp4_gemm (whose
-// block products are exact in float32, so a float32 product of the
-// dequantised values is the same up to summation order).
-func (w *linear) apply(x []float32, m int, a8 bool) ([]float32, error) {
+// cancelWork is the most multiply-adds done between two looks at the
+// context: about 0.1 s on one core, so that a cancelled read is answered
+// promptly however long the prompt.
+const cancelWork = 1 << 28
+
+// apply returns x·wᵀ for m rows of x [m, cols], in tiles of at most about
+// cancelWork multiply-adds with a look at ctx before each. With a8 and a
+// quantised weight, x is first quantised to FP8 per block of 128 with
+// power-of-two scales, as DeepSeek's linear() does before fp8_gemm /
+// fp4_gemm (whose block products are exact in float32, so a float32
+// product of the dequantised values is the same up to summation order).
+func (w *linear) apply(ctx context.Context, x []float32, m int, a8 bool) ([]float32, error) {
 	if len(x) != m*w.cols {
 		panic(fmt.Sprintf("v4: linear of %d values for %d rows of %d", len(x), m, w.cols))
 	}
@@ -71,12 +78,32 @@ func (w *linear) apply(x []float32, m int, a8 bool) ([]float32, error) {
 		actQuantFP8(in, actBlock)
 	}
 	out := make([]float32, m*w.rows)
-	switch {
-	case m == 0:
-	case w.h != nil:
-		simd.MatMulTBF16(out, w.rows, in, w.cols, w.h, w.cols, m, w.rows, w.cols)
-	default:
-		simd.MatMulT(out, w.rows, in, w.cols, w.w, w.cols, m, w.rows, w.cols)
+	if m == 0 || w.rows == 0 {
+		return out, nil
+	}
+	// Tiles are whole multiples of simd's cut (12 rows, 12 columns), so
+	// every value is summed as an uncut product sums it.
+	const grain = 48
+	n, k := w.rows, max(w.cols, 1)
+	cols := n
+	if grain*n*k > cancelWork {
+		cols = min(n, max(grain, cancelWork/(grain*k)/grain*grain))
+	}
+	rows := min(m, max(grain, cancelWork/(cols*k)/grain*grain))
+	for r0 := 0; r0 < m; r0 += rows {
+		r := min(rows, m-r0)
+		for c0 := 0; c0 < n; c0 += cols {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+			nc := min(cols, n-c0)
+			d, xx := out[r0*n+c0:], in[r0*w.cols:]
+			if w.h != nil {
+				simd.MatMulTBF16(d, n, xx, w.cols, w.h[c0*w.cols:], w.cols, r, nc, w.cols)
+			} else {
+				simd.MatMulT(d, n, xx, w.cols, w.w[c0*w.cols:], w.cols, r, nc, w.cols)
+			}
+		}
 	}
 	return out, nil
 }
