@@ -107,7 +107,7 @@ func (m *Model) loadLayer(ctx context.Context, l int) (*layerWeights, error) {
 	// unquantised (a plain einsum), so it never counts as quantised.
 	w.woA = ld.lin(t.woA)
 	if w.woA != nil {
-		w.woA.w, w.woA.h = w.woA.floats(), nil
+		w.woA.w, w.woA.h, w.woA.c = w.woA.floats(), nil, nil
 		bf16Round(w.woA.w)
 		w.woA.quant = false
 	}

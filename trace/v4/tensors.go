@@ -125,20 +125,17 @@ func (r *tensorRef) floats() ([]float32, error) {
 		for i := range out {
 			out[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
 		}
-	case safetensors.F8E4M3:
-		return out, decodeFP8(out, b, t, r.rows, r.cols)
-	case safetensors.I8:
-		s, err := read(t.Scale)
+	case safetensors.F8E4M3, safetensors.I8:
+		c, err := r.coded(b)
 		if err != nil {
 			return nil, err
 		}
 		// Runs of rows over the cores: a routed expert is millions of
-		// values, and decoding is most of a layer's load time.
+		// values.
 		const rowsPerTask = 64
-		per := len(s) / r.rows // scales per row
 		parallelFor((r.rows+rowsPerTask-1)/rowsPerTask, func(i int) {
 			lo, hi := i*rowsPerTask, min((i+1)*rowsPerTask, r.rows)
-			codecs.DecodeMXFP4(out[lo*r.cols:hi*r.cols], b[lo*per*16:hi*per*16], s[lo*per:hi*per])
+			c.decode(out[lo*r.cols:hi*r.cols], lo, hi)
 		})
 	default:
 		return nil, tensorErr(t, fmt.Errorf("dtype %s does not decode to floats", t.DType))
@@ -169,33 +166,64 @@ func (r *tensorRef) row(dst []float32, i int) error {
 	return nil
 }
 
-// decodeFP8 multiplies E4M3 values by their block scales (E8M0 or F32).
-func decodeFP8(out []float32, b []byte, t *manifest.Tensor, rows, cols int) error {
-	s := t.Scale
+// coded is an FP8 or MXFP4 weight [rows, cols] as the checkpoint stores
+// it, decoded a run of rows at a time (into a matrix product's cache-sized
+// blocks, so that a layer's weights are never all widened to float32).
+type coded struct {
+	codes []byte
+	cols  int
+	// FP8: E4M3 codes times fp8Scale [⌈rows/br⌉, sCols], one per block
+	// of br x bc.
+	fp8Scale      []float32
+	br, bc, sCols int
+	// MXFP4: two E2M1 codes a byte times mxScale, one E8M0 per 32 values
+	// of a row.
+	mxScale []byte
+}
+
+// coded reads r's scales to go with its codes b (FP8 or MXFP4 only).
+func (r *tensorRef) coded(b []byte) (*coded, error) {
+	t, s := r.t, r.t.Scale
 	sb, err := read(s)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	br, bc := int(t.Block[0]), int(t.Block[1])
-	sCols := int(s.Shape[1])
-	scale := make([]float32, len(sb)/(s.DType.Bits()/8))
-	for i := range scale {
+	c := &coded{codes: b, cols: r.cols}
+	if t.DType == safetensors.I8 {
+		c.mxScale = sb
+		return c, nil
+	}
+	c.br, c.bc, c.sCols = int(t.Block[0]), int(t.Block[1]), int(s.Shape[1])
+	c.fp8Scale = make([]float32, len(sb)/(s.DType.Bits()/8))
+	for i := range c.fp8Scale {
 		switch s.DType {
 		case safetensors.F8E8M0:
-			scale[i] = codecs.E8M0ToFloat32(sb[i])
+			c.fp8Scale[i] = codecs.E8M0ToFloat32(sb[i])
 		case safetensors.F32:
-			scale[i] = math.Float32frombits(binary.LittleEndian.Uint32(sb[4*i:]))
+			c.fp8Scale[i] = math.Float32frombits(binary.LittleEndian.Uint32(sb[4*i:]))
 		default:
-			return tensorErr(s, fmt.Errorf("scale dtype %s is neither F8_E8M0 nor F32", s.DType))
+			return nil, tensorErr(s, fmt.Errorf("scale dtype %s is neither F8_E8M0 nor F32", s.DType))
 		}
 	}
-	parallelFor(rows, func(r int) {
-		srow := scale[r/br*sCols:]
-		for c := range cols {
-			out[r*cols+c] = codecs.E4M3ToFloat32(b[r*cols+c]) * srow[c/bc]
+	return c, nil
+}
+
+// decode writes rows j0 to j1 into dst [j1-j0, cols] as the reference
+// dequantises them: FP8 times its block scale, MXFP4 times its group
+// scale. It may run concurrently for disjoint rows.
+func (c *coded) decode(dst []float32, j0, j1 int) {
+	if c.mxScale != nil {
+		per := c.cols / codecs.MXBlock // scales per row
+		codecs.DecodeMXFP4(dst, c.codes[j0*c.cols/2:j1*c.cols/2], c.mxScale[j0*per:j1*per])
+		return
+	}
+	for r := j0; r < j1; r++ {
+		srow := c.fp8Scale[r/c.br*c.sCols:]
+		out, in := dst[(r-j0)*c.cols:(r-j0+1)*c.cols], c.codes[r*c.cols:(r+1)*c.cols]
+		for i, b := range in {
+			out[i] = codecs.E4M3ToFloat32(b) * srow[i/c.bc]
 		}
-	})
-	return nil
+	}
 }
 
 // ids decodes an I32 or I64 tensor to ints, checking each against

@@ -9,14 +9,16 @@ import (
 	"github.com/dsfs/dsfs/simd"
 )
 
-// linear is a decoded projection [rows, cols]: float32 values in w, or
-// the checkpoint's BF16 bits in h (multiplied without widening the whole
-// matrix: the head of a real model is 1 GB as BF16, 2 GB as float32).
-// quant marks an FP8 or MXFP4 weight, whose input the a8 precision
-// quantises to FP8 first.
+// linear is a projection [rows, cols]: float32 values in w, the
+// checkpoint's BF16 bits in h, or its FP8 or MXFP4 codes in c (both
+// multiplied without widening the whole matrix: the head of a real model
+// is 1 GB as BF16, 2 GB as float32, and decoding a layer's experts to
+// float32 in memory was most of its time). quant marks an FP8 or MXFP4
+// weight, whose input the a8 precision quantises to FP8 first.
 type linear struct {
 	w          []float32
 	h          []uint16
+	c          *coded
 	rows, cols int
 	quant      bool
 }
@@ -34,6 +36,17 @@ func load(r *tensorRef) (*linear, error) {
 		}
 		return &linear{h: h, rows: r.rows, cols: r.cols}, nil
 	}
+	if r.t.DType == safetensors.F8E4M3 || r.t.DType == safetensors.I8 {
+		b, err := read(r.t)
+		if err != nil {
+			return nil, err
+		}
+		c, err := r.coded(b)
+		if err != nil {
+			return nil, err
+		}
+		return &linear{c: c, rows: r.rows, cols: r.cols, quant: r.quant}, nil
+	}
 	w, err := r.floats()
 	if err != nil {
 		return nil, err
@@ -43,12 +56,21 @@ func load(r *tensorRef) (*linear, error) {
 
 // floats returns the weight's values as float32.
 func (w *linear) floats() []float32 {
-	if w.h == nil {
-		return w.w
+	switch {
+	case w.h != nil:
+		out := make([]float32, len(w.h))
+		simd.WidenBF16(out, w.h)
+		return out
+	case w.c != nil:
+		out := make([]float32, w.rows*w.cols)
+		const rowsPerTask = 64
+		parallelFor((w.rows+rowsPerTask-1)/rowsPerTask, func(i int) {
+			lo, hi := i*rowsPerTask, min((i+1)*rowsPerTask, w.rows)
+			w.c.decode(out[lo*w.cols:hi*w.cols], lo, hi)
+		})
+		return out
 	}
-	out := make([]float32, len(w.h))
-	simd.WidenBF16(out, w.h)
-	return out
+	return w.w
 }
 
 // actBlock is V4's activation quantisation block along the input.
@@ -98,9 +120,14 @@ func (w *linear) apply(ctx context.Context, x []float32, m int, a8 bool) ([]floa
 			}
 			nc := min(cols, n-c0)
 			d, xx := out[r0*n+c0:], in[r0*w.cols:]
-			if w.h != nil {
+			switch {
+			case w.c != nil:
+				simd.MatMulTDecoded(d, n, xx, w.cols, r, nc, w.cols, func(dst []float32, j0, j1 int) {
+					w.c.decode(dst, c0+j0, c0+j1)
+				})
+			case w.h != nil:
 				simd.MatMulTBF16(d, n, xx, w.cols, w.h[c0*w.cols:], w.cols, r, nc, w.cols)
-			} else {
+			default:
 				simd.MatMulT(d, n, xx, w.cols, w.w[c0*w.cols:], w.cols, r, nc, w.cols)
 			}
 		}
