@@ -9,6 +9,7 @@ import (
 	"github.com/dsfs/dsfs/codecs"
 	"github.com/dsfs/dsfs/manifest"
 	"github.com/dsfs/dsfs/safetensors"
+	"github.com/dsfs/dsfs/simd"
 )
 
 // tensorKind is what a tensor may be stored as.
@@ -181,6 +182,15 @@ type coded struct {
 	mxScale []byte
 }
 
+// e8m0Values maps an E8M0 scale byte to its value, as codecs decodes it
+// (simd.DecodeE2M1 with it is codecs.DecodeMXFP4 bit for bit).
+var e8m0Values = func() (v [256]float32) {
+	for b := range v {
+		v[b] = codecs.E8M0ToFloat32(byte(b))
+	}
+	return v
+}()
+
 // coded reads r's scales to go with its codes b (FP8 or MXFP4 only).
 func (r *tensorRef) coded(b []byte) (*coded, error) {
 	t, s := r.t, r.t.Scale
@@ -214,7 +224,7 @@ func (r *tensorRef) coded(b []byte) (*coded, error) {
 func (c *coded) decode(dst []float32, j0, j1 int) {
 	if c.mxScale != nil {
 		per := c.cols / codecs.MXBlock // scales per row
-		codecs.DecodeMXFP4(dst, c.codes[j0*c.cols/2:j1*c.cols/2], c.mxScale[j0*per:j1*per])
+		simd.DecodeE2M1(dst, c.codes[j0*c.cols/2:j1*c.cols/2], c.mxScale[j0*per:j1*per], &e8m0Values)
 		return
 	}
 	for r := j0; r < j1; r++ {
