@@ -78,7 +78,25 @@ func (f *forward) attention(x []float32) ([]float32, error) {
 	g, r := cfg.OGroups, cfg.OLoRA
 	gw := h * hd / g
 	z := make([]float32, f.n*g*r)
-	if f.n > 0 {
+	switch {
+	case f.n == 0:
+	case f.dev != nil:
+		// Group i's inputs gathered into rows of their own, through the
+		// backend as any product.
+		xi := make([]float32, f.n*gw)
+		for i := range g {
+			for t := range f.n {
+				copy(xi[t*gw:(t+1)*gw], o[t*h*hd+i*gw:t*h*hd+(i+1)*gw])
+			}
+			zi, err := f.mm(&linear{w: w.woA.w[i*r*gw : (i+1)*r*gw], rows: r, cols: gw}, xi, f.n, false)
+			if err != nil {
+				return nil, err
+			}
+			for t := range f.n {
+				copy(z[t*g*r+i*r:t*g*r+(i+1)*r], zi[t*r:(t+1)*r])
+			}
+		}
+	default:
 		start := time.Now()
 		for i := range g {
 			if err := f.ctx.Err(); err != nil {
@@ -151,7 +169,7 @@ func (f *forward) seqAttention(x, qr, q, kv, o []float32, rp *rope) (SeqAttentio
 		copy(idx[nw:], compIdx[t*kc:(t+1)*kc])
 	}
 	all := append(append([]float32(nil), kv...), comp...)
-	err := sparseAttention(f.ctx, o, q, all, w.sink, sa.TopK, sa.K, cfg.Heads, cfg.HeadDim, float32(1/math.Sqrt(float64(cfg.HeadDim))))
+	err := f.attend(o, q, all, w.sink, sa.TopK, sa.K, cfg.Heads, cfg.HeadDim, float32(1/math.Sqrt(float64(cfg.HeadDim))))
 	return sa, err
 }
 
@@ -274,11 +292,13 @@ func (f *forward) compress(x []float32, c *compressorWeights, rp *rope, rotate b
 	for g := range nc {
 		e := out[g*hd : (g+1)*hd]
 		rp.apply(e[hd-rd:], g*ratio, false)
-		if rotate {
-			hadamard(e, float32(math.Pow(float64(hd), -0.5)))
-			actQuantFP4(e, fp4Block)
-		} else {
+		if !rotate {
 			actQuantFP8(e[:hd-rd], kvQuantBlock)
+		}
+	}
+	if rotate {
+		if err := f.rotateFP4(out, hd, float32(math.Pow(float64(hd), -0.5))); err != nil {
+			return nil, err
 		}
 	}
 	return out, nil
@@ -298,11 +318,11 @@ func (f *forward) indexer(x, qr []float32, rp *rope, sa *SeqAttention) (int, err
 	hs := float32(math.Pow(float64(dh), -0.5))
 	for t := range T {
 		for h := range nh {
-			qh := q[(t*nh+h)*dh : (t*nh+h+1)*dh]
-			rp.apply(qh[dh-rd:], t, false)
-			hadamard(qh, hs)
-			actQuantFP4(qh, fp4Block)
+			rp.apply(q[(t*nh+h)*dh+dh-rd:(t*nh+h+1)*dh], t, false)
 		}
+	}
+	if err := f.rotateFP4(q, dh, hs); err != nil {
+		return 0, err
 	}
 	keys, err := f.compress(x, w.idxCompressor, rp, true)
 	if err != nil {

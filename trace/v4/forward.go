@@ -113,7 +113,7 @@ func (m *Model) Forward(ctx context.Context, l int, stream []float32, seqs [][]i
 	if err != nil {
 		return nil, fmt.Errorf("layer %d: %w", l, err)
 	}
-	f := &forward{cfg: cfg, ctx: ctx, w: w, l: l, a8: p == A8, seqs: seqs, n: n,
+	f := &forward{cfg: cfg, ctx: ctx, w: w, l: l, a8: p == A8, seqs: seqs, n: n, dev: newDevice(m.backend),
 		out: &LayerOutput{Layer: l, Tokens: n, Precision: p, LoadTime: time.Since(start), WeightBytes: w.bytes}}
 	if err := f.run(stream); err != nil {
 		return nil, fmt.Errorf("layer %d: %w", l, err)
@@ -134,12 +134,16 @@ type forward struct {
 	n          int
 	out        *LayerOutput
 	expertLoad time.Duration
+	dev        *device // nil: everything on the host
 }
 
 // mm is w.apply, timed as matrix-product time.
 func (f *forward) mm(w *linear, x []float32, m int, a8 bool) ([]float32, error) {
 	start := time.Now()
 	defer func() { f.out.GEMMTime += time.Since(start) }()
+	if f.dev != nil {
+		return w.applyOn(f.ctx, f.dev, x, m, a8)
+	}
 	return w.apply(f.ctx, x, m, a8)
 }
 

@@ -34,7 +34,13 @@ func (m *Model) Logits(ctx context.Context, stream []float32) (*Final, error) {
 	if ld.err != nil {
 		return nil, ld.err
 	}
-	mixes, err := fn.apply(ctx, stream, tokens, false)
+	apply := func(w *linear, x []float32) ([]float32, error) {
+		if d := newDevice(m.backend); d != nil {
+			return w.applyOn(ctx, d, x, tokens, false)
+		}
+		return w.apply(ctx, x, tokens, false)
+	}
+	mixes, err := apply(fn, stream)
 	if err != nil {
 		return nil, err
 	}
@@ -58,6 +64,6 @@ func (m *Model) Logits(ctx context.Context, stream []float32) (*Final, error) {
 		}
 	}
 	out.Norm = rmsNorm(out.Hidden, norm, cfg.NormEps)
-	out.Logits, err = head.apply(ctx, out.Norm, tokens, false)
+	out.Logits, err = apply(head, out.Norm)
 	return out, err
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/dsfs/dsfs/manifest"
+	"github.com/dsfs/dsfs/trace/model"
 )
 
 // Model is a DeepSeek-V4 checkpoint in DeepSeek's flat layout, checked
@@ -21,6 +22,7 @@ type Model struct {
 	layers            []*layerTensors // nil for a layer with problems
 	problems          [][]string      // per layer
 	headProblems      []string        // the hc head, final norm and head
+	backend           model.Backend   // nil: the host engine
 }
 
 // hcTensors are one hyper-connection site's mixing weights: fn [m, hc·D],

@@ -94,7 +94,7 @@ func (w *linear) apply(ctx context.Context, x []float32, m int, a8 bool) ([]floa
 	in := x
 	if a8 && w.quant {
 		if w.cols%actBlock != 0 {
-			return nil, fmt.Errorf("input width %d is not a multiple of the activation block %d", w.cols, actBlock)
+			return nil, errActBlock(w.cols)
 		}
 		in = append([]float32(nil), x...)
 		actQuantFP8(in, actBlock)
@@ -133,4 +133,8 @@ func (w *linear) apply(ctx context.Context, x []float32, m int, a8 bool) ([]floa
 		}
 	}
 	return out, nil
+}
+
+func errActBlock(cols int) error {
+	return fmt.Errorf("input width %d is not a multiple of the activation block %d", cols, actBlock)
 }
