@@ -191,6 +191,14 @@ var e8m0Values = func() (v [256]float32) {
 	return v
 }()
 
+// e4m3Values maps an E4M3 byte to its value, as codecs decodes it.
+var e4m3Values = func() (v [256]float32) {
+	for b := range v {
+		v[b] = codecs.E4M3ToFloat32(byte(b))
+	}
+	return v
+}()
+
 // coded reads r's scales to go with its codes b (FP8 or MXFP4 only).
 func (r *tensorRef) coded(b []byte) (*coded, error) {
 	t, s := r.t, r.t.Scale
@@ -228,11 +236,8 @@ func (c *coded) decode(dst []float32, j0, j1 int) {
 		return
 	}
 	for r := j0; r < j1; r++ {
-		srow := c.fp8Scale[r/c.br*c.sCols:]
-		out, in := dst[(r-j0)*c.cols:(r-j0+1)*c.cols], c.codes[r*c.cols:(r+1)*c.cols]
-		for i, b := range in {
-			out[i] = codecs.E4M3ToFloat32(b) * srow[i/c.bc]
-		}
+		simd.DecodeScaled(dst[(r-j0)*c.cols:(r-j0+1)*c.cols], c.codes[r*c.cols:(r+1)*c.cols], &e4m3Values,
+			c.fp8Scale[r/c.br*c.sCols:(r/c.br+1)*c.sCols], c.bc)
 	}
 }
 
