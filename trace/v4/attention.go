@@ -53,7 +53,7 @@ func (f *forward) attention(x []float32) ([]float32, error) {
 			}
 			k := kv[(row+t)*hd : (row+t+1)*hd]
 			rp.apply(k[hd-rd:], t, false)
-			actQuantFP8(k[:hd-rd], kvQuantBlock)
+			simd.QuantE4M3(k[:hd-rd], kvQuantBlock)
 		}
 		sa, err := f.seqAttention(x[row*cfg.Hidden:(row+T)*cfg.Hidden], out.QR[row*cfg.QLoRA:(row+T)*cfg.QLoRA],
 			q[row*h*hd:(row+T)*h*hd], kv[row*hd:(row+T)*hd], o[row*h*hd:(row+T)*h*hd], rp)
@@ -293,7 +293,7 @@ func (f *forward) compress(x []float32, c *compressorWeights, rp *rope, rotate b
 		e := out[g*hd : (g+1)*hd]
 		rp.apply(e[hd-rd:], g*ratio, false)
 		if !rotate {
-			actQuantFP8(e[:hd-rd], kvQuantBlock)
+			simd.QuantE4M3(e[:hd-rd], kvQuantBlock)
 		}
 	}
 	if rotate {

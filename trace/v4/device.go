@@ -4,14 +4,15 @@ import (
 	"context"
 	"math"
 
+	"github.com/dsfs/dsfs/simd"
 	"github.com/dsfs/dsfs/trace/model"
 )
 
 // DeviceOps are V4's own operations that a model.Backend may run where
 // its buffers are (the cuda backend does); on a backend without them the
 // forward runs them on the host. Each works in place or into out as the
-// host function of the same name does (actQuantFP8/actQuantFP4,
-// hadamard, sparseAttention).
+// host function does (simd.QuantE4M3 and QuantE2M1, simd.Hadamard,
+// sparseAttention).
 type DeviceOps interface {
 	// ActQuant fake-quantises each row of x per block of block values:
 	// to FP8 E4M3, or FP4 E2M1 when fp4, with power-of-two scales.
@@ -90,7 +91,7 @@ func (w *linear) applyOn(ctx context.Context, d *device, x []float32, m int, a8 
 	in := x
 	if quant && d.ops == nil {
 		in = append([]float32(nil), x...)
-		actQuantFP8(in, actBlock)
+		simd.QuantE4M3(in, actBlock)
 	}
 	out := make([]float32, m*w.rows)
 	if m == 0 || w.rows == 0 {
@@ -122,8 +123,8 @@ func (w *linear) applyOn(ctx context.Context, d *device, x []float32, m int, a8 
 func (f *forward) rotateFP4(x []float32, n int, scale float32) error {
 	if f.dev == nil || f.dev.ops == nil {
 		for r := 0; r < len(x); r += n {
-			hadamard(x[r:r+n], scale)
-			actQuantFP4(x[r:r+n], fp4Block)
+			simd.Hadamard(x[r:r+n], scale)
+			simd.QuantE2M1(x[r:r+n], fp4Block)
 		}
 		return nil
 	}

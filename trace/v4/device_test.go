@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/dsfs/dsfs/internal/testdata"
+	"github.com/dsfs/dsfs/simd"
 	"github.com/dsfs/dsfs/trace/model"
 )
 
@@ -34,9 +35,9 @@ func (h *hostOps) ActQuant(x model.Mat, block int, fp4 bool) {
 	h.calls["ActQuant"]++
 	v := h.whole(x)
 	if fp4 {
-		actQuantFP4(v, block)
+		simd.QuantE2M1(v, block)
 	} else {
-		actQuantFP8(v, block)
+		simd.QuantE4M3(v, block)
 	}
 	h.Upload(x.Buf, 0, v)
 }
@@ -45,7 +46,7 @@ func (h *hostOps) Hadamard(x model.Mat, scale float32) {
 	h.calls["Hadamard"]++
 	v := h.whole(x)
 	for r := range x.Rows {
-		hadamard(v[r*x.Cols:(r+1)*x.Cols], scale)
+		simd.Hadamard(v[r*x.Cols:(r+1)*x.Cols], scale)
 	}
 	h.Upload(x.Buf, 0, v)
 }

@@ -97,7 +97,7 @@ func (w *linear) apply(ctx context.Context, x []float32, m int, a8 bool) ([]floa
 			return nil, errActBlock(w.cols)
 		}
 		in = append([]float32(nil), x...)
-		actQuantFP8(in, actBlock)
+		simd.QuantE4M3(in, actBlock)
 	}
 	out := make([]float32, m*w.rows)
 	if m == 0 || w.rows == 0 {
