@@ -44,6 +44,7 @@ type loader struct {
 	ctx   context.Context
 	err   error
 	bytes int64
+	arena *arena // where FP8 and MXFP4 codes are read; nil: new buffers
 }
 
 func (ld *loader) count(r *tensorRef) {
@@ -67,7 +68,7 @@ func (ld *loader) lin(r *tensorRef) *linear {
 		return nil
 	}
 	ld.count(r)
-	w, err := load(r)
+	w, err := load(r, ld.arena)
 	ld.err = err
 	return w
 }

@@ -127,6 +127,8 @@ func (f *forward) moe(x []float32) ([]float32, error) {
 	}
 	f.out.Routes = r
 	y := make([]float32, f.n*d)
+	// Each expert's matrices are dead when the next one is read.
+	codes := &arena{}
 	for e := range cfg.RoutedExperts {
 		var rows []int
 		var wts []float32
@@ -151,7 +153,8 @@ func (f *forward) moe(x []float32) ([]float32, error) {
 			continue
 		}
 		start := time.Now()
-		ld := &loader{ctx: f.ctx}
+		codes.reset()
+		ld := &loader{ctx: f.ctx, arena: codes}
 		var ew [3]*linear
 		for i := range ew {
 			ew[i] = ld.lin(w.t.experts[e][i])

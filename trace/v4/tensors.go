@@ -98,13 +98,44 @@ func (c *checker) tensor(name string, kind tensorKind, rows, cols int) *tensorRe
 }
 
 // read reads the whole of t's data.
-func read(t *manifest.Tensor) ([]byte, error) {
-	b := make([]byte, t.Size)
+func read(t *manifest.Tensor) ([]byte, error) { return readInto(t, nil) }
+
+// readInto reads the whole of t's data into bytes taken from a (nil: new
+// ones).
+func readInto(t *manifest.Tensor, a *arena) ([]byte, error) {
+	b := a.take(int(t.Size))
 	if _, err := t.Shard.ReadAt(b, t.Offset); err != nil {
 		return nil, tensorErr(t, err)
 	}
 	return b, nil
 }
+
+// arena hands out byte slices from one buffer that is reused once what
+// was taken from it is dead: a forward reads its routed experts, 12 MB
+// each on V4-Flash, one after the other, and fresh buffers cost as much
+// zeroing and page faults as the read itself.
+type arena struct {
+	buf []byte
+	off int
+}
+
+// take returns n bytes, from a's buffer when a is not nil (growing it,
+// without moving what was taken since the last reset).
+func (a *arena) take(n int) []byte {
+	if a == nil {
+		return make([]byte, n)
+	}
+	if a.off+n > len(a.buf) {
+		a.buf, a.off = make([]byte, max(2*len(a.buf), n)), 0
+	}
+	b := a.buf[a.off : a.off+n : a.off+n]
+	a.off += n
+	return b
+}
+
+// reset makes the whole buffer available again: everything taken from it
+// must be dead.
+func (a *arena) reset() { a.off = 0 }
 
 // floats decodes r to float32, [rows, cols] row-major: FP8 times its
 // block scales, MXFP4 times its group scales, as the reference
@@ -127,7 +158,7 @@ func (r *tensorRef) floats() ([]float32, error) {
 			out[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
 		}
 	case safetensors.F8E4M3, safetensors.I8:
-		c, err := r.coded(b)
+		c, err := r.coded(b, nil)
 		if err != nil {
 			return nil, err
 		}
@@ -199,10 +230,11 @@ var e4m3Values = func() (v [256]float32) {
 	return v
 }()
 
-// coded reads r's scales to go with its codes b (FP8 or MXFP4 only).
-func (r *tensorRef) coded(b []byte) (*coded, error) {
+// coded reads r's scales (into bytes from a) to go with its codes b (FP8
+// or MXFP4 only).
+func (r *tensorRef) coded(b []byte, a *arena) (*coded, error) {
 	t, s := r.t, r.t.Scale
-	sb, err := read(s)
+	sb, err := readInto(s, a)
 	if err != nil {
 		return nil, err
 	}

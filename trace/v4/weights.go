@@ -23,8 +23,9 @@ type linear struct {
 	quant      bool
 }
 
-// load decodes r into a linear.
-func load(r *tensorRef) (*linear, error) {
+// load decodes r into a linear; FP8 and MXFP4 codes are read into bytes
+// from a (nil: new ones).
+func load(r *tensorRef, a *arena) (*linear, error) {
 	if r.t.DType == safetensors.BF16 {
 		b, err := read(r.t)
 		if err != nil {
@@ -37,11 +38,11 @@ func load(r *tensorRef) (*linear, error) {
 		return &linear{h: h, rows: r.rows, cols: r.cols}, nil
 	}
 	if r.t.DType == safetensors.F8E4M3 || r.t.DType == safetensors.I8 {
-		b, err := read(r.t)
+		b, err := readInto(r.t, a)
 		if err != nil {
 			return nil, err
 		}
-		c, err := r.coded(b)
+		c, err := r.coded(b, a)
 		if err != nil {
 			return nil, err
 		}
