@@ -10,11 +10,15 @@ import (
 // TestMatMulTDecodedMatchesMatMulT multiplies random matrices of random
 // shapes (k below, at and past the vector width, n past several decode
 // blocks) through MatMulTDecoded and through MatMulT on the whole
-// decoded weight: the results are identical bit for bit.
+// decoded weight, with the vector kernel and the portable one: the
+// results are identical bit for bit.
 func TestMatMulTDecodedMatchesMatMulT(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
 	rng := rand.New(rand.NewPCG(seed, 3))
-	for range 40 {
+	saved := useFMA
+	defer func() { useFMA = saved }()
+	for i := range 40 {
+		useFMA = saved && i%2 == 0 // the vector kernel and the portable one
 		m, n, k := rng.IntN(40), 1+rng.IntN(300), 1+rng.IntN(700)
 		if rng.IntN(4) == 0 {
 			n, k = 1+rng.IntN(2000), 4096 // several blocks of rows
@@ -40,7 +44,7 @@ func TestMatMulTDecodedMatchesMatMulT(t *testing.T) {
 			copy(dst, w[j0*k:j1*k])
 		})
 		if !slices.Equal(got, want) {
-			t.Fatalf("seed %d: %dx%d·(%dx%d)ᵀ differs from MatMulT", seed, m, k, n, k)
+			t.Fatalf("seed %d: %dx%d·(%dx%d)ᵀ (vector kernel %v) differs from MatMulT", seed, m, k, n, k, useFMA)
 		}
 	}
 }
