@@ -201,9 +201,7 @@ func sparseAttention(ctx context.Context, o, q, kv, sink []float32, idx []int32,
 				}
 				p := float32(math.Exp(float64(s[j] - mx)))
 				sum += p
-				for c, v := range kv[int(r)*d : (int(r)+1)*d] {
-					oh[c] += p * v
-				}
+				simd.Axpy(oh, p, kv[int(r)*d:(int(r)+1)*d])
 			}
 			sum += float32(math.Exp(float64(sink[h] - mx)))
 			for c := range oh {
