@@ -35,6 +35,24 @@ func NewBackend(device string) (b model.Backend, note string, err error) {
 	return nil, "", CheckDevice(device)
 }
 
+// NewV4Backend returns what DeepSeek-V4 layers run on for --device
+// device: nil (the host V4 engine) for cpu, the CUDA backend for cuda and
+// auto when it starts. When it cannot, the layers run on the host and
+// note says why in one line; only an unknown device is an error.
+func NewV4Backend(device string) (b model.Backend, note string, err error) {
+	switch device {
+	case "cpu":
+		return nil, "", nil
+	case "cuda", "", "auto":
+		cb, err := cuda.NewBackend(cuda.Options{Log: slog.Default()})
+		if err != nil {
+			return nil, "trace: DeepSeek-V4 layers run on the CPU: cuda: " + err.Error(), nil
+		}
+		return cb, "", nil
+	}
+	return nil, "", CheckDevice(device)
+}
+
 // CheckDevice reports whether device is a --device value NewBackend knows,
 // without starting anything.
 func CheckDevice(device string) error {

@@ -156,7 +156,7 @@ func (t *V41Tracer) Final(ctx context.Context) (*v4.Final41, error) {
 			return nil, err
 		}
 	}
-	f, err := t.model.Logits(t.states[last+1])
+	f, err := t.model.Logits(ctx, t.states[last+1])
 	if err != nil {
 		return nil, err
 	}

@@ -3,6 +3,7 @@ package views
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 
@@ -51,15 +52,23 @@ func buildTraceV4(s *Set, prompts []trace.Prompt, user bool) (*Node, error) {
 		}
 		return s.traceError(summary, fmt.Sprintf("the default prompts cannot run: %v", err), problems...), nil
 	}
-	if s.Opt.Device == "cuda" {
-		s.warnings = append(s.warnings, "trace: DeepSeek-V4 layers run on the CPU; the CUDA backend has no V4 kernels yet")
+	backend, note, err := trace.NewV4Backend(s.Opt.Device)
+	if err != nil {
+		return nil, fmt.Errorf("--device: %w", err)
 	}
+	if note != "" {
+		s.warnings = append(s.warnings, note)
+	}
+	if c, ok := backend.(io.Closer); ok {
+		s.closers = append(s.closers, c)
+	}
+	m.SetBackend(backend)
 	s.working += traceWorkingMemory
 	tr := trace.NewV4(m, prec, prompts, tok, slog.Default())
 	s.stats["trace"] = func() any {
-		return map[string]any{"layer_forwards": tr.Forwards(), "backend": "cpu", "precision": string(prec)}
+		return map[string]any{"layer_forwards": tr.Forwards(), "backend": tr.BackendName(), "precision": string(prec)}
 	}
-	for l := range m.Config.Layers {
+	for l := range m.Checked() {
 		for _, p := range m.Problems(l) {
 			problems = append(problems, fmt.Sprintf("layer %d: %s", l, p))
 		}

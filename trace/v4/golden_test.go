@@ -355,7 +355,7 @@ func TestGoldenChain(t *testing.T) {
 					t.Logf("layer %d: worst max|Δ|/max %.3g", l, c.worst)
 					stream = out.StreamOut
 				}
-				fin, err := m.Logits(stream)
+				fin, err := m.Logits(context.Background(), stream)
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -285,7 +285,7 @@ func TestShortPrompts(t *testing.T) {
 		}
 		st = out.Out
 	}
-	if _, err := m.Logits(st); err != nil {
+	if _, err := m.Logits(context.Background(), st); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -345,7 +345,7 @@ func TestRoute41(t *testing.T) {
 		normTopK bool
 	}{{ScoreSqrtSoftplus, 1, true}, {ScoreSqrtSoftplus, 2.5, false}, {ScoreSoftmax, 0.5, true}, {ScoreSigmoid, 1.5, true}} {
 		cfg := &Config{RoutedExperts: e, TopK: k, ScoreFunc: tc.score, RouteScale: 1.5}
-		f := &forward{cfg: cfg, n: 1, out: &LayerOutput{}, v41: true, gateTemp: tc.temp, normTopK: tc.normTopK,
+		f := &forward{cfg: cfg, ctx: context.Background(), n: 1, out: &LayerOutput{}, v41: true, gateTemp: tc.temp, normTopK: tc.normTopK,
 			w: &layerWeights{gate: &linear{w: w, rows: e, cols: d}, bias: bias}}
 		r, err := f.route(x, nil)
 		if err != nil {

@@ -189,7 +189,10 @@ func (f *forward41) run(in *State41) error {
 	}
 	// Single-pass mHC: each site computes (pre, post, comb) from its own
 	// input, but collapses with the previous site's pre.
-	_, hcA := f.hcPre(stream, &w.hcAttn)
+	_, hcA, err := f.hcPre(stream, &w.hcAttn)
+	if err != nil {
+		return err
+	}
 	o.HCAttn = hcA
 	o.AttnIn = rmsNorm(collapse(stream, in.PreMix, n, d), w.attnNorm, cfg.NormEps)
 	if err := f.ctx.Err(); err != nil {
@@ -205,7 +208,10 @@ func (f *forward41) run(in *State41) error {
 	if err := f.ctx.Err(); err != nil {
 		return err
 	}
-	_, hcF := f.hcPre(o.StreamMid, &w.hcFFN)
+	_, hcF, err := f.hcPre(o.StreamMid, &w.hcFFN)
+	if err != nil {
+		return err
+	}
 	o.HCFFN = hcF
 	o.FFNIn = rmsNorm(collapse(o.StreamMid, hcA.Pre, n, d), w.ffnNorm, cfg.NormEps)
 	ffn, err := f.moe(o.FFNIn)
@@ -335,7 +341,7 @@ func (f *forward41) attention41(x []float32, shared []Shared41) ([]float32, erro
 			}
 			k := kv[(row+t)*hd : (row+t+1)*hd]
 			rp.apply(k[hd-rd:], t, false)
-			actQuantFP8(k, f.c41.FP8Block)
+			simd.QuantE4M3(k, f.c41.FP8Block)
 		}
 		sa, err := f.seqAttention41(x[row*cfg.Hidden:(row+T)*cfg.Hidden], o.QR[row*cfg.QLoRA:(row+T)*cfg.QLoRA],
 			q[row*h*hd:(row+T)*h*hd], kv[row*hd:(row+T)*hd], out[row*h*hd:(row+T)*h*hd], rp, &shared[si])
@@ -432,7 +438,9 @@ func (f *forward41) seqAttention41(x, qr, q, kv, o []float32, rp *rope, sh *Shar
 		}
 	}
 	all := append(append([]float32(nil), kv...), comp...)
-	sparseAttention(o, q, all, f.w.sink, sa.TopK, sa.K, cfg.Heads, cfg.HeadDim, float32(1/math.Sqrt(float64(cfg.HeadDim))))
+	if err := sparseAttention(f.ctx, o, q, all, f.w.sink, sa.TopK, sa.K, cfg.Heads, cfg.HeadDim, float32(1/math.Sqrt(float64(cfg.HeadDim)))); err != nil {
+		return sa, err
+	}
 	return sa, nil
 }
 
@@ -494,7 +502,7 @@ func (f *forward41) indexKeys(latent []float32, nc int, rp *rope) ([]float32, er
 	for j := range nc {
 		e := k[j*cfg.IndexDim : (j+1)*cfg.IndexDim]
 		rp.apply(e[cfg.IndexDim-cfg.RopeDim:], j*f.o.Role.Ratio, false)
-		actQuantFP4(e, fp4Block)
+		simd.QuantE2M1(e, fp4Block)
 	}
 	return k, nil
 }
@@ -515,7 +523,7 @@ func (f *forward41) indexer41(x, qr []float32, rp *rope, sh *Shared41, sa *SeqAt
 		for h := range nh {
 			qh := q[(t*nh+h)*dh : (t*nh+h+1)*dh]
 			rp.apply(qh[dh-rd:], t, false)
-			actQuantFP4(qh, fp4Block)
+			simd.QuantE2M1(qh, fp4Block)
 		}
 	}
 	wts, err := f.mm(w.idxWeights, x, T, false)
@@ -648,6 +656,13 @@ func margin(row []float32, order []int, k int) float32 {
 	return float32(a - b)
 }
 
+// e4m3Max and e2m1Max are the largest finite magnitudes of FP8 E4M3 and
+// FP4 E2M1.
+const (
+	e4m3Max = 448
+	e2m1Max = 6
+)
+
 // fp4QuantE4M3 is V4.1's fp4_act_quant with E4M3 scales, in place per
 // block: amax = max(|x|, 6·2^-9), s = e4m3(amax / 6) (not a power of
 // two), x <- e2m1(clamp(x/s, ±6))·s.
@@ -659,9 +674,9 @@ func fp4QuantE4M3(x []float32, block int) {
 		for _, v := range blk {
 			amax = max(amax, float32(math.Abs(float64(v))))
 		}
-		s := roundE4M3(min(amax/e2m1Max, e4m3Max))
+		s := simd.RoundE4M3(min(amax/e2m1Max, e4m3Max))
 		for i, v := range blk {
-			blk[i] = roundE2M1(min(max(v/s, -e2m1Max), e2m1Max)) * s
+			blk[i] = simd.RoundE2M1(min(max(v/s, -e2m1Max), e2m1Max)) * s
 		}
 	}
 }
@@ -675,7 +690,7 @@ type Final41 struct {
 
 // Logits collapses the state leaving the last layer with its carried
 // pre_mix (there is no hc head in V4.1), then the final norm and head.
-func (m *Model41) Logits(s *State41) (*Final41, error) {
+func (m *Model41) Logits(ctx context.Context, s *State41) (*Final41, error) {
 	cfg := m.Config
 	if len(m.headProblems) > 0 {
 		return nil, fmt.Errorf("head cannot run: %v", m.headProblems)
@@ -693,6 +708,6 @@ func (m *Model41) Logits(s *State41) (*Final41, error) {
 	out := &Final41{Hidden: collapse(s.Stream, s.PreMix, n, d)}
 	out.Norm = rmsNorm(out.Hidden, norm, cfg.NormEps)
 	var err error
-	out.Logits, err = head.apply(out.Norm, tokens, false)
+	out.Logits, err = head.apply(ctx, out.Norm, tokens, false)
 	return out, err
 }

@@ -306,7 +306,7 @@ func TestGolden41Chain(t *testing.T) {
 					t.Logf("layer %d: worst max|Δ|/max %.3g", l, c.worst)
 					st = out.Out
 				}
-				fin, err := m.Logits(st)
+				fin, err := m.Logits(context.Background(), st)
 				if err != nil {
 					t.Fatal(err)
 				}

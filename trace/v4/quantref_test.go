@@ -2,17 +2,10 @@ package v4
 
 import "math"
 
-// The activation quantisers of DeepSeek's V4 kernel.py (act_quant and
-// fp4_act_quant with power-of-two "ue8m0" scales), applied in place as
-// quantise-then-dequantise: the values a real run multiplies or attends
-// over. They must be bit-exact: a code one step off moves a layer's
-// output by 1e-4 or more.
-
-// e4m3Max and e2m1Max are the largest finite magnitudes of the formats.
-const (
-	e4m3Max = 448
-	e2m1Max = 6
-)
+// The reference definitions of the activation quantisers and the
+// Hadamard rotation, in float64 arithmetic as written from kernel.py:
+// simd's bit-level versions, which the forward runs, must match them bit
+// for bit.
 
 // ceilLog2Pow2 is kernel.py's fast_round_scale: 2^ceil(log2(x)) from the
 // float32 bits of x (the exponent, plus one if any mantissa bit is set).
@@ -52,10 +45,10 @@ func roundE2M1(v float32) float32 {
 	return float32(math.Copysign(math.RoundToEven(a/q)*q, float64(v)))
 }
 
-// actQuantFP8 fake-quantises x in place per block of block values (a
+// actQuantFP8Ref fake-quantises x in place per block of block values (a
 // multiple of len(x)): amax = max(|x|, 1e-4) over the block,
 // s = 2^ceil(log2(amax / 448)), x <- e4m3(clamp(x/s, ±448))·s.
-func actQuantFP8(x []float32, block int) {
+func actQuantFP8Ref(x []float32, block int) {
 	inv := float32(1.0 / e4m3Max)
 	for b := 0; b < len(x); b += block {
 		blk := x[b : b+block]
@@ -70,10 +63,10 @@ func actQuantFP8(x []float32, block int) {
 	}
 }
 
-// actQuantFP4 fake-quantises x in place per block of block values:
+// actQuantFP4Ref fake-quantises x in place per block of block values:
 // amax = max(|x|, 6·2^-126), s = 2^ceil(log2(amax / 6)),
 // x <- e2m1(clamp(x/s, ±6))·s.
-func actQuantFP4(x []float32, block int) {
+func actQuantFP4Ref(x []float32, block int) {
 	inv := float32(1.0 / e2m1Max)
 	floor := float32(6 * math.Ldexp(1, -126))
 	for b := 0; b < len(x); b += block {
@@ -89,10 +82,10 @@ func actQuantFP4(x []float32, block int) {
 	}
 }
 
-// hadamard applies the Walsh-Hadamard transform in Sylvester order to x
+// hadamardRef applies the Walsh-Hadamard transform in Sylvester order to x
 // (a power-of-two length) as float32 butterflies, then multiplies by
 // scale: fast_hadamard_transform.hadamard_transform(x, scale).
-func hadamard(x []float32, scale float32) {
+func hadamardRef(x []float32, scale float32) {
 	n := len(x)
 	for h := 1; h < n; h *= 2 {
 		for i := 0; i < n; i += 2 * h {
