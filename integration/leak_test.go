@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/dsfs/dsfs/blockcache"
-	"github.com/dsfs/dsfs/manifest"
+	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/vfs"
 	"github.com/dsfs/dsfs/views"
 )
@@ -30,7 +30,7 @@ func TestNoLeaksAcrossUnmount(t *testing.T) {
 	runtime.GC()
 	goroutines, fds := runtime.NumGoroutine(), openFDs(t)
 
-	cat, err := manifest.Open(tinySrc)
+	cat, err := checkpoint.Open(tinySrc)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,8 +16,8 @@ import (
 	"github.com/dsfs/dsfs/internal/tinyckpt"
 
 	"github.com/dsfs/dsfs/blockcache"
+	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/diskcache"
-	"github.com/dsfs/dsfs/manifest"
 	"github.com/dsfs/dsfs/synth"
 	"github.com/dsfs/dsfs/views"
 )
@@ -29,7 +29,7 @@ func TestMain(m *testing.M) { tinyckpt.Main(m, "v41-tiny", &tinyDir) }
 
 func plan(t *testing.T, opt views.Options) *views.Q2 {
 	t.Helper()
-	cat, err := manifest.Open(tinyDir)
+	cat, err := checkpoint.Open(tinyDir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +53,7 @@ func exportQ2(t *testing.T, cacheDir string) string {
 		}
 		opt.DiskCache = dc
 	}
-	cat, err := manifest.Open(tinyDir)
+	cat, err := checkpoint.Open(tinyDir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -270,7 +270,7 @@ func TestAuditZeroTensor(t *testing.T) {
 	if err := synth.PatchTensor(dir, name, func(b []byte) { clear(b) }); err != nil {
 		t.Fatal(err)
 	}
-	cat, err := manifest.Open(dir)
+	cat, err := checkpoint.Open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,8 +5,8 @@ import (
 	"log/slog"
 	"path"
 
+	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/cuda"
-	"github.com/dsfs/dsfs/manifest"
 	"github.com/dsfs/dsfs/tokenizer"
 	"github.com/dsfs/dsfs/trace/model"
 )
@@ -48,7 +48,7 @@ func CheckDevice(device string) error {
 // LoadTokenizer loads the checkpoint's tokenizer.json with the special
 // token settings of its tokenizer_config.json. It returns nil and no error
 // when the checkpoint has no tokenizer.json.
-func LoadTokenizer(cat *manifest.Catalog) (*tokenizer.Tokenizer, error) {
+func LoadTokenizer(cat *checkpoint.Catalog) (*tokenizer.Tokenizer, error) {
 	var tokPath, cfgPath string
 	for _, f := range cat.Files {
 		switch f.Name {

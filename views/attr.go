@@ -6,7 +6,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/dsfs/dsfs/manifest"
+	"github.com/dsfs/dsfs/checkpoint"
 )
 
 // Attr is what a file or directory of a view shows of the source files it
@@ -125,10 +125,10 @@ func (s *Set) setAttrs() {
 
 // shardSources are the source files a file derived from one shard is made
 // from: the shard, and config.json, which names the tensors' roles.
-func (s *Set) shardSources(sh *manifest.Shard) []string {
+func (s *Set) shardSources(sh *checkpoint.Shard) []string {
 	from := []string{sh.Path}
 	for _, f := range s.Cat.Files {
-		if f.Name == manifest.ConfigName {
+		if f.Name == checkpoint.ConfigName {
 			from = append(from, f.Path)
 		}
 	}

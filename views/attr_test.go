@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dsfs/dsfs/manifest"
+	"github.com/dsfs/dsfs/checkpoint"
 )
 
 func TestCombine(t *testing.T) {
@@ -95,14 +95,14 @@ func TestAttrsFollowSources(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	must(os.Chtimes(filepath.Join(dir, manifest.ConfigName), tConfig, tConfig))
+	must(os.Chtimes(filepath.Join(dir, checkpoint.ConfigName), tConfig, tConfig))
 	must(os.Chmod(filepath.Join(dir, private), 0o600))
 	must(os.Chtimes(filepath.Join(dir, private), tPrivate, tPrivate))
 	must(os.Chown(filepath.Join(dir, other), 1000, 1000))
 	must(os.Chmod(filepath.Join(dir, other), 0o640))
 	must(os.Chmod(dir, 0o750))
 
-	cat, err := manifest.Open(dir)
+	cat, err := checkpoint.Open(dir)
 	must(err)
 	s, err := Build(cat, Options{})
 	must(err)
@@ -156,7 +156,7 @@ func TestAttrsFollowSources(t *testing.T) {
 // TestHeaderDocs pins which documents follow from the headers (exact size
 // from the first stat) and which need real work.
 func TestHeaderDocs(t *testing.T) {
-	cat, err := manifest.Open(tinyDir)
+	cat, err := checkpoint.Open(tinyDir)
 	if err != nil {
 		t.Fatal(err)
 	}

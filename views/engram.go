@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/codecs"
-	"github.com/dsfs/dsfs/manifest"
 	"github.com/dsfs/dsfs/safetensors"
 	"golang.org/x/sync/errgroup"
 )
@@ -14,8 +14,8 @@ import (
 // engram transcodes FP8 Engram tables to FP4 with block-32 E8M0 scales
 // (FORMATS.md "engram-fp4/").
 type engram struct {
-	config *manifest.Config
-	tables []*manifest.Tensor
+	config *checkpoint.Config
+	tables []*checkpoint.Tensor
 }
 
 func engramRewriter(s *Set) (Rewriter, error) {
@@ -32,13 +32,13 @@ func (e *engram) String() string { return "engram-fp4" }
 
 // isEngramTable reports whether t is an Engram table this view transcodes:
 // E4M3 rows with a paired 1x32 E8M0 scale.
-func isEngramTable(t *manifest.Tensor) bool {
-	return t.Role == manifest.RoleEngram && t.DType == safetensors.F8E4M3 && len(t.Shape) == 2 &&
+func isEngramTable(t *checkpoint.Tensor) bool {
+	return t.Role == checkpoint.RoleEngram && t.DType == safetensors.F8E4M3 && len(t.Shape) == 2 &&
 		t.Shape[1]%codecs.MXBlock == 0 && t.Scale != nil && t.Scale.DType == safetensors.F8E8M0 &&
 		t.Block == [2]int64{1, codecs.MXBlock}
 }
 
-func (e *engram) Rewrite(t *manifest.Tensor) ([]Out, bool) {
+func (e *engram) Rewrite(t *checkpoint.Tensor) ([]Out, bool) {
 	if t.ScaleOf != nil && isEngramTable(t.ScaleOf) {
 		return nil, true // emitted with its table
 	}

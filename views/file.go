@@ -28,7 +28,7 @@ func (b Bytes) Len() int64 { return int64(len(b)) }
 
 // Range is a byte range of a source file served unchanged.
 type Range struct {
-	R   io.ReaderAt // a *manifest.Shard or a source file
+	R   io.ReaderAt // a *checkpoint.Shard or a source file
 	Off int64
 	N   int64
 }

@@ -12,9 +12,9 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/codecs"
 	"github.com/dsfs/dsfs/inventory"
-	"github.com/dsfs/dsfs/manifest"
 	"github.com/dsfs/dsfs/safetensors"
 	"github.com/dsfs/dsfs/sourcefile"
 	"golang.org/x/sync/errgroup"
@@ -121,8 +121,8 @@ type provenance struct {
 	unserved map[string]*Set
 
 	once  sync.Once
-	nv    *nvfp4                                 // the global exponents of the nvfp4 rewriter
-	shard map[*manifest.Shard][]*manifest.Tensor // tensors by data offset
+	nv    *nvfp4                                     // the global exponents of the nvfp4 rewriter
+	shard map[*checkpoint.Shard][]*checkpoint.Tensor // tensors by data offset
 }
 
 // viewDoc is views/VIEW.json.
@@ -173,7 +173,7 @@ type sourceDoc struct {
 	ByteRange [2]int64 `json:"byte_range"` // absolute in File
 }
 
-func sourceOf(t *manifest.Tensor) sourceDoc {
+func sourceOf(t *checkpoint.Tensor) sourceDoc {
 	return sourceDoc{Tensor: t.Name, File: t.Shard.Name, ByteRange: [2]int64{t.Offset, t.Offset + t.Size}}
 }
 
@@ -282,7 +282,7 @@ func (p *provenance) Close() error {
 // its tensor, and makes the nvfp4 rewriter whose global exponents the
 // documents report.
 func (p *provenance) index() {
-	p.shard = make(map[*manifest.Shard][]*manifest.Tensor, len(p.set.Cat.Shards))
+	p.shard = make(map[*checkpoint.Shard][]*checkpoint.Tensor, len(p.set.Cat.Shards))
 	for _, s := range p.set.Cat.Shards {
 		ts := slices.Clone(s.Tensors)
 		sort.Slice(ts, func(i, j int) bool { return ts[i].Offset < ts[j].Offset })
@@ -330,7 +330,7 @@ func (p *provenance) describe(td *tensorDoc, seg Segment) {
 		td.Codec = "literal"
 	case Range:
 		td.Codec = "copy"
-		if sh, ok := s.R.(*manifest.Shard); ok {
+		if sh, ok := s.R.(*checkpoint.Shard); ok {
 			if t := p.at(sh, s.Off); t != nil && t.Size == s.N {
 				td.Sources = append(td.Sources, sourceOf(t))
 				return
@@ -343,7 +343,7 @@ func (p *provenance) describe(td *tensorDoc, seg Segment) {
 }
 
 // at returns the tensor of shard sh whose data starts at off.
-func (p *provenance) at(sh *manifest.Shard, off int64) *manifest.Tensor {
+func (p *provenance) at(sh *checkpoint.Shard, off int64) *checkpoint.Tensor {
 	ts := p.shard[sh]
 	i := sort.Search(len(ts), func(i int) bool { return ts[i].Offset >= off })
 	if i < len(ts) && ts[i].Offset == off {

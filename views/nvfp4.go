@@ -7,8 +7,8 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/codecs"
-	"github.com/dsfs/dsfs/manifest"
 	"github.com/dsfs/dsfs/safetensors"
 	"golang.org/x/sync/errgroup"
 )
@@ -29,7 +29,7 @@ func rowBlocks(id string, rows, rowBytes int64, compute func(ctx context.Context
 }
 
 // readTensor reads bytes [off, off+len(p)) of a source tensor.
-func readTensor(t *manifest.Tensor, p []byte, off int64) error {
+func readTensor(t *checkpoint.Tensor, p []byte, off int64) error {
 	if _, err := t.Shard.ReadAt(p, t.Offset+off); err != nil {
 		return fmt.Errorf("%s: tensor %s: %w", t.Shard.Name, t.Name, err)
 	}
@@ -39,7 +39,7 @@ func readTensor(t *manifest.Tensor, p []byte, off int64) error {
 // nvfp4 transcodes MXFP4 expert matrices to NVFP4 (FORMATS.md "nvfp4/").
 type nvfp4 struct {
 	set     *Set
-	experts []*manifest.Tensor // the weights it transcodes, by name
+	experts []*checkpoint.Tensor // the weights it transcodes, by name
 
 	mu     sync.Mutex
 	groups map[string]*nvGroup // by group name
@@ -48,7 +48,7 @@ type nvfp4 struct {
 // nvGroup is the set of matrices that share one global exponent: w1 and w3
 // of one expert, or w2 alone.
 type nvGroup struct {
-	scales []*manifest.Tensor
+	scales []*checkpoint.Tensor
 	g      func() (int, error)
 }
 
@@ -65,13 +65,13 @@ func nvfp4Rewriter(s *Set) (Rewriter, error) {
 func (n *nvfp4) String() string { return "nvfp4" }
 
 // isNVFP4Expert reports whether t is an expert weight this view transcodes.
-func isNVFP4Expert(t *manifest.Tensor) bool {
-	return (t.Role == manifest.RoleRoutedExpert || t.Role == manifest.RoleMTPExpert) &&
-		t.Format == manifest.FormatMXFP4 && t.Scale != nil
+func isNVFP4Expert(t *checkpoint.Tensor) bool {
+	return (t.Role == checkpoint.RoleRoutedExpert || t.Role == checkpoint.RoleMTPExpert) &&
+		t.Format == checkpoint.FormatMXFP4 && t.Scale != nil
 }
 
 // groupName names the global-exponent group of an expert weight.
-func groupName(t *manifest.Tensor) string {
+func groupName(t *checkpoint.Tensor) string {
 	b := base(t.Name)
 	if t.Proj == "w3" {
 		return strings.TrimSuffix(b, "w3") + "w1"
@@ -80,14 +80,14 @@ func groupName(t *manifest.Tensor) string {
 }
 
 // group returns the memoised global-exponent group of an expert weight.
-func (n *nvfp4) group(t *manifest.Tensor) *nvGroup {
+func (n *nvfp4) group(t *checkpoint.Tensor) *nvGroup {
 	name := groupName(t)
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if g, ok := n.groups[name]; ok {
 		return g
 	}
-	g := &nvGroup{scales: []*manifest.Tensor{t.Scale}}
+	g := &nvGroup{scales: []*checkpoint.Tensor{t.Scale}}
 	if t.Proj == "w1" || t.Proj == "w3" {
 		other := "w3"
 		if t.Proj == "w3" {
@@ -113,7 +113,7 @@ func (n *nvfp4) group(t *manifest.Tensor) *nvGroup {
 	return g
 }
 
-func (n *nvfp4) Rewrite(t *manifest.Tensor) ([]Out, bool) {
+func (n *nvfp4) Rewrite(t *checkpoint.Tensor) ([]Out, bool) {
 	if t.ScaleOf != nil && isNVFP4Expert(t.ScaleOf) {
 		return nil, true // the scale is replaced by the weight's outputs
 	}
@@ -173,7 +173,7 @@ func (n *nvfp4) Files() map[string]*Node {
 // as it is: loaders (transformers' AutoQuantizationConfig, vLLM) dispatch
 // on quant_method, so a quantization_config without one, or one claiming a
 // conversion that did not happen, would break or mislead them.
-func quantConfigPatch(cfg *manifest.Config, converted int, key, value string) map[string]any {
+func quantConfigPatch(cfg *checkpoint.Config, converted int, key, value string) map[string]any {
 	q, _ := cfg.Raw["quantization_config"].(map[string]any)
 	if method, _ := q["quant_method"].(string); converted == 0 || method == "" {
 		return nil
@@ -192,7 +192,7 @@ type nvReport struct {
 // counts returns the global exponent of an expert weight and its block
 // counts. Clamped blocks follow from the scales alone; only their codes are
 // read, to tell whether they are lossy.
-func (n *nvfp4) counts(t *manifest.Tensor) (int, codecs.NVFP4Counts, error) {
+func (n *nvfp4) counts(t *checkpoint.Tensor) (int, codecs.NVFP4Counts, error) {
 	g, err := n.group(t).g()
 	if err != nil {
 		return 0, codecs.NVFP4Counts{}, err

@@ -16,11 +16,11 @@ import (
 	"sync/atomic"
 
 	"github.com/dsfs/dsfs/blockcache"
+	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/codecs"
 	"github.com/dsfs/dsfs/codecs/iq2xxs"
 	"github.com/dsfs/dsfs/codecs/q2k"
 	"github.com/dsfs/dsfs/diskcache"
-	"github.com/dsfs/dsfs/manifest"
 	"github.com/dsfs/dsfs/safetensors"
 	"golang.org/x/sync/errgroup"
 )
@@ -79,13 +79,13 @@ const q2ChunkWeights = 64 << 10
 // the headers alone.
 type Q2 struct {
 	Shards   []*Q2Shard
-	External []*manifest.Tensor // Engram tables: not copied, recorded
-	Dropped  []*manifest.Tensor // the MXFP4 scales of quantised experts
-	Skipped  []Q2Skip           // routed experts kept native, with the reason
-	Repo     string             // source repository, "unknown" when not known
-	Revision string             // source revision, "unknown" when not known
+	External []*checkpoint.Tensor // Engram tables: not copied, recorded
+	Dropped  []*checkpoint.Tensor // the MXFP4 scales of quantised experts
+	Skipped  []Q2Skip             // routed experts kept native, with the reason
+	Repo     string               // source repository, "unknown" when not known
+	Revision string               // source revision, "unknown" when not known
 
-	cat   *manifest.Catalog
+	cat   *checkpoint.Catalog
 	disk  *diskcache.Cache
 	cache Cache // may be nil
 
@@ -96,10 +96,10 @@ type Q2 struct {
 // Q2Shard is one output file of q2/ and the source shard it comes from.
 type Q2Shard struct {
 	Name    string // the output file, e.g. quant-00001-of-00048.safetensors
-	Source  *manifest.Shard
+	Source  *checkpoint.Shard
 	File    *File
-	Tensors []*Q2Tensor        // in data order
-	Dropped []*manifest.Tensor // scales of this source shard that are dropped
+	Tensors []*Q2Tensor          // in data order
+	Dropped []*checkpoint.Tensor // scales of this source shard that are dropped
 
 	manifest *Doc
 }
@@ -111,7 +111,7 @@ func (sh *Q2Shard) Header() []byte { return sh.File.segs[0].(Bytes) }
 type Q2Tensor struct {
 	Name   string
 	Role   string // Q2RoleQuantised, or the catalog role of a tensor copied unchanged
-	Source *manifest.Tensor
+	Source *checkpoint.Tensor
 	Type   *GGMLType // nil for a tensor copied unchanged
 	DType  safetensors.DType
 	Shape  []int64
@@ -264,12 +264,12 @@ func (q *Q2) Stats() Q2Stats {
 
 // q2Quantisable says whether a tensor becomes ggml blocks, and if not but
 // it is a main-layer routed expert matrix, why it stays native.
-func q2Quantisable(t *manifest.Tensor) (ok bool, skip string) {
-	if t.Role != manifest.RoleRoutedExpert || t.Proj == "" || !strings.HasSuffix(t.Name, ".weight") {
+func q2Quantisable(t *checkpoint.Tensor) (ok bool, skip string) {
+	if t.Role != checkpoint.RoleRoutedExpert || t.Proj == "" || !strings.HasSuffix(t.Name, ".weight") {
 		return false, ""
 	}
 	switch {
-	case t.Format != manifest.FormatMXFP4 || t.Scale == nil:
+	case t.Format != checkpoint.FormatMXFP4 || t.Scale == nil:
 		return false, fmt.Sprintf("format %s, not MXFP4 with a scale", t.Format)
 	case len(t.Shape) != 2:
 		return false, fmt.Sprintf("shape %v is not a matrix", t.Shape)
@@ -281,8 +281,8 @@ func q2Quantisable(t *manifest.Tensor) (ok bool, skip string) {
 
 // isEngramTableTensor reports whether t is an Engram table or its scale,
 // which q2/ leaves to the source (FORMATS.md "q2/").
-func isEngramTableTensor(t *manifest.Tensor) bool {
-	return t.Role == manifest.RoleEngram && strings.Contains(t.Name, "engram.embed.")
+func isEngramTableTensor(t *checkpoint.Tensor) bool {
+	return t.Role == checkpoint.RoleEngram && strings.Contains(t.Name, "engram.embed.")
 }
 
 var shardNumber = regexp.MustCompile(`(\d+-of-\d+)\.safetensors$`)
@@ -290,7 +290,7 @@ var shardNumber = regexp.MustCompile(`(\d+-of-\d+)\.safetensors$`)
 // q2ShardNames names the output file of each source shard, good or bad:
 // quant-NNNNN-of-MMMMM.safetensors from the source's own numbering, else
 // quant-<name>, in the source shard's directory.
-func q2ShardNames(cat *manifest.Catalog) map[string]string {
+func q2ShardNames(cat *checkpoint.Catalog) map[string]string {
 	var shards []string
 	for _, sh := range cat.Shards {
 		shards = append(shards, sh.Name)
@@ -319,7 +319,7 @@ func q2ShardNames(cat *manifest.Catalog) map[string]string {
 }
 
 // PlanQ2 lays out the q2/ view of cat from its headers.
-func PlanQ2(cat *manifest.Catalog, opt Options) (*Q2, error) {
+func PlanQ2(cat *checkpoint.Catalog, opt Options) (*Q2, error) {
 	q := &Q2{cat: cat, disk: opt.DiskCache, cache: opt.Cache}
 	q.Repo, q.Revision = sourceRevision(cat.Dir, opt.Revision)
 	names := q2ShardNames(cat)
@@ -371,7 +371,7 @@ func PlanQ2(cat *manifest.Catalog, opt Options) (*Q2, error) {
 }
 
 // quantisedTensor lays out a routed expert matrix as ggml blocks.
-func (q *Q2) quantisedTensor(t *manifest.Tensor) *Q2Tensor {
+func (q *Q2) quantisedTensor(t *checkpoint.Tensor) *Q2Tensor {
 	typ := q2TypeOf(t.Proj)
 	in := 2 * t.Shape[1]
 	rb := in / int64(typ.BlockWeights) * int64(typ.BlockBytes)
@@ -459,7 +459,7 @@ func dsfsVersion() string {
 }
 
 // sha256Tensor hashes a source tensor's bytes.
-func sha256Tensor(ctx context.Context, t *manifest.Tensor) (string, error) {
+func sha256Tensor(ctx context.Context, t *checkpoint.Tensor) (string, error) {
 	h := sha256.New()
 	buf := make([]byte, min(t.Size, 4<<20))
 	for off := int64(0); off < t.Size; off += int64(len(buf)) {

@@ -8,15 +8,15 @@ import (
 	"testing"
 
 	"github.com/dsfs/dsfs/blockcache"
+	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/diskcache"
-	"github.com/dsfs/dsfs/manifest"
 	"github.com/dsfs/dsfs/synth"
 )
 
 // benchQ2Source writes a checkpoint with one routed expert of the real
 // DeepSeek-V4.1-Flash geometry (w1, w3 2304 x 5120; w2 5120 x 2304: 35 M
 // weights) in one shard, and returns it opened.
-func benchQ2Source(b *testing.B) *manifest.Catalog {
+func benchQ2Source(b *testing.B) *checkpoint.Catalog {
 	b.Helper()
 	spec := synth.TinySpec()
 	spec.Hidden, spec.MoEInter = 5120, 2304
@@ -27,7 +27,7 @@ func benchQ2Source(b *testing.B) *manifest.Catalog {
 	if err := synth.WriteSpec(spec, dir); err != nil {
 		b.Fatal(err)
 	}
-	cat, err := manifest.Open(dir)
+	cat, err := checkpoint.Open(dir)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -37,7 +37,7 @@ func benchQ2Source(b *testing.B) *manifest.Catalog {
 
 // readQ2Shard reads the q2/ shard of cat in 1 MiB requests, as the mount
 // receives them, through a fresh in-memory cache, and returns its size.
-func readQ2Shard(b *testing.B, cat *manifest.Catalog, opt Options) int64 {
+func readQ2Shard(b *testing.B, cat *checkpoint.Catalog, opt Options) int64 {
 	b.Helper()
 	q, err := PlanQ2(cat, opt)
 	if err != nil {

@@ -16,11 +16,11 @@ import (
 	"testing"
 
 	"github.com/dsfs/dsfs/blockcache"
+	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/codecs"
 	"github.com/dsfs/dsfs/codecs/iq2xxs"
 	"github.com/dsfs/dsfs/codecs/q2k"
 	"github.com/dsfs/dsfs/diskcache"
-	"github.com/dsfs/dsfs/manifest"
 	"github.com/dsfs/dsfs/safetensors"
 	"github.com/dsfs/dsfs/synth"
 )
@@ -28,7 +28,7 @@ import (
 // q2Set builds the q2/ view alone of the checkpoint in dir.
 func q2Set(t *testing.T, dir string, opt Options) (*Set, *blockcache.Cache) {
 	t.Helper()
-	cat, err := manifest.Open(dir)
+	cat, err := checkpoint.Open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +44,7 @@ func q2Set(t *testing.T, dir string, opt Options) (*Set, *blockcache.Cache) {
 
 // directQuantise quantises a whole MXFP4 expert matrix the plain way: one
 // decode, one call of the ggml port.
-func directQuantise(t *testing.T, tt *manifest.Tensor) []byte {
+func directQuantise(t *testing.T, tt *checkpoint.Tensor) []byte {
 	t.Helper()
 	in := 2 * tt.Shape[1]
 	x := make([]float32, tt.Shape[0]*in)
@@ -93,9 +93,9 @@ func TestQ2View(t *testing.T) {
 	checked := make(map[string]bool) // one quantised tensor per projection is recomputed the plain way
 	for _, tt := range s.Cat.Tensors {
 		b, out, ok := find(files, tt.Name)
-		isScaleOfExpert := tt.ScaleOf != nil && tt.ScaleOf.Role == manifest.RoleRoutedExpert
+		isScaleOfExpert := tt.ScaleOf != nil && tt.ScaleOf.Role == checkpoint.RoleRoutedExpert
 		switch {
-		case tt.Role == manifest.RoleRoutedExpert && !isScaleOfExpert:
+		case tt.Role == checkpoint.RoleRoutedExpert && !isScaleOfExpert:
 			quantised++
 			in := 2 * tt.Shape[1]
 			rb := int64(iq2xxs.RowBytes(int(in)))
@@ -116,7 +116,7 @@ func TestQ2View(t *testing.T) {
 			if ok {
 				t.Errorf("%s: the scale of a quantised expert is served", tt.Name)
 			}
-		case tt.Role == manifest.RoleEngram:
+		case tt.Role == checkpoint.RoleEngram:
 			external++
 			if ok {
 				t.Errorf("%s: an Engram table is copied", tt.Name)
@@ -216,7 +216,7 @@ func TestQ2SkippedAndEmptyShards(t *testing.T) {
 	files := viewTensors(t, view, cache)
 	var w2 int
 	for _, tt := range s.Cat.Tensors {
-		if tt.Role != manifest.RoleRoutedExpert || tt.Proj != "w2" {
+		if tt.Role != checkpoint.RoleRoutedExpert || tt.Proj != "w2" {
 			continue
 		}
 		b, out, ok := find(files, tt.Name)
@@ -237,7 +237,7 @@ func TestQ2SkippedAndEmptyShards(t *testing.T) {
 	for _, sh := range s.Cat.Shards {
 		only := true
 		for _, tt := range sh.Tensors {
-			only = only && tt.Role == manifest.RoleEngram
+			only = only && tt.Role == checkpoint.RoleEngram
 		}
 		if only {
 			engramOnly++
@@ -263,12 +263,12 @@ func TestQ2ShardNames(t *testing.T) {
 			[]string{"quant-a-00001-of-00002.safetensors", "quant-b-00001-of-00002.safetensors"}},
 	}
 	for _, tt := range tests {
-		cat := &manifest.Catalog{}
+		cat := &checkpoint.Catalog{}
 		for i, n := range tt.sources {
 			if i%2 == 0 { // bad shards are named alike
-				cat.Shards = append(cat.Shards, &manifest.Shard{Name: n})
+				cat.Shards = append(cat.Shards, &checkpoint.Shard{Name: n})
 			} else {
-				cat.BadShards = append(cat.BadShards, manifest.BadShard{Name: n})
+				cat.BadShards = append(cat.BadShards, checkpoint.BadShard{Name: n})
 			}
 		}
 		names := q2ShardNames(cat)

@@ -12,9 +12,9 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/codecs"
 	"github.com/dsfs/dsfs/diskcache"
-	"github.com/dsfs/dsfs/manifest"
 )
 
 // The documents of q2/ follow the seed's field names (FORMATS.md "q2/").
@@ -219,9 +219,9 @@ func (q *Q2) title() string {
 
 func (q *Q2) artifact() string { return q.title() + " mixed-Q2 routed experts" }
 
-func sourceRange(t *manifest.Tensor) [2]int64 { return [2]int64{t.Offset, t.Offset + t.Size} }
+func sourceRange(t *checkpoint.Tensor) [2]int64 { return [2]int64{t.Offset, t.Offset + t.Size} }
 
-func sourceRef(t *manifest.Tensor, role string) Q2SourceRef {
+func sourceRef(t *checkpoint.Tensor, role string) Q2SourceRef {
 	return Q2SourceRef{Name: t.Name, Role: role, SourceShard: t.Shard.Name, SourceRange: sourceRange(t),
 		DType: string(t.DType), Shape: t.Shape, Bytes: t.Size}
 }
@@ -290,7 +290,7 @@ func (q *Q2) shardManifest(ctx context.Context, sh *Q2Shard) ([]byte, error) {
 	m := Q2ShardManifest{OutputShard: sh.Name, SourceShard: sh.Source.Name, FileBytes: sh.File.Size(),
 		CodecVersion: codecs.Version, Tensors: make([]Q2ManifestTensor, len(sh.Tensors)),
 		Dropped: make([]Q2SourceDigest, len(sh.Dropped))}
-	sources := make([]*manifest.Tensor, 0, len(sh.Tensors)+len(sh.Dropped))
+	sources := make([]*checkpoint.Tensor, 0, len(sh.Tensors)+len(sh.Dropped))
 	for _, t := range sh.Tensors {
 		sources = append(sources, t.Source)
 	}
@@ -505,7 +505,7 @@ func (q *Q2) README() []byte {
 			r.Bytes += t.Size
 			if t.Type == nil {
 				dtypes[string(t.DType)] = true
-				if t.Source.Role == manifest.RoleMTPExpert {
+				if t.Source.Role == checkpoint.RoleMTPExpert {
 					mtp++
 				}
 				continue

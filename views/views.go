@@ -12,9 +12,9 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/codecs"
 	"github.com/dsfs/dsfs/diskcache"
-	"github.com/dsfs/dsfs/manifest"
 	"github.com/dsfs/dsfs/safetensors"
 	"github.com/dsfs/dsfs/sourcefile"
 )
@@ -82,7 +82,7 @@ type Options struct {
 
 // Set is the views of one catalog. It owns the source files it opened.
 type Set struct {
-	Cat   *manifest.Catalog
+	Cat   *checkpoint.Catalog
 	Root  *Node
 	Opt   Options
 	files map[string]*sourcefile.File
@@ -103,7 +103,7 @@ type Set struct {
 func (s *Set) WorkingMemory() int64 { return s.working }
 
 // Build builds the views of cat chosen by opt under one root directory.
-func Build(cat *manifest.Catalog, opt Options) (*Set, error) {
+func Build(cat *checkpoint.Catalog, opt Options) (*Set, error) {
 	names := opt.Views
 	s := &Set{Cat: cat, Opt: opt, files: make(map[string]*sourcefile.File), stats: make(map[string]func() any),
 		shadowed: make(map[string][]string)}
@@ -262,7 +262,7 @@ func buildSource(s *Set, _ string) (*Node, error) {
 // file, and file, when the source has one, fails every read naming the
 // shard and the reason. A loader of the view then fails loudly instead of
 // loading a checkpoint with the shard's tensors quietly left out.
-func (s *Set) badShard(files map[string]*Node, weightMap map[string]string, file string, b manifest.BadShard) {
+func (s *Set) badShard(files map[string]*Node, weightMap map[string]string, file string, b checkpoint.BadShard) {
 	for _, t := range b.Tensors {
 		if _, ok := weightMap[t]; !ok {
 			weightMap[t] = file
@@ -287,7 +287,7 @@ type Out struct {
 // tensors that replace t (none to drop it) and true, or false to leave t to
 // the next rewriter and finally to pass it through unchanged.
 type Rewriter interface {
-	Rewrite(t *manifest.Tensor) ([]Out, bool)
+	Rewrite(t *checkpoint.Tensor) ([]Out, bool)
 	// ConfigPatch lists the config.json keys the view sets.
 	ConfigPatch() map[string]any
 	// Files are the view's own files (reports, quantisation configs).
@@ -339,7 +339,7 @@ func (s *Set) rewrite(view string, rws []Rewriter) (*Node, error) {
 	config := s.Cat.ConfigBytes
 	for _, rw := range rws {
 		for k, v := range rw.ConfigPatch() {
-			b, err := manifest.PatchConfig(config, strings.Split(k, "."), v)
+			b, err := checkpoint.PatchConfig(config, strings.Split(k, "."), v)
 			if err != nil {
 				return nil, fmt.Errorf("config.json: %w", err)
 			}
@@ -374,7 +374,7 @@ func (s *Set) rewrite(view string, rws []Rewriter) (*Node, error) {
 	return tree("", files), nil
 }
 
-func rewriteTensor(rws []Rewriter, t *manifest.Tensor) []Out {
+func rewriteTensor(rws []Rewriter, t *checkpoint.Tensor) []Out {
 	for _, rw := range rws {
 		if outs, ok := rw.Rewrite(t); ok {
 			return outs
@@ -413,7 +413,7 @@ func mergeReports(a, b *Node) *Node {
 }
 
 // passthrough serves a source tensor unchanged.
-func passthrough(t *manifest.Tensor) Out {
+func passthrough(t *checkpoint.Tensor) Out {
 	return Out{Name: t.Name, DType: t.DType, Shape: t.Shape, Data: Range{R: t.Shard, Off: t.Offset, N: t.Size}}
 }
 

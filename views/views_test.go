@@ -14,8 +14,8 @@ import (
 	"github.com/dsfs/dsfs/internal/tinyckpt"
 
 	"github.com/dsfs/dsfs/blockcache"
+	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/codecs"
-	"github.com/dsfs/dsfs/manifest"
 	"github.com/dsfs/dsfs/safetensors"
 )
 
@@ -28,7 +28,7 @@ func TestMain(m *testing.M) { tinyckpt.Main(m, "v41-tiny", &tinyDir) }
 // binary.
 func tinySet(t *testing.T) (*Set, *blockcache.Cache) {
 	t.Helper()
-	cat, err := manifest.Open(tinyDir)
+	cat, err := checkpoint.Open(tinyDir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +123,7 @@ func find(files map[string]parsed, name string) ([]byte, safetensors.Tensor, boo
 	return nil, safetensors.Tensor{}, false
 }
 
-func sourceBytes(t *testing.T, tt *manifest.Tensor) []byte {
+func sourceBytes(t *testing.T, tt *checkpoint.Tensor) []byte {
 	t.Helper()
 	b := make([]byte, tt.Size)
 	if _, err := tt.Shard.ReadAt(b, tt.Offset); err != nil {
@@ -334,7 +334,7 @@ func TestNVFP4CountsReadOnlyWhatTheyNeed(t *testing.T) {
 // checkpoint view, served or not, and trace/ when it is served.
 func TestBuildServesExactlyTheListedViews(t *testing.T) {
 	checkpointViews := []string{"engram-fp4.json", "nvfp4+engram-fp4.json", "nvfp4.json", "q2.json"}
-	cat, err := manifest.Open(tinyDir)
+	cat, err := checkpoint.Open(tinyDir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -417,7 +417,7 @@ func TestGeneratedFilesWinOverSourceFiles(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	cat, err := manifest.Open(dir)
+	cat, err := checkpoint.Open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -460,7 +460,7 @@ func TestGeneratedFilesWinOverSourceFiles(t *testing.T) {
 // is, and manifest/ describes the views.
 func TestBadShardIsNeverHidden(t *testing.T) {
 	dir := copyTiny(t)
-	cat0, err := manifest.Open(dir)
+	cat0, err := checkpoint.Open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -483,7 +483,7 @@ func TestBadShardIsNeverHidden(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cat, err := manifest.Open(dir)
+	cat, err := checkpoint.Open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

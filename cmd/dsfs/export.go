@@ -19,8 +19,8 @@ import (
 	"strings"
 
 	"github.com/dsfs/dsfs/blockcache"
+	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/codecs"
-	"github.com/dsfs/dsfs/manifest"
 	"github.com/dsfs/dsfs/views"
 	"golang.org/x/sys/unix"
 )
@@ -124,7 +124,7 @@ func resolveExisting(p string) (string, error) {
 // code that computes it, the settings it reads and every source file
 // (name, size, modification time). A rerun trusts a finished file only
 // under the same identity, so a changed source or a new dsfs rewrites it.
-func exportIdentity(view string, opt views.Options, cat *manifest.Catalog) (string, error) {
+func exportIdentity(view string, opt views.Options, cat *checkpoint.Catalog) (string, error) {
 	h := sha256.New()
 	fmt.Fprintf(h, "dsfs export\n%s\ncodec %s\nview %s\nrevision %q\ndevice %q\ntp %d no-hash %v\n",
 		version(), codecs.Version, view, opt.Revision, opt.Device, opt.TP, opt.NoHash)

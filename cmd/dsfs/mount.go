@@ -11,15 +11,15 @@ import (
 	"syscall"
 
 	"github.com/dsfs/dsfs/blockcache"
+	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/inventory"
-	"github.com/dsfs/dsfs/manifest"
 	"github.com/dsfs/dsfs/vfs"
 	"github.com/dsfs/dsfs/views"
 )
 
 // source is an opened checkpoint with its views.
 type source struct {
-	cat      *manifest.Catalog
+	cat      *checkpoint.Catalog
 	set      *views.Set
 	problems *problemReport
 }
@@ -31,7 +31,7 @@ func openSource(dir string, opt views.Options) (*source, error) {
 	// (header JSON, layouts); collecting more often while it runs keeps the
 	// peak near what stays.
 	defer debug.SetGCPercent(debug.SetGCPercent(35))
-	cat, err := manifest.Open(dir)
+	cat, err := checkpoint.Open(dir)
 	if err != nil {
 		return nil, err
 	}

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/codecs"
-	"github.com/dsfs/dsfs/manifest"
 	"github.com/dsfs/dsfs/safetensors"
 )
 
@@ -177,7 +177,7 @@ func BenchmarkFlashLayer(b *testing.B) {
 	}
 	dir := b.TempDir()
 	flashLayer(b, dir, experts)
-	cat, err := manifest.Open(dir)
+	cat, err := checkpoint.Open(dir)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -6,8 +6,8 @@ import (
 	"math"
 	"slices"
 
+	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/codecs"
-	"github.com/dsfs/dsfs/manifest"
 	"github.com/dsfs/dsfs/safetensors"
 )
 
@@ -29,7 +29,7 @@ const (
 
 // tensorRef is a checked tensor and its logical shape.
 type tensorRef struct {
-	t          *manifest.Tensor
+	t          *checkpoint.Tensor
 	rows, cols int // cols is 0 for a vector
 	// quant is set for FP8 and MXFP4 weights: DeepSeek's linear()
 	// quantises their input to FP8 (the a8 precision).
@@ -37,13 +37,13 @@ type tensorRef struct {
 }
 
 // tensorErr wraps err with the shard and tensor it concerns.
-func tensorErr(t *manifest.Tensor, err error) error {
+func tensorErr(t *checkpoint.Tensor, err error) error {
 	return fmt.Errorf("%s: tensor %s: %w", t.Shard.Name, t.Name, err)
 }
 
 // checker resolves tensors by name and collects what is wrong with them.
 type checker struct {
-	cat      *manifest.Catalog
+	cat      *checkpoint.Catalog
 	problems []string
 }
 
@@ -76,13 +76,13 @@ func (c *checker) tensor(name string, kind tensorKind, rows, cols int) *tensorRe
 			return bad(fmt.Sprintf("dtype %s, want I32 or I64", t.DType))
 		}
 	case kind == kindExpert && t.DType == safetensors.I8:
-		if t.Format != manifest.FormatMXFP4 || t.Scale == nil {
+		if t.Format != checkpoint.FormatMXFP4 || t.Scale == nil {
 			return bad("I8 without an MXFP4 scale (.scale, F8_E8M0, one per 32 values) that fits it")
 		}
 		want = []int64{int64(rows), int64(cols / 2)}
 		r.quant = true
 	case (kind == kindLinear || kind == kindExpert) && t.DType == safetensors.F8E4M3:
-		if t.Format != manifest.FormatFP8 || t.Scale == nil {
+		if t.Format != checkpoint.FormatFP8 || t.Scale == nil {
 			return bad("F8_E4M3 without a block scale (.scale) that fits it")
 		}
 		r.quant = true
@@ -97,7 +97,7 @@ func (c *checker) tensor(name string, kind tensorKind, rows, cols int) *tensorRe
 }
 
 // read reads the whole of t's data.
-func read(t *manifest.Tensor) ([]byte, error) {
+func read(t *checkpoint.Tensor) ([]byte, error) {
 	b := make([]byte, t.Size)
 	if _, err := t.Shard.ReadAt(b, t.Offset); err != nil {
 		return nil, tensorErr(t, err)
@@ -170,7 +170,7 @@ func (r *tensorRef) row(dst []float32, i int) error {
 }
 
 // decodeFP8 multiplies E4M3 values by their block scales (E8M0 or F32).
-func decodeFP8(out []float32, b []byte, t *manifest.Tensor, rows, cols int) error {
+func decodeFP8(out []float32, b []byte, t *checkpoint.Tensor, rows, cols int) error {
 	s := t.Scale
 	sb, err := read(s)
 	if err != nil {

@@ -1,4 +1,4 @@
-package manifest
+package checkpoint
 
 import (
 	"encoding/json"

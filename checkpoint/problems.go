@@ -1,4 +1,4 @@
-package manifest
+package checkpoint
 
 // ProblemGroup is the problems of one file with one reason: how many, and
 // the tensors the first of them name.

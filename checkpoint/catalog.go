@@ -1,8 +1,8 @@
-// Package manifest is the catalog of a checkpoint directory: it opens
+// Package checkpoint is the catalog of a checkpoint directory: it opens
 // config.json, the safetensors index and every shard header, validates them,
 // and classifies each tensor by role and official format. It reads headers
 // only; tensor values are read on demand through Shard.ReadAt.
-package manifest
+package checkpoint
 
 import (
 	"errors"
