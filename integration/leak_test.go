@@ -9,6 +9,7 @@ import (
 
 	"github.com/dsfs/dsfs/blockcache"
 	"github.com/dsfs/dsfs/checkpoint"
+	"github.com/dsfs/dsfs/vfile"
 	"github.com/dsfs/dsfs/vfs"
 	"github.com/dsfs/dsfs/views"
 )
@@ -40,7 +41,7 @@ func TestNoLeaksAcrossUnmount(t *testing.T) {
 	}
 	cache := blockcache.New(8<<20, 2)
 	dir := t.TempDir()
-	m, err := vfs.Serve(dir, set.Root, cache, vfs.Options{})
+	m, err := vfs.Serve(dir, set.Root, vfile.CacheOpener(cache), vfs.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

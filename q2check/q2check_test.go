@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/dsfs/dsfs/internal/tinyckpt"
+	"github.com/dsfs/dsfs/vfile"
 
 	"github.com/dsfs/dsfs/blockcache"
 	"github.com/dsfs/dsfs/checkpoint"
@@ -67,7 +68,7 @@ func exportQ2(t *testing.T, cacheDir string) string {
 	cache := blockcache.New(64<<20, 2)
 	defer cache.Close()
 	out := t.TempDir()
-	err = s.Root.Child("q2").Walk(func(p string, n *views.Node) error {
+	err = s.Root.Child("q2").Walk(func(p string, n *vfile.Node) error {
 		dst := filepath.Join(out, filepath.FromSlash(p))
 		switch {
 		case n.IsDir():
@@ -79,7 +80,7 @@ func exportQ2(t *testing.T, cacheDir string) string {
 			}
 			return os.WriteFile(dst, b, 0o644)
 		}
-		b, err := io.ReadAll(io.NewSectionReader(views.NewReader(n.File, cache), 0, n.File.Size()))
+		b, err := io.ReadAll(io.NewSectionReader(vfile.NewReader(n.File, cache), 0, n.File.Size()))
 		if err != nil {
 			return err
 		}

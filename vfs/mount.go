@@ -14,8 +14,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/dsfs/dsfs/blockcache"
-	"github.com/dsfs/dsfs/views"
+	"github.com/dsfs/dsfs/vfile"
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
@@ -41,13 +40,13 @@ type Options struct {
 type Mount struct {
 	Dir         string
 	server      *fuse.Server
-	cache       *blockcache.Cache
+	open        vfile.Opener
 	log         *slog.Logger
 	start       time.Time
 	ctr         counters
 	status      func() map[string]any
 	passthrough bool
-	ino         map[*views.Node]uint64 // every node's inode number
+	ino         map[*vfile.Node]uint64 // every node's inode number
 	sourceBytes int64
 	errs        repeatLog // read errors, logged once per file and cause with a count
 }
@@ -55,19 +54,20 @@ type Mount struct {
 // ErrMounted says the mount point is already a mount.
 var ErrMounted = errors.New("already a mount point")
 
-// Serve mounts root at dir with reads going through cache and returns once
-// the kernel has the mount. Call Wait to serve until unmounted.
-func Serve(dir string, root *views.Node, cache *blockcache.Cache, opt Options) (*Mount, error) {
+// Serve mounts root at dir, reading each open file through a Reader from
+// open, and returns once the kernel has the mount. Call Wait to serve until
+// unmounted.
+func Serve(dir string, root *vfile.Node, open vfile.Opener, opt Options) (*Mount, error) {
 	dir, err := CheckMountPoint(dir)
 	if err != nil {
 		return nil, err
 	}
-	m := &Mount{Dir: dir, cache: cache, log: opt.Log, start: time.Now(), status: opt.Status,
+	m := &Mount{Dir: dir, open: open, log: opt.Log, start: time.Now(), status: opt.Status,
 		passthrough: os.Geteuid() == 0, sourceBytes: opt.SourceBytes}
 	if m.log == nil {
 		m.log = slog.Default()
 	}
-	top := views.Dir("", append(append([]*views.Node(nil), root.Children...), m.statusDir(root.Attr))...)
+	top := vfile.Dir("", append(append([]*vfile.Node(nil), root.Children...), m.statusDir(root.Attr))...)
 	top.Attr = root.Attr
 	m.ino = inodes(top)
 	rootNode := &dirNode{m: m, n: top}
@@ -140,11 +140,10 @@ func (m *Mount) Unmount() error { return m.server.Unmount() }
 
 // statusDir is .dsfs/: the live status of the mount, readable by whoever
 // may list the checkpoint directory, whose attributes are dir.
-func (m *Mount) statusDir(dir views.Attr) *views.Node {
-	stats := views.NewDynamicDoc(func(ctx context.Context) ([]byte, error) {
+func (m *Mount) statusDir(dir vfile.Attr) *vfile.Node {
+	stats := vfile.NewDynamicDoc(func(ctx context.Context) ([]byte, error) {
 		doc := map[string]any{
 			"uptime_seconds": time.Since(m.start).Seconds(),
-			"cache":          m.cache.Stats(),
 			"reads":          m.ctr.reads.Load(),
 			"bytes_served":   m.ctr.bytes.Load(),
 			"read_errors":    m.ctr.errors.Load(),
@@ -161,7 +160,7 @@ func (m *Mount) statusDir(dir views.Attr) *views.Node {
 	})
 	file := dir
 	file.Perm &^= 0o111
-	status := views.Dir(".dsfs", &views.Node{Name: "stats.json", Doc: stats, Attr: file})
+	status := vfile.Dir(".dsfs", &vfile.Node{Name: "stats.json", Doc: stats, Attr: file})
 	status.Attr = dir
 	return status
 }

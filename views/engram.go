@@ -8,6 +8,7 @@ import (
 	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/codecs"
 	"github.com/dsfs/dsfs/safetensors"
+	"github.com/dsfs/dsfs/vfile"
 	"golang.org/x/sync/errgroup"
 )
 
@@ -90,8 +91,8 @@ func (e *engram) ConfigPatch() map[string]any {
 	return quantConfigPatch(e.config, len(e.tables), "engram_dtype", "fp4")
 }
 
-func (e *engram) Files() map[string]*Node {
-	return map[string]*Node{"TRANSCODE.json": jsonDoc(e.report)}
+func (e *engram) Files() map[string]*vfile.Node {
+	return map[string]*vfile.Node{"TRANSCODE.json": jsonDoc(e.report)}
 }
 
 // engramReport is one row of engram-fp4/TRANSCODE.json.

@@ -17,6 +17,7 @@ import (
 	"github.com/dsfs/dsfs/inventory"
 	"github.com/dsfs/dsfs/safetensors"
 	"github.com/dsfs/dsfs/sourcefile"
+	"github.com/dsfs/dsfs/vfile"
 	"golang.org/x/sync/errgroup"
 )
 
@@ -27,7 +28,7 @@ import (
 // a cache dir, across mounts; the set's stats show the progress);
 // views/VIEW.json says where each tensor of the other views comes from,
 // served beside it or not.
-func buildManifest(s *Set, name string) (*Node, error) {
+func buildManifest(s *Set, name string) (*vfile.Node, error) {
 	opt := inventory.Options{TP: s.Opt.TP, NoHash: s.Opt.NoHash}
 	if s.Opt.DiskCache != nil {
 		c, err := inventory.OpenCache(ManifestCacheDir(s.Opt.DiskCache.Dir()))
@@ -38,9 +39,9 @@ func buildManifest(s *Set, name string) (*Node, error) {
 	}
 	inv := inventory.New(s.Cat, opt)
 	s.stats[name] = func() any { return inv.Progress().Snapshot() }
-	files := map[string]*Node{
-		"summary.json": {Doc: NewHeaderDoc(jsonText(func(context.Context) (any, error) { return inventory.NewOverview(s.Cat), nil }))},
-		"README.md": {Doc: NewHeaderDoc(func(context.Context) ([]byte, error) {
+	files := map[string]*vfile.Node{
+		"summary.json": {Doc: vfile.NewHeaderDoc(jsonText(func(context.Context) (any, error) { return inventory.NewOverview(s.Cat), nil }))},
+		"README.md": {Doc: vfile.NewHeaderDoc(func(context.Context) ([]byte, error) {
 			return inventory.NewOverview(s.Cat).Markdown(), nil
 		})},
 		"manifest.json": manifestDoc(inv, opt.NoHash),
@@ -53,7 +54,7 @@ func buildManifest(s *Set, name string) (*Node, error) {
 	prov := &provenance{set: s, unserved: make(map[string]*Set)}
 	s.closers = append(s.closers, prov)
 	for _, v := range s.described(name) {
-		files["views/"+v+".json"] = &Node{Doc: NewDoc(func(ctx context.Context) ([]byte, error) {
+		files["views/"+v+".json"] = &vfile.Node{Doc: vfile.NewDoc(func(ctx context.Context) ([]byte, error) {
 			d, err := prov.view(ctx, v)
 			if err != nil {
 				return nil, err
@@ -73,7 +74,7 @@ func ManifestCacheDir(cacheDir string) string { return filepath.Join(cacheDir, "
 
 // manifestDoc is manifest.json, or a shard's document when shards are
 // named. Without hashing (headersOnly) it follows from the headers.
-func manifestDoc(inv *inventory.Inventory, headersOnly bool, shards ...string) *Node {
+func manifestDoc(inv *inventory.Inventory, headersOnly bool, shards ...string) *vfile.Node {
 	gen := func(ctx context.Context) ([]byte, error) {
 		m, err := inv.Manifest(ctx, shards...)
 		if err != nil {
@@ -82,9 +83,9 @@ func manifestDoc(inv *inventory.Inventory, headersOnly bool, shards ...string) *
 		return m.JSON()
 	}
 	if headersOnly {
-		return &Node{Doc: NewHeaderDoc(gen)}
+		return &vfile.Node{Doc: vfile.NewHeaderDoc(gen)}
 	}
-	return &Node{Doc: NewDoc(gen)}
+	return &vfile.Node{Doc: vfile.NewDoc(gen)}
 }
 
 // registered returns the registered views. It is set by init because the
@@ -189,7 +190,7 @@ func (p *provenance) view(ctx context.Context, name string) (*viewDoc, error) {
 	p.once.Do(p.index)
 	doc := &viewDoc{View: name, Codec: codecs.Version, Files: []fileDoc{}}
 	var pending []*tensorDoc // NVFP4 scales whose block counts read data
-	err := root.Walk(func(path string, n *Node) error {
+	err := root.Walk(func(path string, n *vfile.Node) error {
 		switch {
 		case n.IsDir():
 			return nil
@@ -231,18 +232,19 @@ func (p *provenance) view(ctx context.Context, name string) (*viewDoc, error) {
 }
 
 // isUnreadable reports whether f stands for a bad source shard.
-func isUnreadable(f *File) bool {
-	if len(f.segs) == 0 {
+func isUnreadable(f *vfile.File) bool {
+	segs := f.Segments()
+	if len(segs) == 0 {
 		return false
 	}
-	_, ok := f.segs[0].(Unreadable)
+	_, ok := segs[0].(vfile.Unreadable)
 	return ok
 }
 
 // unservedView builds a described view that the set does not serve, once.
 // What it logs is logged by the served view already or concerns a view
 // the user did not ask for, so its warnings are dropped.
-func (p *provenance) unservedView(name string) (*Node, error) {
+func (p *provenance) unservedView(name string) (*vfile.Node, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if u, ok := p.unserved[name]; ok {
@@ -295,8 +297,8 @@ func (p *provenance) index() {
 // tensors describes the tensors of a virtual safetensors file: its header
 // segment names them, and the segment holding each tensor's bytes says
 // where they come from.
-func (p *provenance) tensors(f *File) ([]tensorDoc, error) {
-	hb, ok := f.segs[0].(Bytes)
+func (p *provenance) tensors(f *vfile.File) ([]tensorDoc, error) {
+	hb, ok := f.Segments()[0].(vfile.Bytes)
 	if !ok {
 		return nil, fmt.Errorf("the file does not start with a header")
 	}
@@ -310,11 +312,11 @@ func (p *provenance) tensors(f *File) ([]tensorDoc, error) {
 		td := tensorDoc{Name: t.Name, DType: string(t.DType), Shape: t.Shape, Bytes: t.Len(),
 			ByteRange: [2]int64{off, off + t.Len()}, Sources: []sourceDoc{}}
 		if t.Len() > 0 {
-			i := f.segment(off)
-			if f.start(i) != off || f.segs[i].Len() != t.Len() {
+			seg, start := f.SegmentAt(off)
+			if seg == nil || start != off || seg.Len() != t.Len() {
 				return nil, fmt.Errorf("tensor %s: its bytes are not one segment", t.Name)
 			}
-			p.describe(&td, f.segs[i])
+			p.describe(&td, seg)
 		} else {
 			td.Codec = "literal"
 		}
@@ -324,11 +326,11 @@ func (p *provenance) tensors(f *File) ([]tensorDoc, error) {
 }
 
 // describe fills in the codec and sources of one tensor's segment.
-func (p *provenance) describe(td *tensorDoc, seg Segment) {
+func (p *provenance) describe(td *tensorDoc, seg vfile.Segment) {
 	switch s := seg.(type) {
-	case Bytes:
+	case vfile.Bytes:
 		td.Codec = "literal"
-	case Range:
+	case vfile.Range:
 		td.Codec = "copy"
 		if sh, ok := s.R.(*checkpoint.Shard); ok {
 			if t := p.at(sh, s.Off); t != nil && t.Size == s.N {
@@ -337,7 +339,7 @@ func (p *provenance) describe(td *tensorDoc, seg Segment) {
 			}
 			td.Sources = append(td.Sources, sourceDoc{File: sh.Name, ByteRange: [2]int64{s.Off, s.Off + s.N}})
 		}
-	case *Blocks:
+	case *vfile.Blocks:
 		p.derived(td, s.ID)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/codecs"
 	"github.com/dsfs/dsfs/safetensors"
+	"github.com/dsfs/dsfs/vfile"
 	"golang.org/x/sync/errgroup"
 )
 
@@ -19,9 +20,9 @@ const blockTarget = 1 << 20
 
 // rowBlocks returns derived data of rows rows of rowBytes bytes each, cut
 // into blocks of whole rows; compute fills rows [lo, hi).
-func rowBlocks(id string, rows, rowBytes int64, compute func(ctx context.Context, lo, hi int64, dst []byte) error) *Blocks {
+func rowBlocks(id string, rows, rowBytes int64, compute func(ctx context.Context, lo, hi int64, dst []byte) error) *vfile.Blocks {
 	per := max(1, blockTarget/rowBytes)
-	return &Blocks{ID: id, N: rows * rowBytes, BlockLen: per * rowBytes,
+	return &vfile.Blocks{ID: id, N: rows * rowBytes, BlockLen: per * rowBytes,
 		Compute: func(ctx context.Context, i int64, dst []byte) error {
 			lo := i * per
 			return compute(ctx, lo, lo+int64(len(dst))/rowBytes, dst)
@@ -136,7 +137,7 @@ func (n *nvfp4) Rewrite(t *checkpoint.Tensor) ([]Out, bool) {
 		codecs.NVFP4WeightScale(dst, src, ge)
 		return nil
 	})
-	global := &Blocks{ID: "nvfp4/" + b + ".weight_scale_2", N: 4, BlockLen: 4,
+	global := &vfile.Blocks{ID: "nvfp4/" + b + ".weight_scale_2", N: 4, BlockLen: 4,
 		Compute: func(ctx context.Context, _ int64, dst []byte) error {
 			ge, err := g.g()
 			if err != nil {
@@ -146,7 +147,7 @@ func (n *nvfp4) Rewrite(t *checkpoint.Tensor) ([]Out, bool) {
 			return nil
 		}}
 	return []Out{
-		{Name: b + ".weight", DType: safetensors.U8, Shape: []int64{rows, cols}, Data: Range{R: t.Shard, Off: t.Offset, N: t.Size}},
+		{Name: b + ".weight", DType: safetensors.U8, Shape: []int64{rows, cols}, Data: vfile.Range{R: t.Shard, Off: t.Offset, N: t.Size}},
 		{Name: b + ".weight_scale", DType: safetensors.F8E4M3, Shape: []int64{rows, 2 * scaleRow}, Data: scale},
 		{Name: b + ".weight_scale_2", DType: safetensors.F32, Shape: []int64{}, Data: global},
 	}, true
@@ -159,10 +160,10 @@ func (n *nvfp4) ConfigPatch() map[string]any {
 // Files are the report and, when the view holds NVFP4 experts, their
 // ModelOpt description: a checkpoint without MXFP4 experts (V2, V3) gets
 // no hf_quant_config.json claiming a quantisation it does not hold.
-func (n *nvfp4) Files() map[string]*Node {
-	files := map[string]*Node{"TRANSCODE.json": jsonDoc(n.report)}
+func (n *nvfp4) Files() map[string]*vfile.Node {
+	files := map[string]*vfile.Node{"TRANSCODE.json": jsonDoc(n.report)}
 	if len(n.experts) > 0 {
-		files["hf_quant_config.json"] = &Node{File: NewFile(Bytes(n.hfQuantConfig()))}
+		files["hf_quant_config.json"] = &vfile.Node{File: vfile.NewFile(vfile.Bytes(n.hfQuantConfig()))}
 	}
 	return files
 }

@@ -15,13 +15,13 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/dsfs/dsfs/blockcache"
 	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/codecs"
 	"github.com/dsfs/dsfs/codecs/iq2xxs"
 	"github.com/dsfs/dsfs/codecs/q2k"
 	"github.com/dsfs/dsfs/diskcache"
 	"github.com/dsfs/dsfs/safetensors"
+	"github.com/dsfs/dsfs/vfile"
 	"golang.org/x/sync/errgroup"
 )
 
@@ -87,7 +87,7 @@ type Q2 struct {
 
 	cat   *checkpoint.Catalog
 	disk  *diskcache.Cache
-	cache Cache // may be nil
+	cache vfile.Cache // may be nil
 
 	blocks, quantised, fromDisk atomic.Int64
 	warnPut                     sync.Once
@@ -97,15 +97,15 @@ type Q2 struct {
 type Q2Shard struct {
 	Name    string // the output file, e.g. quant-00001-of-00048.safetensors
 	Source  *checkpoint.Shard
-	File    *File
+	File    *vfile.File
 	Tensors []*Q2Tensor          // in data order
 	Dropped []*checkpoint.Tensor // scales of this source shard that are dropped
 
-	manifest *Doc
+	manifest *vfile.Doc
 }
 
 // Header is the output file's safetensors header, length prefix included.
-func (sh *Q2Shard) Header() []byte { return sh.File.segs[0].(Bytes) }
+func (sh *Q2Shard) Header() []byte { return sh.File.Segments()[0].(vfile.Bytes) }
 
 // Q2Tensor is one tensor of a q2/ shard.
 type Q2Tensor struct {
@@ -119,7 +119,7 @@ type Q2Tensor struct {
 	Size   int64
 	// Blocks is the derived data of a quantised tensor: its rows cut into
 	// blocks of whole rows.
-	Blocks *Blocks
+	Blocks *vfile.Blocks
 
 	q *Q2
 }
@@ -364,7 +364,7 @@ func PlanQ2(cat *checkpoint.Catalog, opt Options) (*Q2, error) {
 			qt.Offset, qt.Size = l.DataStart()+lt.Begin, lt.Len()
 			out.Tensors = append(out.Tensors, qt)
 		}
-		out.manifest = NewDoc(func(ctx context.Context) ([]byte, error) { return q.shardManifest(ctx, out) })
+		out.manifest = vfile.NewDoc(func(ctx context.Context) ([]byte, error) { return q.shardManifest(ctx, out) })
 		q.Shards = append(q.Shards, out)
 	}
 	return q, nil
@@ -384,18 +384,18 @@ func (q *Q2) quantisedTensor(t *checkpoint.Tensor) *Q2Tensor {
 
 // buildQ2 is the q2/ view: one quant-*.safetensors per source shard, its
 // manifest, the index, plan.json, manifest.json and README.md.
-func buildQ2(s *Set, _ string) (*Node, error) {
+func buildQ2(s *Set, _ string) (*vfile.Node, error) {
 	q, err := PlanQ2(s.Cat, s.Opt)
 	if err != nil {
 		return nil, err
 	}
 	s.stats["q2"] = func() any { return q.Stats() }
-	files := make(map[string]*Node)
+	files := make(map[string]*vfile.Node)
 	weightMap := make(map[string]string)
 	var total int64
 	for _, sh := range q.Shards {
-		files[sh.Name] = &Node{File: sh.File, From: s.shardSources(sh.Source)}
-		files[sh.Name+".manifest.json"] = &Node{Doc: sh.manifest, From: s.shardSources(sh.Source)}
+		files[sh.Name] = &vfile.Node{File: sh.File, From: s.shardSources(sh.Source)}
+		files[sh.Name+".manifest.json"] = &vfile.Node{Doc: sh.manifest, From: s.shardSources(sh.Source)}
 		for _, t := range sh.Tensors {
 			weightMap[t.Name] = sh.Name
 			total += t.Size
@@ -406,11 +406,11 @@ func buildQ2(s *Set, _ string) (*Node, error) {
 		s.badShard(files, weightMap, names[b.Name], b)
 	}
 	if len(weightMap) > 0 {
-		files["model.safetensors.index.json"] = &Node{File: indexFile("q2/model.safetensors.index.json", total, weightMap)}
+		files["model.safetensors.index.json"] = &vfile.Node{File: indexFile("q2/model.safetensors.index.json", total, weightMap)}
 	}
-	files["plan.json"] = &Node{Doc: NewHeaderDoc(jsonText(func(context.Context) (any, error) { return q.Plan(), nil }))}
+	files["plan.json"] = &vfile.Node{Doc: vfile.NewHeaderDoc(jsonText(func(context.Context) (any, error) { return q.Plan(), nil }))}
 	files["manifest.json"] = jsonDoc(func(ctx context.Context) (any, error) { return q.Manifest(ctx) })
-	files["README.md"] = &Node{Doc: NewHeaderDoc(func(context.Context) ([]byte, error) { return q.README(), nil })}
+	files["README.md"] = &vfile.Node{Doc: vfile.NewHeaderDoc(func(context.Context) ([]byte, error) { return q.README(), nil })}
 	return tree("", files), nil
 }
 
@@ -480,24 +480,16 @@ func sha256Tensor(ctx context.Context, t *checkpoint.Tensor) (string, error) {
 // read before or after its manifest is quantised once), or computing them
 // when there is none; computing goes through the disk cache when there is
 // one.
-func (q *Q2) sha256Blocks(ctx context.Context, b *Blocks) (string, error) {
+func (q *Q2) sha256Blocks(ctx context.Context, b *vfile.Blocks) (string, error) {
 	h := sha256.New()
 	var buf []byte
+	if q.cache == nil {
+		buf = make([]byte, b.BlockLen)
+	}
 	for i := range b.Count() {
-		n := b.blockLen(i)
-		var p []byte
-		var err error
-		if q.cache != nil {
-			p, err = q.cache.Get(ctx, blockcache.Key{ID: b.ID, Block: i}, int(n), b.compute(i))
-		} else {
-			if buf == nil {
-				buf = make([]byte, b.BlockLen)
-			}
-			p = buf[:n]
-			err = b.Compute(ctx, i, p)
-		}
+		p, err := vfile.ReadBlock(ctx, q.cache, b, i, buf)
 		if err != nil {
-			return "", fmt.Errorf("%s block %d: %w", b.ID, i, err)
+			return "", err
 		}
 		h.Write(p)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/diskcache"
 	"github.com/dsfs/dsfs/synth"
+	"github.com/dsfs/dsfs/vfile"
 )
 
 // benchQ2Source writes a checkpoint with one routed expert of the real
@@ -46,7 +47,7 @@ func readQ2Shard(b *testing.B, cat *checkpoint.Catalog, opt Options) int64 {
 	f := q.Shards[0].File
 	cache := blockcache.New(1<<30, runtime.GOMAXPROCS(0))
 	defer cache.Close()
-	n, err := io.CopyBuffer(io.Discard, io.NewSectionReader(NewReader(f, cache), 0, f.Size()), make([]byte, 1<<20))
+	n, err := io.CopyBuffer(io.Discard, io.NewSectionReader(vfile.NewReader(f, cache), 0, f.Size()), make([]byte, 1<<20))
 	if err != nil {
 		b.Fatal(err)
 	}

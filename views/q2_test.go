@@ -23,6 +23,7 @@ import (
 	"github.com/dsfs/dsfs/diskcache"
 	"github.com/dsfs/dsfs/safetensors"
 	"github.com/dsfs/dsfs/synth"
+	"github.com/dsfs/dsfs/vfile"
 )
 
 // q2Set builds the q2/ view alone of the checkpoint in dir.
@@ -59,7 +60,7 @@ func directQuantise(t *testing.T, tt *checkpoint.Tensor) []byte {
 	return out
 }
 
-func readDoc[T any](t *testing.T, n *Node) T {
+func readDoc[T any](t *testing.T, n *vfile.Node) T {
 	t.Helper()
 	var v T
 	if n == nil {
@@ -390,7 +391,7 @@ func TestQ2OddScales(t *testing.T) {
 	for range 2 {
 		s, _ := q2Set(t, dir, Options{})
 		tt := findQ2Tensor(t, s, name+".weight")
-		b := make([]byte, tt.Blocks.blockLen(0))
+		b := make([]byte, tt.Blocks.Size(0))
 		if err := tt.Blocks.Compute(context.Background(), 0, b); err != nil {
 			t.Fatal(err)
 		}
@@ -407,7 +408,7 @@ func TestQ2Cancel(t *testing.T) {
 	tt := findQ2Tensor(t, s, "layers.1.ffn.experts.0.w1.weight")
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	err := tt.Blocks.Compute(ctx, 0, make([]byte, tt.Blocks.blockLen(0)))
+	err := tt.Blocks.Compute(ctx, 0, make([]byte, tt.Blocks.Size(0)))
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("Compute after cancel: %v", err)
 	}

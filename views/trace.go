@@ -10,7 +10,8 @@ import (
 
 	"github.com/dsfs/dsfs/trace"
 	"github.com/dsfs/dsfs/trace/model"
-	"github.com/dsfs/dsfs/trace/v4"
+	v4 "github.com/dsfs/dsfs/trace/v4"
+	"github.com/dsfs/dsfs/vfile"
 )
 
 // traceWorkingMemory is the memory a running trace may hold outside the
@@ -21,7 +22,7 @@ const traceWorkingMemory = 512 << 20
 // on the prompts (DESIGN.md, trace/). A checkpoint it cannot run gets
 // ERROR.txt saying why instead; a bad --trace-prompts file or --device
 // fails the mount, since the user asked for them.
-func buildTrace(s *Set, _ string) (*Node, error) {
+func buildTrace(s *Set, _ string) (*vfile.Node, error) {
 	var prompts []trace.Prompt
 	user := s.Opt.TracePrompts != ""
 	if user {
@@ -95,19 +96,19 @@ func buildTrace(s *Set, _ string) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	files := map[string]*Node{
-		"prompts.json": {File: NewFile(Bytes(pj))}, // known at mount, like the tensor shapes
-		"trace.json":   {Doc: NewDoc(tr.TraceJSON)},
+	files := map[string]*vfile.Node{
+		"prompts.json": {File: vfile.NewFile(vfile.Bytes(pj))}, // known at mount, like the tensor shapes
+		"trace.json":   {Doc: vfile.NewDoc(tr.TraceJSON)},
 	}
 	width := max(2, len(fmt.Sprint(m.Config.Layers-1)))
 	for l := range tr.Layers() {
 		name := fmt.Sprintf("layers/%0*d", width, l)
-		files[name+".json"] = &Node{Doc: NewDoc(func(ctx context.Context) ([]byte, error) { return tr.LayerJSON(ctx, l) })}
+		files[name+".json"] = &vfile.Node{Doc: vfile.NewDoc(func(ctx context.Context) ([]byte, error) { return tr.LayerJSON(ctx, l) })}
 		f, err := traceLayerFile(tr, l, "trace/"+name+".safetensors")
 		if err != nil {
 			return nil, err
 		}
-		files[name+".safetensors"] = &Node{File: f}
+		files[name+".safetensors"] = &vfile.Node{File: f}
 	}
 	if len(problems) > 0 {
 		files["ERROR.txt"] = errorText(problems)
@@ -118,7 +119,7 @@ func buildTrace(s *Set, _ string) (*Node, error) {
 
 // traceLayerFile lays out layer l's activations as a safetensors file
 // whose blocks run the layer when first read.
-func traceLayerFile(tr *trace.Tracer, l int, id string) (*File, error) {
+func traceLayerFile(tr *trace.Tracer, l int, id string) (*vfile.File, error) {
 	var outs []Out
 	for _, a := range tr.Activations(l) {
 		data := rowBlocks(id+"/"+a.Name, int64(a.Rows), a.RowBytes(), func(ctx context.Context, lo, hi int64, dst []byte) error {
@@ -131,14 +132,14 @@ func traceLayerFile(tr *trace.Tracer, l int, id string) (*File, error) {
 
 // traceError is a trace/ that holds only ERROR.txt: the reason, then
 // its details one per line. The log gets the summary alone.
-func (s *Set) traceError(summary, reason string, details ...string) *Node {
+func (s *Set) traceError(summary, reason string, details ...string) *vfile.Node {
 	s.warnings = append(s.warnings, traceWarning(summary))
 	var b strings.Builder
 	b.WriteString("trace/: " + reason + "\n")
 	for _, d := range details {
 		b.WriteString("- " + d + "\n")
 	}
-	return tree("", map[string]*Node{"ERROR.txt": {File: NewFile(Bytes(b.String()))}})
+	return tree("", map[string]*vfile.Node{"ERROR.txt": {File: vfile.NewFile(vfile.Bytes(b.String()))}})
 }
 
 // traceWarning is the one log line of a mount whose trace/ has an
@@ -150,11 +151,11 @@ func traceWarning(summary string) string {
 
 // errorText is the ERROR.txt of a trace/ that serves part of the model:
 // one problem per line.
-func errorText(lines []string) *Node {
+func errorText(lines []string) *vfile.Node {
 	var b strings.Builder
 	b.WriteString("trace/ cannot run everything in this checkpoint:\n")
 	for _, l := range lines {
 		b.WriteString("- " + l + "\n")
 	}
-	return &Node{File: NewFile(Bytes(b.String()))}
+	return &vfile.Node{File: vfile.NewFile(vfile.Bytes(b.String()))}
 }

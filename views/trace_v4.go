@@ -7,14 +7,15 @@ import (
 	"os"
 
 	"github.com/dsfs/dsfs/trace"
-	"github.com/dsfs/dsfs/trace/v4"
+	v4 "github.com/dsfs/dsfs/trace/v4"
+	"github.com/dsfs/dsfs/vfile"
 )
 
 // buildTraceV4 is trace/ for a DeepSeek-V4 checkpoint: the same files as
 // for V2/V3 (the layers' records and activations with V4's tensors), plus
 // logits.safetensors. Layers run on the host V4 engine at the precision
 // --trace-precision names (a8, the default, or fp32).
-func buildTraceV4(s *Set, prompts []trace.Prompt, user bool) (*Node, error) {
+func buildTraceV4(s *Set, prompts []trace.Prompt, user bool) (*vfile.Node, error) {
 	prec, err := tracePrecision(s.Opt.TracePrecision)
 	if err != nil {
 		return nil, err
@@ -70,26 +71,26 @@ func buildTraceV4(s *Set, prompts []trace.Prompt, user bool) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	files := map[string]*Node{
-		"prompts.json": {File: NewFile(Bytes(pj))},
-		"trace.json":   {Doc: NewDoc(tr.TraceJSON)},
+	files := map[string]*vfile.Node{
+		"prompts.json": {File: vfile.NewFile(vfile.Bytes(pj))},
+		"trace.json":   {Doc: vfile.NewDoc(tr.TraceJSON)},
 	}
 	width := max(2, len(fmt.Sprint(m.Config.Layers-1)))
 	for l := range tr.Layers() {
 		name := fmt.Sprintf("layers/%0*d", width, l)
-		files[name+".json"] = &Node{Doc: NewDoc(func(ctx context.Context) ([]byte, error) { return tr.LayerJSON(ctx, l) })}
+		files[name+".json"] = &vfile.Node{Doc: vfile.NewDoc(func(ctx context.Context) ([]byte, error) { return tr.LayerJSON(ctx, l) })}
 		f, err := traceV4File(tr, l, tr.Activations(l), "trace/"+name+".safetensors")
 		if err != nil {
 			return nil, err
 		}
-		files[name+".safetensors"] = &Node{File: f}
+		files[name+".safetensors"] = &vfile.Node{File: f}
 	}
 	if tr.Layers() == m.Config.Layers && len(m.HeadProblems()) == 0 {
 		f, err := traceV4File(tr, -1, tr.LogitActivations(), "trace/logits.safetensors")
 		if err != nil {
 			return nil, err
 		}
-		files["logits.safetensors"] = &Node{File: f}
+		files["logits.safetensors"] = &vfile.Node{File: f}
 	}
 	if len(problems) > 0 {
 		files["ERROR.txt"] = errorText(problems)
@@ -114,7 +115,7 @@ func tracePrecision(p string) (v4.Precision, error) {
 // traceV4File lays out activations as a safetensors file whose blocks
 // run what they need (layer l, or every layer and the head for l = -1)
 // when first read.
-func traceV4File(tr *trace.V4Tracer, l int, acts []trace.V4Activation, id string) (*File, error) {
+func traceV4File(tr *trace.V4Tracer, l int, acts []trace.V4Activation, id string) (*vfile.File, error) {
 	var outs []Out
 	for _, a := range acts {
 		data := rowBlocks(id+"/"+a.Name, int64(a.Rows()), a.RowBytes(), func(ctx context.Context, lo, hi int64, dst []byte) error {

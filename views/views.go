@@ -1,3 +1,7 @@
+// Package views turns a catalog into trees of virtual files (package
+// vfile): one builder per view, run in registry order. A view never touches
+// FUSE; the mount and `dsfs export` read what it builds through the same
+// vfile.Reader.
 package views
 
 import (
@@ -17,6 +21,7 @@ import (
 	"github.com/dsfs/dsfs/diskcache"
 	"github.com/dsfs/dsfs/safetensors"
 	"github.com/dsfs/dsfs/sourcefile"
+	"github.com/dsfs/dsfs/vfile"
 )
 
 // View is a named tree of virtual files built from a catalog.
@@ -24,7 +29,7 @@ type View struct {
 	Name string
 	// About is one line for --help and the README.
 	About string
-	build func(s *Set, name string) (*Node, error)
+	build func(s *Set, name string) (*vfile.Node, error)
 }
 
 // registry lists every view; a new view is one file plus one line here.
@@ -63,7 +68,7 @@ type Options struct {
 	// Cache, when set, is the block cache files are read through; documents
 	// that need a file's derived bytes (q2/'s shard manifests) read them
 	// from it too, so a block read by both is computed once.
-	Cache Cache
+	Cache vfile.Cache
 	// TracePrompts is a JSON file of prompts for trace/ (empty: the
 	// seed's four prompts).
 	TracePrompts string
@@ -83,7 +88,7 @@ type Options struct {
 // Set is the views of one catalog. It owns the source files it opened.
 type Set struct {
 	Cat   *checkpoint.Catalog
-	Root  *Node
+	Root  *vfile.Node
 	Opt   Options
 	files map[string]*sourcefile.File
 	stats map[string]func() any // live counters of views that keep any
@@ -112,7 +117,7 @@ func Build(cat *checkpoint.Catalog, opt Options) (*Set, error) {
 			return nil, fmt.Errorf("unknown view %q (have %s)", n, strings.Join(Names(), ", "))
 		}
 	}
-	var dirs []*Node
+	var dirs []*vfile.Node
 	for _, v := range registry {
 		if len(names) > 0 && !slices.Contains(names, v.Name) {
 			continue
@@ -125,7 +130,7 @@ func Build(cat *checkpoint.Catalog, opt Options) (*Set, error) {
 		n.Name = v.Name
 		dirs = append(dirs, n)
 	}
-	s.Root = Dir("", dirs...)
+	s.Root = vfile.Dir("", dirs...)
 	s.setAttrs()
 	for _, name := range slices.Sorted(maps.Keys(s.shadowed)) {
 		s.warnings = append(s.warnings, fmt.Sprintf("%s: a source file named like a generated one is served in source/ only; %s/ serve their own",
@@ -188,7 +193,7 @@ func (s *Set) open(p string) (*sourcefile.File, error) {
 
 // sourceFile is a file of the checkpoint served unchanged, as it was when
 // the views opened it.
-func (s *Set) sourceFile(name, p string) (*Node, error) {
+func (s *Set) sourceFile(name, p string) (*vfile.Node, error) {
 	f, err := s.open(p)
 	if err != nil {
 		return nil, err
@@ -197,15 +202,15 @@ func (s *Set) sourceFile(name, p string) (*Node, error) {
 }
 
 // sourceNode serves an opened source file unchanged.
-func sourceNode(name string, f *sourcefile.File) *Node {
-	file := NewFile(Range{R: f, Off: 0, N: f.Size()})
+func sourceNode(name string, f *sourcefile.File) *vfile.Node {
+	file := vfile.NewFile(vfile.Range{R: f, Off: 0, N: f.Size()})
 	file.Source, file.Origin = f.Path(), f
-	return &Node{Name: name, File: file, From: []string{f.Path()}}
+	return &vfile.Node{Name: name, File: file, From: []string{f.Path()}}
 }
 
 // tree places file nodes at their slash-separated paths under a directory.
-func tree(name string, files map[string]*Node) *Node {
-	root := Dir(name)
+func tree(name string, files map[string]*vfile.Node) *vfile.Node {
+	root := vfile.Dir(name)
 	paths := make([]string, 0, len(files))
 	for p := range files {
 		paths = append(paths, p)
@@ -217,7 +222,7 @@ func tree(name string, files map[string]*Node) *Node {
 		for _, d := range parts[:len(parts)-1] {
 			c := dir.Child(d)
 			if c == nil {
-				c = Dir(d)
+				c = vfile.Dir(d)
 				dir.Children = append(dir.Children, c)
 				sort.Slice(dir.Children, func(i, j int) bool { return dir.Children[i].Name < dir.Children[j].Name })
 			}
@@ -231,8 +236,8 @@ func tree(name string, files map[string]*Node) *Node {
 	return root
 }
 
-func buildSource(s *Set, _ string) (*Node, error) {
-	files := make(map[string]*Node)
+func buildSource(s *Set, _ string) (*vfile.Node, error) {
+	files := make(map[string]*vfile.Node)
 	for _, sh := range s.Cat.Shards {
 		files[sh.Name] = sourceNode(sh.Name, sh.File())
 	}
@@ -262,7 +267,7 @@ func buildSource(s *Set, _ string) (*Node, error) {
 // file, and file, when the source has one, fails every read naming the
 // shard and the reason. A loader of the view then fails loudly instead of
 // loading a checkpoint with the shard's tensors quietly left out.
-func (s *Set) badShard(files map[string]*Node, weightMap map[string]string, file string, b checkpoint.BadShard) {
+func (s *Set) badShard(files map[string]*vfile.Node, weightMap map[string]string, file string, b checkpoint.BadShard) {
 	for _, t := range b.Tensors {
 		if _, ok := weightMap[t]; !ok {
 			weightMap[t] = file
@@ -272,7 +277,7 @@ func (s *Set) badShard(files map[string]*Node, weightMap map[string]string, file
 		return // missing: the loader's open fails, naming it
 	}
 	err := fmt.Errorf("source shard %s is bad (%s), so its tensors cannot be served; source/ has the file as it is", b.Name, b.Reason)
-	files[file] = &Node{File: NewFile(Unreadable{N: b.Size, Err: err})}
+	files[file] = &vfile.Node{File: vfile.NewFile(vfile.Unreadable{N: b.Size, Err: err})}
 }
 
 // Out is one tensor of a virtual safetensors file.
@@ -280,7 +285,7 @@ type Out struct {
 	Name  string
 	DType safetensors.DType
 	Shape []int64
-	Data  Segment
+	Data  vfile.Segment
 }
 
 // A Rewriter changes some tensors of a checkpoint. Rewrite returns the
@@ -291,14 +296,14 @@ type Rewriter interface {
 	// ConfigPatch lists the config.json keys the view sets.
 	ConfigPatch() map[string]any
 	// Files are the view's own files (reports, quantisation configs).
-	Files() map[string]*Node
+	Files() map[string]*vfile.Node
 }
 
 // safetensorsView returns a view builder that rewrites the checkpoint's
 // tensors with the given rewriters, shard by shard, and passes every other
 // file through (config.json patched, the index rewritten).
-func safetensorsView(makers ...func(s *Set) (Rewriter, error)) func(s *Set, name string) (*Node, error) {
-	return func(s *Set, name string) (*Node, error) {
+func safetensorsView(makers ...func(s *Set) (Rewriter, error)) func(s *Set, name string) (*vfile.Node, error) {
+	return func(s *Set, name string) (*vfile.Node, error) {
 		var rws []Rewriter
 		for _, m := range makers {
 			rw, err := m(s)
@@ -311,8 +316,8 @@ func safetensorsView(makers ...func(s *Set) (Rewriter, error)) func(s *Set, name
 	}
 }
 
-func (s *Set) rewrite(view string, rws []Rewriter) (*Node, error) {
-	files := make(map[string]*Node)
+func (s *Set) rewrite(view string, rws []Rewriter) (*vfile.Node, error) {
+	files := make(map[string]*vfile.Node)
 	weightMap := make(map[string]string)
 	var total int64
 	for _, sh := range s.Cat.Shards {
@@ -327,7 +332,7 @@ func (s *Set) rewrite(view string, rws []Rewriter) (*Node, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", sh.Name, err)
 		}
-		files[sh.Name] = &Node{File: f, From: s.shardSources(sh)}
+		files[sh.Name] = &vfile.Node{File: f, From: s.shardSources(sh)}
 		for _, o := range outs {
 			weightMap[o.Name] = sh.Name
 			total += o.Data.Len()
@@ -357,7 +362,7 @@ func (s *Set) rewrite(view string, rws []Rewriter) (*Node, error) {
 		case f.Name == "model.safetensors.index.json":
 			continue
 		case f.Name == "config.json" && !bytes.Equal(config, s.Cat.ConfigBytes):
-			files[f.Name] = &Node{File: NewFile(Bytes(config)), From: []string{f.Path}}
+			files[f.Name] = &vfile.Node{File: vfile.NewFile(vfile.Bytes(config)), From: []string{f.Path}}
 		case files[f.Name] != nil:
 			s.shadowed[f.Name] = append(s.shadowed[f.Name], view)
 		default:
@@ -369,7 +374,7 @@ func (s *Set) rewrite(view string, rws []Rewriter) (*Node, error) {
 		}
 	}
 	if len(weightMap) > 0 {
-		files["model.safetensors.index.json"] = &Node{File: indexFile(view+"/model.safetensors.index.json", total, weightMap)}
+		files["model.safetensors.index.json"] = &vfile.Node{File: indexFile(view+"/model.safetensors.index.json", total, weightMap)}
 	}
 	return tree("", files), nil
 }
@@ -386,10 +391,10 @@ func rewriteTensor(rws []Rewriter, t *checkpoint.Tensor) []Out {
 // mergeReports joins two rewriters' reports of the same name (both
 // transcodes of nvfp4+engram-fp4 write TRANSCODE.json) into one JSON
 // document holding each under its "view" field.
-func mergeReports(a, b *Node) *Node {
+func mergeReports(a, b *vfile.Node) *vfile.Node {
 	return jsonDoc(func(ctx context.Context) (any, error) {
 		merged := make(map[string]json.RawMessage)
-		for _, n := range []*Node{a, b} {
+		for _, n := range []*vfile.Node{a, b} {
 			raw, err := n.Doc.Bytes(ctx)
 			if err != nil {
 				return nil, err
@@ -414,21 +419,21 @@ func mergeReports(a, b *Node) *Node {
 
 // passthrough serves a source tensor unchanged.
 func passthrough(t *checkpoint.Tensor) Out {
-	return Out{Name: t.Name, DType: t.DType, Shape: t.Shape, Data: Range{R: t.Shard, Off: t.Offset, N: t.Size}}
+	return Out{Name: t.Name, DType: t.DType, Shape: t.Shape, Data: vfile.Range{R: t.Shard, Off: t.Offset, N: t.Size}}
 }
 
 // SafetensorsFile lays out tensors as a safetensors file (FORMATS.md
 // "Virtual safetensors files") whose data comes from their segments.
-func SafetensorsFile(view string, outs []Out) (*File, error) {
+func SafetensorsFile(view string, outs []Out) (*vfile.File, error) {
 	f, _, err := safetensorsLayout(view, outs)
 	return f, err
 }
 
 // safetensorsLayout is SafetensorsFile that also returns the layout, for
 // views that record where each tensor landed.
-func safetensorsLayout(view string, outs []Out) (*File, *safetensors.Layout, error) {
+func safetensorsLayout(view string, outs []Out) (*vfile.File, *safetensors.Layout, error) {
 	specs := make([]safetensors.Spec, len(outs))
-	byName := make(map[string]Segment, len(outs))
+	byName := make(map[string]vfile.Segment, len(outs))
 	for i, o := range outs {
 		specs[i] = safetensors.Spec{Name: o.Name, DType: o.DType, Shape: o.Shape}
 		byName[o.Name] = o.Data
@@ -439,7 +444,7 @@ func safetensorsLayout(view string, outs []Out) (*File, *safetensors.Layout, err
 	if err != nil {
 		return nil, nil, err
 	}
-	f := NewFile(Bytes(l.Header))
+	f := vfile.NewFile(vfile.Bytes(l.Header))
 	for _, t := range l.Tensors {
 		seg := byName[t.Name]
 		if seg.Len() != t.Len() {
@@ -451,8 +456,8 @@ func safetensorsLayout(view string, outs []Out) (*File, *safetensors.Layout, err
 }
 
 // jsonDoc is a generated JSON document.
-func jsonDoc(gen func(ctx context.Context) (any, error)) *Node {
-	return &Node{Doc: NewDoc(jsonText(gen))}
+func jsonDoc(gen func(ctx context.Context) (any, error)) *vfile.Node {
+	return &vfile.Node{Doc: vfile.NewDoc(jsonText(gen))}
 }
 
 // jsonText generates a document as indented JSON.

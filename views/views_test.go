@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/dsfs/dsfs/internal/tinyckpt"
+	"github.com/dsfs/dsfs/vfile"
 
 	"github.com/dsfs/dsfs/blockcache"
 	"github.com/dsfs/dsfs/checkpoint"
@@ -44,7 +45,7 @@ func tinySet(t *testing.T) (*Set, *blockcache.Cache) {
 	return s, cache
 }
 
-func readAll(t *testing.T, n *Node, cache Cache) []byte {
+func readAll(t *testing.T, n *vfile.Node, cache vfile.Cache) []byte {
 	t.Helper()
 	if n.Doc != nil {
 		b, err := n.Doc.Bytes(context.Background())
@@ -53,7 +54,7 @@ func readAll(t *testing.T, n *Node, cache Cache) []byte {
 		}
 		return b
 	}
-	b, err := io.ReadAll(io.NewSectionReader(NewReader(n.File, cache), 0, n.File.Size()))
+	b, err := io.ReadAll(io.NewSectionReader(vfile.NewReader(n.File, cache), 0, n.File.Size()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +77,7 @@ func (p parsed) tensor(name string) ([]byte, safetensors.Tensor, bool) {
 
 // viewTensors reads every safetensors file of a view and checks that the
 // index names each tensor's file.
-func viewTensors(t *testing.T, view *Node, cache Cache) map[string]parsed {
+func viewTensors(t *testing.T, view *vfile.Node, cache vfile.Cache) map[string]parsed {
 	t.Helper()
 	files := make(map[string]parsed)
 	var index struct {
@@ -524,7 +525,7 @@ func TestBadShardIsNeverHidden(t *testing.T) {
 		if n.File.Size() != int64(len(raw)) {
 			t.Errorf("%s/%s: %d bytes, want the source's %d", view, file, n.File.Size(), len(raw))
 		}
-		_, err = NewReader(n.File, cache).ReadAt(make([]byte, 8), 0)
+		_, err = vfile.NewReader(n.File, cache).ReadAt(make([]byte, 8), 0)
 		if err == nil || !strings.Contains(err.Error(), bad) || !strings.Contains(err.Error(), "JSON") {
 			t.Errorf("%s/%s: reading gave %v, want an error naming the shard and the reason", view, file, err)
 		}

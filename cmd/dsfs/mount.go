@@ -13,6 +13,7 @@ import (
 	"github.com/dsfs/dsfs/blockcache"
 	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/inventory"
+	"github.com/dsfs/dsfs/vfile"
 	"github.com/dsfs/dsfs/vfs"
 	"github.com/dsfs/dsfs/views"
 )
@@ -107,7 +108,7 @@ func runMount(args []string) error {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	debug.SetMemoryLimit(int64(ms.HeapAlloc) + budget + src.set.WorkingMemory() + 64<<20)
-	m, err := vfs.Serve(pos[1], src.set.Root, cache, vfs.Options{
+	m, err := vfs.Serve(pos[1], src.set.Root, vfile.CacheOpener(cache), vfs.Options{
 		AllowOther:  *allowOther,
 		Debug:       *debugFuse,
 		SourceBytes: src.set.SourceBytes(),
@@ -119,6 +120,7 @@ func runMount(args []string) error {
 				"tensors":    len(src.cat.Tensors),
 				"problems":   src.problems,
 				"view_stats": src.set.Stats(),
+				"cache":      cache.Stats(),
 			}
 			if opt.DiskCache != nil {
 				st["disk_cache"] = opt.DiskCache.Stats()
@@ -152,7 +154,7 @@ func viewHelp() string {
 	return b.String()
 }
 
-func viewNamesOf(root *views.Node) []string {
+func viewNamesOf(root *vfile.Node) []string {
 	var names []string
 	for _, c := range root.Children {
 		names = append(names, c.Name)

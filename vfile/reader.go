@@ -1,4 +1,4 @@
-package views
+package vfile
 
 import (
 	"context"
@@ -9,15 +9,28 @@ import (
 	"github.com/dsfs/dsfs/blockcache"
 )
 
-// Cache is where a Reader gets derived blocks: a *blockcache.Cache.
+// Cache is where a Reader gets derived blocks: a *blockcache.Cache, or a
+// layer in front of one.
 type Cache interface {
+	// Get returns block k of n bytes, computing it with compute unless it
+	// is cached or being computed already.
 	Get(ctx context.Context, k blockcache.Key, n int, compute blockcache.Compute) ([]byte, error)
+	// Prefetch computes block k in the background if a worker is free.
 	Prefetch(k blockcache.Key, n int, compute blockcache.Compute)
 }
 
 // ReadAheadBytes is how far past a sequential read derived blocks are
 // computed ahead of time.
 const ReadAheadBytes = 8 << 20
+
+// Opener opens a File for reading: the mount calls it once per open file
+// handle.
+type Opener func(f *File) *Reader
+
+// CacheOpener returns an Opener whose Readers get derived blocks from cache.
+func CacheOpener(cache Cache) Opener {
+	return func(f *File) *Reader { return NewReader(f, cache) }
+}
 
 // Reader reads a File through a block cache. One Reader serves one open
 // file handle: it remembers where the last read ended to spot sequential
@@ -87,18 +100,39 @@ func (r *Reader) readSegment(ctx context.Context, s Segment, p []byte, off int64
 	case *Blocks:
 		for len(p) > 0 {
 			bi := off / s.BlockLen
-			b, err := r.cache.Get(ctx, blockcache.Key{ID: s.ID, Block: bi}, int(s.blockLen(bi)), s.compute(bi))
+			b, err := ReadBlock(ctx, r.cache, s, bi, nil)
 			if err != nil {
-				return fmt.Errorf("%s block %d: %w", s.ID, bi, err)
+				return err
 			}
 			c := copy(p, b[off-bi*s.BlockLen:])
 			p, off = p[c:], off+int64(c)
 		}
 	default:
-		panic(fmt.Sprintf("views: unknown segment type %T", s))
+		panic(fmt.Sprintf("vfile: unknown segment type %T", s))
 	}
 	return nil
 }
+
+// ReadBlock returns block i of b: through cache when there is one (the
+// returned slice is then shared and must not be modified), else computed
+// into buf, which must hold b.BlockLen bytes.
+func ReadBlock(ctx context.Context, cache Cache, b *Blocks, i int64, buf []byte) ([]byte, error) {
+	n := b.Size(i)
+	var p []byte
+	var err error
+	if cache != nil {
+		p, err = cache.Get(ctx, b.key(i), int(n), b.compute(i))
+	} else {
+		p = buf[:n]
+		err = b.Compute(ctx, i, p)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s block %d: %w", b.ID, i, err)
+	}
+	return p, nil
+}
+
+func (b *Blocks) key(i int64) blockcache.Key { return blockcache.Key{ID: b.ID, Block: i} }
 
 func (b *Blocks) compute(i int64) blockcache.Compute {
 	return func(ctx context.Context, dst []byte) error { return b.Compute(ctx, i, dst) }
@@ -116,7 +150,7 @@ func (r *Reader) readAhead(from int64) {
 		lo := max(from, r.f.start(i)) - r.f.start(i)
 		hi := min(end, r.f.ends[i]) - r.f.start(i)
 		for bi := lo / b.BlockLen; bi*b.BlockLen < hi; bi++ {
-			r.cache.Prefetch(blockcache.Key{ID: b.ID, Block: bi}, int(b.blockLen(bi)), b.compute(bi))
+			r.cache.Prefetch(b.key(bi), int(b.Size(bi)), b.compute(bi))
 		}
 	}
 }
