@@ -280,8 +280,8 @@ func read(t *checkpoint.Tensor) ([]byte, error) {
 		return nil, fmt.Errorf("tensor missing")
 	}
 	b := make([]byte, t.Size)
-	if _, err := t.Shard.ReadAt(b, t.Offset); err != nil {
-		return nil, fmt.Errorf("%s: %s: %w", t.Shard.Name, t.Name, err)
+	if _, err := t.ReadAt(b, 0); err != nil {
+		return nil, err
 	}
 	return b, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 
@@ -62,6 +63,23 @@ func notRegular(fi os.FileInfo) error {
 // io.ReaderAt asks. It is safe for concurrent use.
 func (s *Shard) ReadAt(p []byte, off int64) (int, error) {
 	return s.f.ReadAt(p, off)
+}
+
+// ReadAt reads bytes [off, off+len(p)) of the tensor's data, which must lie
+// within the tensor. It reads all of p or fails; errors name the shard and
+// the tensor.
+func (t *Tensor) ReadAt(p []byte, off int64) (int, error) {
+	if off < 0 || off > t.Size || int64(len(p)) > t.Size-off {
+		return 0, fmt.Errorf("%s: tensor %s: bytes [%d, %d) are outside its %d", t.Shard.Name, t.Name, off, off+int64(len(p)), t.Size)
+	}
+	n, err := t.Shard.ReadAt(p, t.Offset+off)
+	if n == len(p) {
+		return n, nil
+	}
+	if err == nil || err == io.EOF {
+		err = io.ErrUnexpectedEOF
+	}
+	return n, fmt.Errorf("%s: tensor %s: %w", t.Shard.Name, t.Name, err)
 }
 
 // File is the shard's open source file, for callers that check it (the

@@ -4,8 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"fmt"
-	"io"
 
 	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/codecs"
@@ -134,14 +132,8 @@ func (s *scanner) stream(ctx context.Context, t *checkpoint.Tensor, unit int64,
 
 // readFull reads bytes [off, off+len(p)) of tensor t.
 func readFull(t *checkpoint.Tensor, p []byte, off int64) error {
-	n, err := t.Shard.ReadAt(p, t.Offset+off)
-	if n == len(p) {
-		return nil
-	}
-	if err == nil || err == io.EOF {
-		err = io.ErrUnexpectedEOF
-	}
-	return fmt.Errorf("%s: tensor %s: %w", t.Shard.Name, t.Name, err)
+	_, err := t.ReadAt(p, off)
+	return err
 }
 
 // scanMXFP4 reads an MXFP4 weight with its scale: weight byte i belongs to

@@ -52,10 +52,11 @@ func (e *engram) Rewrite(t *checkpoint.Tensor) ([]Out, bool) {
 	// The scale block of many rows is computed a chunk of source rows at
 	// a time, so its scratch memory stays small whatever the block size.
 	read := func(lo, hi int64, src, sc []byte) error {
-		if err := readTensor(t, src[:(hi-lo)*cols], lo*cols); err != nil {
+		if _, err := t.ReadAt(src[:(hi-lo)*cols], lo*cols); err != nil {
 			return err
 		}
-		return readTensor(t.Scale, sc[:(hi-lo)*nb], lo*nb)
+		_, err := t.Scale.ReadAt(sc[:(hi-lo)*nb], lo*nb)
+		return err
 	}
 	weight := rowBlocks("engram-fp4/"+b+".weight", rows, cols/2, func(ctx context.Context, lo, hi int64, dst []byte) error {
 		src, sc := make([]byte, (hi-lo)*cols), make([]byte, (hi-lo)*nb)
@@ -130,10 +131,10 @@ func (e *engram) report(ctx context.Context) (any, error) {
 				lo, hi := c*engramChunkRows, min(rows, (c+1)*engramChunkRows)
 				src := make([]byte, (hi-lo)*cols)
 				sc := make([]byte, (hi-lo)*nb)
-				if err := readTensor(t, src, lo*cols); err != nil {
+				if _, err := t.ReadAt(src, lo*cols); err != nil {
 					return err
 				}
-				if err := readTensor(t.Scale, sc, lo*nb); err != nil {
+				if _, err := t.Scale.ReadAt(sc, lo*nb); err != nil {
 					return err
 				}
 				codes := make([]byte, len(src)/2)

@@ -2,7 +2,6 @@ package views
 
 import (
 	"context"
-	"fmt"
 	"sort"
 	"strings"
 	"sync"
@@ -27,14 +26,6 @@ func rowBlocks(id string, rows, rowBytes int64, compute func(ctx context.Context
 			lo := i * per
 			return compute(ctx, lo, lo+int64(len(dst))/rowBytes, dst)
 		}}
-}
-
-// readTensor reads bytes [off, off+len(p)) of a source tensor.
-func readTensor(t *checkpoint.Tensor, p []byte, off int64) error {
-	if _, err := t.Shard.ReadAt(p, t.Offset+off); err != nil {
-		return fmt.Errorf("%s: tensor %s: %w", t.Shard.Name, t.Name, err)
-	}
-	return nil
 }
 
 // nvfp4 transcodes MXFP4 expert matrices to NVFP4 (FORMATS.md "nvfp4/").
@@ -104,7 +95,7 @@ func (n *nvfp4) group(t *checkpoint.Tensor) *nvGroup {
 		bufs := make([][]byte, len(g.scales))
 		for i, sc := range g.scales {
 			bufs[i] = make([]byte, sc.Size)
-			if err := readTensor(sc, bufs[i], 0); err != nil {
+			if _, err := sc.ReadAt(bufs[i], 0); err != nil {
 				return 0, err
 			}
 		}
@@ -131,7 +122,7 @@ func (n *nvfp4) Rewrite(t *checkpoint.Tensor) ([]Out, bool) {
 			return err
 		}
 		src := make([]byte, (hi-lo)*scaleRow)
-		if err := readTensor(t.Scale, src, lo*scaleRow); err != nil {
+		if _, err := t.Scale.ReadAt(src, lo*scaleRow); err != nil {
 			return err
 		}
 		codecs.NVFP4WeightScale(dst, src, ge)
@@ -199,7 +190,7 @@ func (n *nvfp4) counts(t *checkpoint.Tensor) (int, codecs.NVFP4Counts, error) {
 		return 0, codecs.NVFP4Counts{}, err
 	}
 	sc := make([]byte, t.Scale.Size)
-	if err := readTensor(t.Scale, sc, 0); err != nil {
+	if _, err := t.Scale.ReadAt(sc, 0); err != nil {
 		return 0, codecs.NVFP4Counts{}, err
 	}
 	const blockBytes = codecs.MXBlock / 2
@@ -213,10 +204,10 @@ func (n *nvfp4) counts(t *checkpoint.Tensor) (int, codecs.NVFP4Counts, error) {
 		}
 	}
 	if len(clamped) > len(sc)/64 {
-		err = readTensor(t, w, 0)
+		_, err = t.ReadAt(w, 0)
 	} else {
 		for _, i := range clamped {
-			if err = readTensor(t, w[i*blockBytes:(i+1)*blockBytes], int64(i*blockBytes)); err != nil {
+			if _, err = t.ReadAt(w[i*blockBytes:(i+1)*blockBytes], int64(i*blockBytes)); err != nil {
 				break
 			}
 		}

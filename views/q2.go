@@ -153,10 +153,10 @@ func (t *Q2Tensor) ReadSource(lo, hi int64) (weight, scale []byte, err error) {
 	in := t.In()
 	weight = make([]byte, (hi-lo)*in/2)
 	scale = make([]byte, (hi-lo)*in/codecs.MXBlock)
-	if err := readTensor(t.Source, weight, lo*in/2); err != nil {
+	if _, err := t.Source.ReadAt(weight, lo*in/2); err != nil {
 		return nil, nil, err
 	}
-	if err := readTensor(t.Source.Scale, scale, lo*in/codecs.MXBlock); err != nil {
+	if _, err := t.Source.Scale.ReadAt(scale, lo*in/codecs.MXBlock); err != nil {
 		return nil, nil, err
 	}
 	return weight, scale, nil
@@ -467,7 +467,7 @@ func sha256Tensor(ctx context.Context, t *checkpoint.Tensor) (string, error) {
 			return "", err
 		}
 		p := buf[:min(int64(len(buf)), t.Size-off)]
-		if err := readTensor(t, p, off); err != nil {
+		if _, err := t.ReadAt(p, off); err != nil {
 			return "", err
 		}
 		h.Write(p)

@@ -52,23 +52,18 @@ func readInto(t *checkpoint.Tensor, b []byte, off int64) error {
 	const piece = 4 << 20
 	parts := min(runtime.GOMAXPROCS(0), len(b)/piece)
 	if parts <= 1 {
-		if _, err := t.Shard.ReadAt(b, t.Offset+off); err != nil {
-			return tensorErr(t, err)
-		}
-		return nil
+		_, err := t.ReadAt(b, off)
+		return err
 	}
 	var g errgroup.Group
 	for i := range parts {
 		lo, hi := len(b)*i/parts, len(b)*(i+1)/parts
 		g.Go(func() error {
-			_, err := t.Shard.ReadAt(b[lo:hi], t.Offset+off+int64(lo))
+			_, err := t.ReadAt(b[lo:hi], off+int64(lo))
 			return err
 		})
 	}
-	if err := g.Wait(); err != nil {
-		return tensorErr(t, err)
-	}
-	return nil
+	return g.Wait()
 }
 
 // Large buffers for weights are recycled, so that a forward neither
