@@ -8,6 +8,7 @@ import (
 	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/codecs"
 	"github.com/dsfs/dsfs/safetensors"
+	"github.com/dsfs/dsfs/tensorfile"
 	"github.com/dsfs/dsfs/vfile"
 	"golang.org/x/sync/errgroup"
 )
@@ -39,7 +40,7 @@ func isEngramTable(t *checkpoint.Tensor) bool {
 		t.Block == [2]int64{1, codecs.MXBlock}
 }
 
-func (e *engram) Rewrite(t *checkpoint.Tensor) ([]Out, bool) {
+func (e *engram) Rewrite(t *checkpoint.Tensor) ([]tensorfile.Out, bool) {
 	if t.ScaleOf != nil && isEngramTable(t.ScaleOf) {
 		return nil, true // emitted with its table
 	}
@@ -58,7 +59,7 @@ func (e *engram) Rewrite(t *checkpoint.Tensor) ([]Out, bool) {
 		_, err := t.Scale.ReadAt(sc[:(hi-lo)*nb], lo*nb)
 		return err
 	}
-	weight := rowBlocks("engram-fp4/"+b+".weight", rows, cols/2, func(ctx context.Context, lo, hi int64, dst []byte) error {
+	weight := tensorfile.RowBlocks("engram-fp4/"+b+".weight", rows, cols/2, func(ctx context.Context, lo, hi int64, dst []byte) error {
 		src, sc := make([]byte, (hi-lo)*cols), make([]byte, (hi-lo)*nb)
 		if err := read(lo, hi, src, sc); err != nil {
 			return err
@@ -66,7 +67,7 @@ func (e *engram) Rewrite(t *checkpoint.Tensor) ([]Out, bool) {
 		codecs.EngramFP4(dst, make([]byte, len(sc)), src, sc)
 		return nil
 	})
-	scale := rowBlocks("engram-fp4/"+b+".scale", rows, nb, func(ctx context.Context, lo, hi int64, dst []byte) error {
+	scale := tensorfile.RowBlocks("engram-fp4/"+b+".scale", rows, nb, func(ctx context.Context, lo, hi int64, dst []byte) error {
 		chunk := min(hi-lo, engramChunkRows)
 		src, sc := make([]byte, chunk*cols), make([]byte, chunk*nb)
 		for r := lo; r < hi; r += chunk {
@@ -82,7 +83,7 @@ func (e *engram) Rewrite(t *checkpoint.Tensor) ([]Out, bool) {
 		}
 		return nil
 	})
-	return []Out{
+	return []tensorfile.Out{
 		{Name: b + ".weight", DType: safetensors.I8, Shape: []int64{rows, cols / 2}, Data: weight},
 		{Name: b + ".scale", DType: safetensors.F8E8M0, Shape: []int64{rows, nb}, Data: scale},
 	}, true

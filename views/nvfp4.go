@@ -9,24 +9,10 @@ import (
 	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/codecs"
 	"github.com/dsfs/dsfs/safetensors"
+	"github.com/dsfs/dsfs/tensorfile"
 	"github.com/dsfs/dsfs/vfile"
 	"golang.org/x/sync/errgroup"
 )
-
-// blockTarget is the size a derived block aims for: large enough that the
-// per-block overhead vanishes, small enough to cache well.
-const blockTarget = 1 << 20
-
-// rowBlocks returns derived data of rows rows of rowBytes bytes each, cut
-// into blocks of whole rows; compute fills rows [lo, hi).
-func rowBlocks(id string, rows, rowBytes int64, compute func(ctx context.Context, lo, hi int64, dst []byte) error) *vfile.Blocks {
-	per := max(1, blockTarget/rowBytes)
-	return &vfile.Blocks{ID: id, N: rows * rowBytes, BlockLen: per * rowBytes,
-		Compute: func(ctx context.Context, i int64, dst []byte) error {
-			lo := i * per
-			return compute(ctx, lo, lo+int64(len(dst))/rowBytes, dst)
-		}}
-}
 
 // nvfp4 transcodes MXFP4 expert matrices to NVFP4 (FORMATS.md "nvfp4/").
 type nvfp4 struct {
@@ -105,7 +91,7 @@ func (n *nvfp4) group(t *checkpoint.Tensor) *nvGroup {
 	return g
 }
 
-func (n *nvfp4) Rewrite(t *checkpoint.Tensor) ([]Out, bool) {
+func (n *nvfp4) Rewrite(t *checkpoint.Tensor) ([]tensorfile.Out, bool) {
 	if t.ScaleOf != nil && isNVFP4Expert(t.ScaleOf) {
 		return nil, true // the scale is replaced by the weight's outputs
 	}
@@ -116,7 +102,7 @@ func (n *nvfp4) Rewrite(t *checkpoint.Tensor) ([]Out, bool) {
 	g := n.group(t)
 	b := base(t.Name)
 	scaleRow := t.Scale.Shape[1]
-	scale := rowBlocks("nvfp4/"+b+".weight_scale", rows, 2*scaleRow, func(ctx context.Context, lo, hi int64, dst []byte) error {
+	scale := tensorfile.RowBlocks("nvfp4/"+b+".weight_scale", rows, 2*scaleRow, func(ctx context.Context, lo, hi int64, dst []byte) error {
 		ge, err := g.g()
 		if err != nil {
 			return err
@@ -137,7 +123,7 @@ func (n *nvfp4) Rewrite(t *checkpoint.Tensor) ([]Out, bool) {
 			putF32(dst, codecs.WeightScale2(ge))
 			return nil
 		}}
-	return []Out{
+	return []tensorfile.Out{
 		{Name: b + ".weight", DType: safetensors.U8, Shape: []int64{rows, cols}, Data: vfile.Range{R: t.Shard, Off: t.Offset, N: t.Size}},
 		{Name: b + ".weight_scale", DType: safetensors.F8E4M3, Shape: []int64{rows, 2 * scaleRow}, Data: scale},
 		{Name: b + ".weight_scale_2", DType: safetensors.F32, Shape: []int64{}, Data: global},

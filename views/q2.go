@@ -21,6 +21,7 @@ import (
 	"github.com/dsfs/dsfs/codecs/q2k"
 	"github.com/dsfs/dsfs/diskcache"
 	"github.com/dsfs/dsfs/safetensors"
+	"github.com/dsfs/dsfs/tensorfile"
 	"github.com/dsfs/dsfs/vfile"
 	"golang.org/x/sync/errgroup"
 )
@@ -325,7 +326,7 @@ func PlanQ2(cat *checkpoint.Catalog, opt Options) (*Q2, error) {
 	names := q2ShardNames(cat)
 	for _, sh := range cat.Shards {
 		out := &Q2Shard{Name: names[sh.Name], Source: sh}
-		var outs []Out
+		var outs []tensorfile.Out
 		byName := make(map[string]*Q2Tensor)
 		for _, t := range sh.Tensors {
 			ok, skip := q2Quantisable(t)
@@ -333,7 +334,7 @@ func PlanQ2(cat *checkpoint.Catalog, opt Options) (*Q2, error) {
 			case ok:
 				qt := q.quantisedTensor(t)
 				byName[t.Name] = qt
-				outs = append(outs, Out{Name: t.Name, DType: qt.DType, Shape: qt.Shape, Data: qt.Blocks})
+				outs = append(outs, tensorfile.Out{Name: t.Name, DType: qt.DType, Shape: qt.Shape, Data: qt.Blocks})
 				continue
 			case skip != "":
 				q.Skipped = append(q.Skipped, Q2Skip{Name: t.Name, SourceShard: sh.Name, Reason: skip})
@@ -349,12 +350,12 @@ func PlanQ2(cat *checkpoint.Catalog, opt Options) (*Q2, error) {
 				continue
 			}
 			byName[t.Name] = &Q2Tensor{Name: t.Name, Role: string(t.Role), Source: t, DType: t.DType, Shape: t.Shape, q: q}
-			outs = append(outs, passthrough(t))
+			outs = append(outs, tensorfile.Passthrough(t))
 		}
 		if len(outs) == 0 {
 			continue // a shard left empty (Engram tables only) is omitted
 		}
-		f, l, err := safetensorsLayout("q2", outs)
+		f, l, err := tensorfile.Layout("q2", outs)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", out.Name, err)
 		}
@@ -377,7 +378,7 @@ func (q *Q2) quantisedTensor(t *checkpoint.Tensor) *Q2Tensor {
 	rb := in / int64(typ.BlockWeights) * int64(typ.BlockBytes)
 	qt := &Q2Tensor{Name: t.Name, Role: Q2RoleQuantised, Source: t, Type: typ, DType: safetensors.U8,
 		Shape: []int64{t.Shape[0], rb}, q: q}
-	qt.Blocks = rowBlocks("q2/"+t.Name, t.Shape[0], rb, qt.computeRows)
+	qt.Blocks = tensorfile.RowBlocks("q2/"+t.Name, t.Shape[0], rb, qt.computeRows)
 	q.blocks.Add(qt.Blocks.Count())
 	return qt
 }

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"strings"
 
+	"github.com/dsfs/dsfs/tensorfile"
 	"github.com/dsfs/dsfs/trace"
 	"github.com/dsfs/dsfs/trace/model"
 	v4 "github.com/dsfs/dsfs/trace/v4"
@@ -120,14 +121,14 @@ func buildTrace(s *Set, _ string) (*vfile.Node, error) {
 // traceLayerFile lays out layer l's activations as a safetensors file
 // whose blocks run the layer when first read.
 func traceLayerFile(tr *trace.Tracer, l int, id string) (*vfile.File, error) {
-	var outs []Out
+	var outs []tensorfile.Out
 	for _, a := range tr.Activations(l) {
-		data := rowBlocks(id+"/"+a.Name, int64(a.Rows), a.RowBytes(), func(ctx context.Context, lo, hi int64, dst []byte) error {
+		data := tensorfile.RowBlocks(id+"/"+a.Name, int64(a.Rows), a.RowBytes(), func(ctx context.Context, lo, hi int64, dst []byte) error {
 			return tr.ReadActivation(ctx, l, a, int(lo), int(hi), dst)
 		})
-		outs = append(outs, Out{Name: a.Name, DType: a.DType, Shape: a.Shape(), Data: data})
+		outs = append(outs, tensorfile.Out{Name: a.Name, DType: a.DType, Shape: a.Shape(), Data: data})
 	}
-	return SafetensorsFile("trace", outs)
+	return tensorfile.File("trace", outs)
 }
 
 // traceError is a trace/ that holds only ERROR.txt: the reason, then

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 
+	"github.com/dsfs/dsfs/tensorfile"
 	"github.com/dsfs/dsfs/trace"
 	v4 "github.com/dsfs/dsfs/trace/v4"
 	"github.com/dsfs/dsfs/vfile"
@@ -116,12 +117,12 @@ func tracePrecision(p string) (v4.Precision, error) {
 // run what they need (layer l, or every layer and the head for l = -1)
 // when first read.
 func traceV4File(tr *trace.V4Tracer, l int, acts []trace.V4Activation, id string) (*vfile.File, error) {
-	var outs []Out
+	var outs []tensorfile.Out
 	for _, a := range acts {
-		data := rowBlocks(id+"/"+a.Name, int64(a.Rows()), a.RowBytes(), func(ctx context.Context, lo, hi int64, dst []byte) error {
+		data := tensorfile.RowBlocks(id+"/"+a.Name, int64(a.Rows()), a.RowBytes(), func(ctx context.Context, lo, hi int64, dst []byte) error {
 			return tr.ReadActivation(ctx, l, a, int(lo), int(hi), dst)
 		})
-		outs = append(outs, Out{Name: a.Name, DType: a.DType, Shape: a.Shape, Data: data})
+		outs = append(outs, tensorfile.Out{Name: a.Name, DType: a.DType, Shape: a.Shape, Data: data})
 	}
-	return SafetensorsFile("trace", outs)
+	return tensorfile.File("trace", outs)
 }

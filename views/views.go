@@ -17,10 +17,9 @@ import (
 	"strings"
 
 	"github.com/dsfs/dsfs/checkpoint"
-	"github.com/dsfs/dsfs/codecs"
 	"github.com/dsfs/dsfs/diskcache"
-	"github.com/dsfs/dsfs/safetensors"
 	"github.com/dsfs/dsfs/sourcefile"
+	"github.com/dsfs/dsfs/tensorfile"
 	"github.com/dsfs/dsfs/vfile"
 )
 
@@ -280,19 +279,11 @@ func (s *Set) badShard(files map[string]*vfile.Node, weightMap map[string]string
 	files[file] = &vfile.Node{File: vfile.NewFile(vfile.Unreadable{N: b.Size, Err: err})}
 }
 
-// Out is one tensor of a virtual safetensors file.
-type Out struct {
-	Name  string
-	DType safetensors.DType
-	Shape []int64
-	Data  vfile.Segment
-}
-
 // A Rewriter changes some tensors of a checkpoint. Rewrite returns the
 // tensors that replace t (none to drop it) and true, or false to leave t to
 // the next rewriter and finally to pass it through unchanged.
 type Rewriter interface {
-	Rewrite(t *checkpoint.Tensor) ([]Out, bool)
+	Rewrite(t *checkpoint.Tensor) ([]tensorfile.Out, bool)
 	// ConfigPatch lists the config.json keys the view sets.
 	ConfigPatch() map[string]any
 	// Files are the view's own files (reports, quantisation configs).
@@ -321,14 +312,14 @@ func (s *Set) rewrite(view string, rws []Rewriter) (*vfile.Node, error) {
 	weightMap := make(map[string]string)
 	var total int64
 	for _, sh := range s.Cat.Shards {
-		var outs []Out
+		var outs []tensorfile.Out
 		for _, t := range sh.Tensors {
 			outs = append(outs, rewriteTensor(rws, t)...)
 		}
 		if len(outs) == 0 {
 			continue
 		}
-		f, err := SafetensorsFile(view, outs)
+		f, err := tensorfile.File(view, outs)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", sh.Name, err)
 		}
@@ -379,13 +370,13 @@ func (s *Set) rewrite(view string, rws []Rewriter) (*vfile.Node, error) {
 	return tree("", files), nil
 }
 
-func rewriteTensor(rws []Rewriter, t *checkpoint.Tensor) []Out {
+func rewriteTensor(rws []Rewriter, t *checkpoint.Tensor) []tensorfile.Out {
 	for _, rw := range rws {
 		if outs, ok := rw.Rewrite(t); ok {
 			return outs
 		}
 	}
-	return []Out{passthrough(t)}
+	return []tensorfile.Out{tensorfile.Passthrough(t)}
 }
 
 // mergeReports joins two rewriters' reports of the same name (both
@@ -415,44 +406,6 @@ func mergeReports(a, b *vfile.Node) *vfile.Node {
 		}
 		return merged, nil
 	})
-}
-
-// passthrough serves a source tensor unchanged.
-func passthrough(t *checkpoint.Tensor) Out {
-	return Out{Name: t.Name, DType: t.DType, Shape: t.Shape, Data: vfile.Range{R: t.Shard, Off: t.Offset, N: t.Size}}
-}
-
-// SafetensorsFile lays out tensors as a safetensors file (FORMATS.md
-// "Virtual safetensors files") whose data comes from their segments.
-func SafetensorsFile(view string, outs []Out) (*vfile.File, error) {
-	f, _, err := safetensorsLayout(view, outs)
-	return f, err
-}
-
-// safetensorsLayout is SafetensorsFile that also returns the layout, for
-// views that record where each tensor landed.
-func safetensorsLayout(view string, outs []Out) (*vfile.File, *safetensors.Layout, error) {
-	specs := make([]safetensors.Spec, len(outs))
-	byName := make(map[string]vfile.Segment, len(outs))
-	for i, o := range outs {
-		specs[i] = safetensors.Spec{Name: o.Name, DType: o.DType, Shape: o.Shape}
-		byName[o.Name] = o.Data
-	}
-	l, err := safetensors.NewLayout([]safetensors.Meta{
-		{Key: "format", Value: "pt"}, {Key: "dsfs.view", Value: view}, {Key: "dsfs.codec", Value: codecs.Version},
-	}, specs)
-	if err != nil {
-		return nil, nil, err
-	}
-	f := vfile.NewFile(vfile.Bytes(l.Header))
-	for _, t := range l.Tensors {
-		seg := byName[t.Name]
-		if seg.Len() != t.Len() {
-			return nil, nil, fmt.Errorf("tensor %s: data is %d bytes, %s %v needs %d", t.Name, seg.Len(), t.DType, t.Shape, t.Len())
-		}
-		f.Append(seg)
-	}
-	return f, l, nil
 }
 
 // jsonDoc is a generated JSON document.
