@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/dsfs/dsfs/internal/tinyckpt"
+	"github.com/dsfs/dsfs/q2"
 	"github.com/dsfs/dsfs/vfile"
 
 	"github.com/dsfs/dsfs/blockcache"
@@ -28,14 +29,14 @@ var tinyDir string
 
 func TestMain(m *testing.M) { tinyckpt.Main(m, "v41-tiny", &tinyDir) }
 
-func plan(t *testing.T, opt views.Options) *views.Q2 {
+func plan(t *testing.T, opt q2.Options) *q2.Plan {
 	t.Helper()
 	cat, err := checkpoint.Open(tinyDir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cat.Close() })
-	q, err := views.PlanQ2(cat, opt)
+	q, err := q2.New(cat, opt)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +116,7 @@ func flip(t *testing.T, p string, off int64) {
 func TestVerifyExport(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
 	out := exportQ2(t, t.TempDir()) // the cache spares the manifests a second quantisation
-	q := plan(t, views.Options{})
+	q := plan(t, q2.Options{})
 	r, err := Verify(context.Background(), q, out, 0, seed, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -131,8 +132,8 @@ func TestVerifyExport(t *testing.T) {
 	// A changed quantised byte is caught by the block and by its digest; a
 	// changed native byte by its digest only, so it needs --sample 0.
 	qt := q.Quantised()[5]
-	var native *views.Q2Tensor
-	shardOf := make(map[*views.Q2Tensor]string)
+	var native *q2.Tensor
+	shardOf := make(map[*q2.Tensor]string)
 	for _, sh := range q.Shards {
 		for _, t := range sh.Tensors {
 			shardOf[t] = sh.Name
@@ -164,7 +165,7 @@ func TestVerifyCache(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
 	dir := t.TempDir()
 	exportQ2(t, dir)
-	q := plan(t, views.Options{})
+	q := plan(t, q2.Options{})
 	r, err := Verify(context.Background(), q, dir, 0, seed, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -207,14 +208,14 @@ func TestVerifyCache(t *testing.T) {
 }
 
 func TestVerifyRefusesOtherDirectories(t *testing.T) {
-	q := plan(t, views.Options{})
+	q := plan(t, q2.Options{})
 	if _, err := Verify(context.Background(), q, t.TempDir(), 1, 1, nil); err == nil || !strings.Contains(err.Error(), "neither") {
 		t.Fatalf("Verify of an empty directory: %v", err)
 	}
 }
 
 func TestAudit(t *testing.T) {
-	q := plan(t, views.Options{})
+	q := plan(t, q2.Options{})
 	var last, total int64
 	r, err := Audit(context.Background(), q, 0, func(done, tot int64) { last, total = done, tot })
 	if err != nil {
@@ -276,7 +277,7 @@ func TestAuditZeroTensor(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cat.Close()
-	q, err := views.PlanQ2(cat, views.Options{})
+	q, err := q2.New(cat, q2.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dsfs/dsfs/diskcache"
+	"github.com/dsfs/dsfs/q2"
 	"github.com/dsfs/dsfs/q2check"
 	"github.com/dsfs/dsfs/views"
 )
@@ -50,13 +51,13 @@ func signalContext() (context.Context, context.CancelFunc) {
 }
 
 // openQ2 opens the checkpoint at dir and plans its q2/ view.
-func openQ2(dir string, opt views.Options) (*source, *views.Q2, error) {
+func openQ2(dir string, opt views.Options) (*source, *q2.Plan, error) {
 	opt.Views = []string{"q2"}
 	src, err := openSource(dir, opt)
 	if err != nil {
 		return nil, nil, err
 	}
-	q, err := views.PlanQ2(src.cat, opt)
+	q, err := q2.New(src.cat, q2.Options{DiskCache: opt.DiskCache, Cache: opt.Cache, Revision: opt.Revision})
 	if err != nil {
 		src.Close()
 		return nil, nil, err

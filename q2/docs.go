@@ -1,4 +1,4 @@
-package views
+package q2
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"path"
 	"path/filepath"
 	"runtime"
 	"sort"
@@ -25,23 +26,23 @@ import (
 // external Engram tables. No document holds a wall-clock time, so a mount
 // and an export of one source agree byte for byte.
 
-// Q2Recipe is what one projection becomes.
-type Q2Recipe struct {
+// Recipe is what one projection becomes.
+type Recipe struct {
 	GGMLType      string  `json:"ggml_type"`
 	BitsPerWeight float64 `json:"bits_per_weight"`
 	Importance    string  `json:"importance"`
 }
 
-// Q2Importance says which importance vectors the recipe uses.
-type Q2Importance struct {
+// Importance says which importance vectors the recipe uses.
+type Importance struct {
 	Imatrix     bool   `json:"imatrix"`
 	Calibration string `json:"calibration"`
 	IQ2XXS      string `json:"IQ2_XXS"`
 	Q2K         string `json:"Q2_K"`
 }
 
-// Q2Totals are the plan's figures, from the headers.
-type Q2Totals struct {
+// Totals are the plan's figures, from the headers.
+type Totals struct {
 	SourceTensors           int   `json:"source_tensors"`
 	SourceBytes             int64 `json:"source_bytes"`
 	Shards                  int   `json:"shards"`
@@ -61,8 +62,8 @@ type Q2Totals struct {
 	SkippedTensors          int   `json:"skipped_tensors"`
 }
 
-// Q2PlanTensor is one output tensor in plan.json.
-type Q2PlanTensor struct {
+// PlanTensor is one output tensor in plan.json.
+type PlanTensor struct {
 	Name         string   `json:"name"`
 	Role         string   `json:"role"`
 	SourceShard  string   `json:"source_shard"`
@@ -80,17 +81,17 @@ type Q2PlanTensor struct {
 	BytesPerRow  int64    `json:"bytes_per_row,omitempty"`
 }
 
-// Q2PlanShard is one output shard in plan.json.
-type Q2PlanShard struct {
-	OutputShard string         `json:"output_shard"`
-	SourceShard string         `json:"source_shard"`
-	FileBytes   int64          `json:"file_bytes"`
-	HeaderBytes int64          `json:"header_bytes"`
-	Tensors     []Q2PlanTensor `json:"tensors"`
+// PlanShard is one output shard in plan.json.
+type PlanShard struct {
+	OutputShard string       `json:"output_shard"`
+	SourceShard string       `json:"source_shard"`
+	FileBytes   int64        `json:"file_bytes"`
+	HeaderBytes int64        `json:"header_bytes"`
+	Tensors     []PlanTensor `json:"tensors"`
 }
 
-// Q2SourceRef is a source tensor q2/ does not copy (external or dropped).
-type Q2SourceRef struct {
+// SourceRef is a source tensor q2/ does not copy (external or dropped).
+type SourceRef struct {
 	Name        string   `json:"name"`
 	Role        string   `json:"role"`
 	SourceShard string   `json:"source_shard"`
@@ -101,25 +102,25 @@ type Q2SourceRef struct {
 	SHA256      string   `json:"sha256,omitempty"` // in manifest.json; the plan reads no data
 }
 
-// Q2Plan is plan.json.
-type Q2Plan struct {
-	Artifact       string              `json:"artifact"`
-	DSFSVersion    string              `json:"dsfs_version"`
-	CodecVersion   string              `json:"codec_version"`
-	Quantiser      string              `json:"quantiser"`
-	SourceRepo     string              `json:"source_repo"`
-	SourceRevision string              `json:"source_revision"`
-	Recipe         map[string]Q2Recipe `json:"recipe"`
-	Importance     Q2Importance        `json:"importance"`
-	Totals         Q2Totals            `json:"totals"`
-	Shards         []Q2PlanShard       `json:"shards"`
-	External       []Q2SourceRef       `json:"external"`
-	Dropped        []Q2SourceRef       `json:"dropped"`
-	Skipped        []Q2Skip            `json:"skipped"`
+// PlanDoc is plan.json.
+type PlanDoc struct {
+	Artifact       string            `json:"artifact"`
+	DSFSVersion    string            `json:"dsfs_version"`
+	CodecVersion   string            `json:"codec_version"`
+	Quantiser      string            `json:"quantiser"`
+	SourceRepo     string            `json:"source_repo"`
+	SourceRevision string            `json:"source_revision"`
+	Recipe         map[string]Recipe `json:"recipe"`
+	Importance     Importance        `json:"importance"`
+	Totals         Totals            `json:"totals"`
+	Shards         []PlanShard       `json:"shards"`
+	External       []SourceRef       `json:"external"`
+	Dropped        []SourceRef       `json:"dropped"`
+	Skipped        []Skip            `json:"skipped"`
 }
 
-// Q2ManifestTensor is one tensor of a shard manifest.
-type Q2ManifestTensor struct {
+// ManifestTensor is one tensor of a shard manifest.
+type ManifestTensor struct {
 	Name         string  `json:"name"`
 	GGMLType     string  `json:"ggml_type,omitempty"`
 	OutputDType  string  `json:"output_dtype"`
@@ -129,30 +130,30 @@ type Q2ManifestTensor struct {
 	SourceSHA256 string  `json:"source_sha256"`
 }
 
-// Q2SourceDigest is a dropped source tensor's digest.
-type Q2SourceDigest struct {
+// SourceDigest is a dropped source tensor's digest.
+type SourceDigest struct {
 	Name         string `json:"name"`
 	SourceSHA256 string `json:"source_sha256"`
 }
 
-// Q2ShardManifest is quant-*.safetensors.manifest.json.
-type Q2ShardManifest struct {
-	OutputShard  string             `json:"output_shard"`
-	SourceShard  string             `json:"source_shard"`
-	FileBytes    int64              `json:"file_bytes"`
-	CodecVersion string             `json:"codec_version"`
-	Tensors      []Q2ManifestTensor `json:"tensors"`
-	Dropped      []Q2SourceDigest   `json:"dropped"`
+// ShardManifest is quant-*.safetensors.manifest.json.
+type ShardManifest struct {
+	OutputShard  string           `json:"output_shard"`
+	SourceShard  string           `json:"source_shard"`
+	FileBytes    int64            `json:"file_bytes"`
+	CodecVersion string           `json:"codec_version"`
+	Tensors      []ManifestTensor `json:"tensors"`
+	Dropped      []SourceDigest   `json:"dropped"`
 }
 
-// Q2RoleFigures counts tensors and bytes of one role or type.
-type Q2RoleFigures struct {
+// RoleFigures counts tensors and bytes of one role or type.
+type RoleFigures struct {
 	Tensors int   `json:"tensors"`
 	Bytes   int64 `json:"bytes"`
 }
 
-// Q2ShardDigest is one shard's line of manifest.json.
-type Q2ShardDigest struct {
+// ShardDigest is one shard's line of manifest.json.
+type ShardDigest struct {
 	OutputShard          string `json:"output_shard"`
 	SourceShard          string `json:"source_shard"`
 	Tensors              int    `json:"tensors"`
@@ -161,47 +162,47 @@ type Q2ShardDigest struct {
 	DigestOfShardDigests string `json:"digest_of_shard_digests"`
 }
 
-// Q2ManifestTotals are manifest.json's totals: the plan's, and what the
+// ManifestTotals are manifest.json's totals: the plan's, and what the
 // shard manifests say.
-type Q2ManifestTotals struct {
-	Q2Totals
-	ShardsPlanned            int                      `json:"shards_planned"`
-	ShardsProduced           int                      `json:"shards_produced"`
-	MissingShards            []string                 `json:"missing_shards"`
-	UnexpectedShards         []string                 `json:"unexpected_shards"`
-	BytesByRole              map[string]Q2RoleFigures `json:"bytes_by_role"`
-	QuantisedBytesByType     map[string]Q2RoleFigures `json:"quantised_bytes_by_type"`
-	OutputBytesFromManifests int64                    `json:"output_bytes_from_manifests"`
+type ManifestTotals struct {
+	Totals
+	ShardsPlanned            int                    `json:"shards_planned"`
+	ShardsProduced           int                    `json:"shards_produced"`
+	MissingShards            []string               `json:"missing_shards"`
+	UnexpectedShards         []string               `json:"unexpected_shards"`
+	BytesByRole              map[string]RoleFigures `json:"bytes_by_role"`
+	QuantisedBytesByType     map[string]RoleFigures `json:"quantised_bytes_by_type"`
+	OutputBytesFromManifests int64                  `json:"output_bytes_from_manifests"`
 }
 
-// Q2SourceInfo names the source in manifest.json.
-type Q2SourceInfo struct {
+// SourceInfo names the source in manifest.json.
+type SourceInfo struct {
 	Repo     string `json:"repo"`
 	Revision string `json:"revision"`
 	Tensors  int    `json:"tensors"`
 }
 
-// Q2Manifest is manifest.json.
-type Q2Manifest struct {
-	Artifact            string              `json:"artifact"`
-	Source              Q2SourceInfo        `json:"source"`
-	Recipe              map[string]Q2Recipe `json:"recipe"`
-	Importance          Q2Importance        `json:"importance"`
-	Quantiser           string              `json:"quantiser"`
-	Totals              Q2ManifestTotals    `json:"totals"`
-	Environment         map[string]string   `json:"environment"`
-	ExternalNative      []Q2SourceRef       `json:"external_native"`
-	DroppedExpertScales int                 `json:"dropped_expert_scales"`
-	Shards              []Q2ShardDigest     `json:"shards"`
+// Manifest is manifest.json.
+type Manifest struct {
+	Artifact            string            `json:"artifact"`
+	Source              SourceInfo        `json:"source"`
+	Recipe              map[string]Recipe `json:"recipe"`
+	Importance          Importance        `json:"importance"`
+	Quantiser           string            `json:"quantiser"`
+	Totals              ManifestTotals    `json:"totals"`
+	Environment         map[string]string `json:"environment"`
+	ExternalNative      []SourceRef       `json:"external_native"`
+	DroppedExpertScales int               `json:"dropped_expert_scales"`
+	Shards              []ShardDigest     `json:"shards"`
 }
 
-func q2Recipe() map[string]Q2Recipe {
-	r := func(t *GGMLType) Q2Recipe { return Q2Recipe{t.Name, t.BitsPerWeight, t.Importance} }
-	return map[string]Q2Recipe{"w1": r(q2TypeOf("w1")), "w2": r(q2TypeOf("w2")), "w3": r(q2TypeOf("w3"))}
+func recipe() map[string]Recipe {
+	r := func(t *GGMLType) Recipe { return Recipe{t.Name, t.BitsPerWeight, t.Importance} }
+	return map[string]Recipe{"w1": r(typeOf("w1")), "w2": r(typeOf("w2")), "w3": r(typeOf("w3"))}
 }
 
-func q2Importance() Q2Importance {
-	return Q2Importance{
+func importance() Importance {
+	return Importance{
 		Calibration: "none: no activations were collected and no importance matrix was consumed",
 		IQ2XXS:      "a constant unit importance vector (1.0 per column): ggml's quantize_row_iq2_xxs_impl",
 		Q2K:         "none: ggml's reference path quantize_row_q2_K_ref",
@@ -210,28 +211,28 @@ func q2Importance() Q2Importance {
 
 // title names the model in the documents: the repository, else the source
 // directory.
-func (q *Q2) title() string {
+func (q *Plan) title() string {
 	if q.Repo != "unknown" {
 		return q.Repo
 	}
 	return filepath.Base(q.cat.Dir)
 }
 
-func (q *Q2) artifact() string { return q.title() + " mixed-Q2 routed experts" }
+func (q *Plan) artifact() string { return q.title() + " mixed-Q2 routed experts" }
 
 func sourceRange(t *checkpoint.Tensor) [2]int64 { return [2]int64{t.Offset, t.Offset + t.Size} }
 
-func sourceRef(t *checkpoint.Tensor, role string) Q2SourceRef {
-	return Q2SourceRef{Name: t.Name, Role: role, SourceShard: t.Shard.Name, SourceRange: sourceRange(t),
+func sourceRef(t *checkpoint.Tensor, role string) SourceRef {
+	return SourceRef{Name: t.Name, Role: role, SourceShard: t.Shard.Name, SourceRange: sourceRange(t),
 		DType: string(t.DType), Shape: t.Shape, Bytes: t.Size}
 }
 
-// Plan returns plan.json: the full tensor map, from the headers.
-func (q *Q2) Plan() *Q2Plan {
-	p := &Q2Plan{
-		Artifact: q.artifact(), DSFSVersion: dsfsVersion(), CodecVersion: codecs.Version, Quantiser: Q2Quantiser,
-		SourceRepo: q.Repo, SourceRevision: q.Revision, Recipe: q2Recipe(), Importance: q2Importance(),
-		Shards: []Q2PlanShard{}, External: []Q2SourceRef{}, Dropped: []Q2SourceRef{}, Skipped: []Q2Skip{},
+// PlanDoc returns plan.json: the full tensor map, from the headers.
+func (q *Plan) PlanDoc() *PlanDoc {
+	p := &PlanDoc{
+		Artifact: q.artifact(), DSFSVersion: dsfsVersion(), CodecVersion: codecs.Version, Quantiser: Quantiser,
+		SourceRepo: q.Repo, SourceRevision: q.Revision, Recipe: recipe(), Importance: importance(),
+		Shards: []PlanShard{}, External: []SourceRef{}, Dropped: []SourceRef{}, Skipped: []Skip{},
 	}
 	tt := &p.Totals
 	tt.SourceTensors = len(q.cat.Tensors)
@@ -239,10 +240,10 @@ func (q *Q2) Plan() *Q2Plan {
 		tt.SourceBytes += t.Size
 	}
 	for _, sh := range q.Shards {
-		ps := Q2PlanShard{OutputShard: sh.Name, SourceShard: sh.Source.Name, FileBytes: sh.File.Size(),
+		ps := PlanShard{OutputShard: sh.Name, SourceShard: sh.Source.Name, FileBytes: sh.File.Size(),
 			HeaderBytes: int64(len(sh.Header()))}
 		for _, t := range sh.Tensors {
-			pt := Q2PlanTensor{Name: t.Name, Role: t.Role, SourceShard: t.Source.Shard.Name, SourceRange: sourceRange(t.Source),
+			pt := PlanTensor{Name: t.Name, Role: t.Role, SourceShard: t.Source.Shard.Name, SourceRange: sourceRange(t.Source),
 				SourceDType: string(t.Source.DType), SourceShape: t.Source.Shape, OutputShard: sh.Name,
 				OutputOffset: t.Offset, OutputBytes: t.Size, OutputDType: string(t.DType), OutputShape: t.Shape}
 			tt.OutputTensors++
@@ -267,12 +268,12 @@ func (q *Q2) Plan() *Q2Plan {
 		p.Shards = append(p.Shards, ps)
 	}
 	for _, t := range q.External {
-		p.External = append(p.External, sourceRef(t, Q2RoleExternal))
+		p.External = append(p.External, sourceRef(t, RoleExternal))
 		tt.ExternalTensors++
 		tt.ExternalBytes += t.Size
 	}
 	for _, t := range q.Dropped {
-		p.Dropped = append(p.Dropped, sourceRef(t, Q2RoleDropped))
+		p.Dropped = append(p.Dropped, sourceRef(t, RoleDropped))
 		tt.DroppedTensors++
 		tt.DroppedBytes += t.Size
 	}
@@ -286,10 +287,10 @@ func (q *Q2) Plan() *Q2Plan {
 // native tensor's is its source digest; a quantised one's needs all its
 // blocks). The finished document is kept in the disk cache under a key
 // made of the layout and the source digests.
-func (q *Q2) shardManifest(ctx context.Context, sh *Q2Shard) ([]byte, error) {
-	m := Q2ShardManifest{OutputShard: sh.Name, SourceShard: sh.Source.Name, FileBytes: sh.File.Size(),
-		CodecVersion: codecs.Version, Tensors: make([]Q2ManifestTensor, len(sh.Tensors)),
-		Dropped: make([]Q2SourceDigest, len(sh.Dropped))}
+func (q *Plan) shardManifest(ctx context.Context, sh *Shard) ([]byte, error) {
+	m := ShardManifest{OutputShard: sh.Name, SourceShard: sh.Source.Name, FileBytes: sh.File.Size(),
+		CodecVersion: codecs.Version, Tensors: make([]ManifestTensor, len(sh.Tensors)),
+		Dropped: make([]SourceDigest, len(sh.Dropped))}
 	sources := make([]*checkpoint.Tensor, 0, len(sh.Tensors)+len(sh.Dropped))
 	for _, t := range sh.Tensors {
 		sources = append(sources, t.Source)
@@ -317,14 +318,14 @@ func (q *Q2) shardManifest(ctx context.Context, sh *Q2Shard) ([]byte, error) {
 		}
 	}
 	for i, t := range sh.Tensors {
-		m.Tensors[i] = Q2ManifestTensor{Name: t.Name, OutputDType: string(t.DType), OutputShape: t.Shape,
+		m.Tensors[i] = ManifestTensor{Name: t.Name, OutputDType: string(t.DType), OutputShape: t.Shape,
 			OutputBytes: t.Size, OutputSHA256: digests[i], SourceSHA256: digests[i]}
 		if t.Type != nil {
 			m.Tensors[i].GGMLType = t.Type.Name
 		}
 	}
 	for i, t := range sh.Dropped {
-		m.Dropped[i] = Q2SourceDigest{Name: t.Name, SourceSHA256: digests[len(sh.Tensors)+i]}
+		m.Dropped[i] = SourceDigest{Name: t.Name, SourceSHA256: digests[len(sh.Tensors)+i]}
 	}
 	quantised := make([]int, 0, len(sh.Tensors))
 	for i, t := range sh.Tensors {
@@ -349,12 +350,12 @@ func (q *Q2) shardManifest(ctx context.Context, sh *Q2Shard) ([]byte, error) {
 
 // ShardManifest returns the manifest of output shard sh, computing it on
 // first use.
-func (q *Q2) ShardManifest(ctx context.Context, sh *Q2Shard) (*Q2ShardManifest, error) {
-	b, err := sh.manifest.Bytes(ctx)
+func (q *Plan) ShardManifest(ctx context.Context, sh *Shard) (*ShardManifest, error) {
+	b, err := sh.Manifest.Bytes(ctx)
 	if err != nil {
 		return nil, err
 	}
-	var m Q2ShardManifest
+	var m ShardManifest
 	if err := json.Unmarshal(b, &m); err != nil {
 		return nil, fmt.Errorf("%s.manifest.json: %w", sh.Name, err)
 	}
@@ -364,8 +365,8 @@ func (q *Q2) ShardManifest(ctx context.Context, sh *Q2Shard) (*Q2ShardManifest, 
 // Manifest returns manifest.json: the seed's aggregation over the shard
 // manifests (which it computes, quantising every shard not yet done) plus
 // the digests of the external Engram tables.
-func (q *Q2) Manifest(ctx context.Context) (*Q2Manifest, error) {
-	plan := q.Plan()
+func (q *Plan) Manifest(ctx context.Context) (*Manifest, error) {
+	plan := q.PlanDoc()
 	role := make(map[string]string)
 	ggml := make(map[string]string)
 	for _, sh := range plan.Shards {
@@ -376,24 +377,24 @@ func (q *Q2) Manifest(ctx context.Context) (*Q2Manifest, error) {
 			}
 		}
 	}
-	m := &Q2Manifest{
+	m := &Manifest{
 		Artifact: plan.Artifact,
-		Source:   Q2SourceInfo{Repo: q.Repo, Revision: q.Revision, Tensors: plan.Totals.SourceTensors},
-		Recipe:   plan.Recipe, Importance: plan.Importance, Quantiser: Q2Quantiser,
-		Totals: Q2ManifestTotals{Q2Totals: plan.Totals, ShardsPlanned: len(plan.Shards),
+		Source:   SourceInfo{Repo: q.Repo, Revision: q.Revision, Tensors: plan.Totals.SourceTensors},
+		Recipe:   plan.Recipe, Importance: plan.Importance, Quantiser: Quantiser,
+		Totals: ManifestTotals{Totals: plan.Totals, ShardsPlanned: len(plan.Shards),
 			MissingShards: []string{}, UnexpectedShards: []string{},
-			BytesByRole: map[string]Q2RoleFigures{}, QuantisedBytesByType: map[string]Q2RoleFigures{}},
-		Environment:         q2Environment(),
+			BytesByRole: map[string]RoleFigures{}, QuantisedBytesByType: map[string]RoleFigures{}},
+		Environment:         environment(),
 		ExternalNative:      plan.External,
 		DroppedExpertScales: len(plan.Dropped),
-		Shards:              []Q2ShardDigest{},
+		Shards:              []ShardDigest{},
 	}
 	for _, sh := range q.Shards {
 		sm, err := q.ShardManifest(ctx, sh)
 		if err != nil {
 			return nil, err
 		}
-		tensors := append([]Q2ManifestTensor(nil), sm.Tensors...)
+		tensors := append([]ManifestTensor(nil), sm.Tensors...)
 		sort.Slice(tensors, func(i, j int) bool { return tensors[i].Name < tensors[j].Name })
 		h := sha256.New()
 		var data int64
@@ -406,7 +407,7 @@ func (q *Q2) Manifest(ctx context.Context) (*Q2Manifest, error) {
 			f.Tensors++
 			f.Bytes += t.OutputBytes
 			m.Totals.BytesByRole[r] = f
-			if r == Q2RoleQuantised {
+			if r == RoleQuantised {
 				f := m.Totals.QuantisedBytesByType[ggml[t.Name]]
 				f.Tensors++
 				f.Bytes += t.OutputBytes
@@ -418,11 +419,11 @@ func (q *Q2) Manifest(ctx context.Context) (*Q2Manifest, error) {
 		}
 		m.Totals.OutputBytesFromManifests += data
 		m.Totals.ShardsProduced++
-		m.Shards = append(m.Shards, Q2ShardDigest{OutputShard: sm.OutputShard, SourceShard: sm.SourceShard,
+		m.Shards = append(m.Shards, ShardDigest{OutputShard: sm.OutputShard, SourceShard: sm.SourceShard,
 			Tensors: len(sm.Tensors), FileBytes: sm.FileBytes, DataBytes: data,
 			DigestOfShardDigests: fmt.Sprintf("%x", h.Sum(nil))})
 	}
-	m.ExternalNative = append([]Q2SourceRef(nil), plan.External...)
+	m.ExternalNative = append([]SourceRef(nil), plan.External...)
 	err := hashAll(ctx, len(q.External), func(ctx context.Context, i int) (err error) {
 		m.ExternalNative[i].SHA256, err = sha256Tensor(ctx, q.External[i])
 		return err
@@ -433,15 +434,15 @@ func (q *Q2) Manifest(ctx context.Context) (*Q2Manifest, error) {
 	return m, nil
 }
 
-// q2Environment is what the documents record of the machine. The bytes do
+// environment is what the documents record of the machine. The bytes do
 // not depend on it (see README.md "Reproducibility").
-func q2Environment() map[string]string {
+func environment() map[string]string {
 	return map[string]string{
 		"dsfs":      dsfsVersion(),
 		"codec":     codecs.Version,
 		"go":        runtime.Version(),
 		"platform":  runtime.GOOS + "/" + runtime.GOARCH,
-		"quantiser": Q2Quantiser,
+		"quantiser": Quantiser,
 	}
 }
 
@@ -474,8 +475,8 @@ func thousands(digits string) string {
 
 // README returns README.md: the seed's template filled with this
 // checkpoint's figures, all taken from the plan.
-func (q *Q2) README() []byte {
-	p := q.Plan()
+func (q *Plan) README() []byte {
+	p := q.PlanDoc()
 	tt := p.Totals
 	var b strings.Builder
 	w := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
@@ -491,14 +492,14 @@ func (q *Q2) README() []byte {
 	}
 	projs := make(map[geom]map[string]bool)
 	layers, experts := make(map[int]bool), make(map[int]bool)
-	roles := make(map[string]*Q2RoleFigures)
+	roles := make(map[string]*RoleFigures)
 	dtypes := make(map[string]bool)
 	mtp := 0
 	for _, sh := range q.Shards {
 		for _, t := range sh.Tensors {
 			r := roles[t.Role]
 			if r == nil {
-				r = &Q2RoleFigures{}
+				r = &RoleFigures{}
 				roles[t.Role] = r
 			}
 			r.Tensors++
@@ -525,7 +526,7 @@ func (q *Q2) README() []byte {
 
 	w("# %s mixed-Q2 routed experts (revision `%s`)\n\n", q.title(), q.Revision)
 	w("Quantised derivative of `%s` revision `%s`, served by dsfs `%s` as its `q2/` view:\n", q.Repo, q.Revision, dsfsVersion())
-	w("every byte is computed from the source checkpoint when it is read.\nQuantiser: %s.\n\n", Q2Quantiser)
+	w("every byte is computed from the source checkpoint when it is read.\nQuantiser: %s.\n\n", Quantiser)
 
 	w("## What this is\n\n")
 	w("The source checkpoint stores routed experts as MXFP4: 16 bytes of packed E2M1 values plus one E8M0\n")
@@ -606,7 +607,7 @@ func (q *Q2) README() []byte {
 	var ext []string
 	for _, t := range q.External {
 		if t.ScaleOf == nil {
-			ext = append(ext, "`"+base(t.Name)+".*`")
+			ext = append(ext, "`"+strings.TrimSuffix(t.Name, path.Ext(t.Name))+".*`")
 		}
 	}
 	w("The %s Engram tensors (%s,\n%s GB) are **not** copied: they stay native in the source. `manifest.json`\n",
@@ -637,7 +638,7 @@ func (q *Q2) README() []byte {
 	w("exact MXFP4 decode, per projection, with the Go ports of ggml's dequantisers.\n\n")
 
 	w("## Reproducibility\n\n")
-	env := q2Environment()
+	env := environment()
 	keys := make([]string, 0, len(env))
 	for k := range env {
 		keys = append(keys, k)

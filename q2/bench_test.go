@@ -1,4 +1,4 @@
-package views
+package q2
 
 import (
 	"io"
@@ -40,7 +40,7 @@ func benchQ2Source(b *testing.B) *checkpoint.Catalog {
 // receives them, through a fresh in-memory cache, and returns its size.
 func readQ2Shard(b *testing.B, cat *checkpoint.Catalog, opt Options) int64 {
 	b.Helper()
-	q, err := PlanQ2(cat, opt)
+	q, err := New(cat, opt)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -60,7 +60,7 @@ func BenchmarkQ2ShardRead(b *testing.B) {
 	cat := benchQ2Source(b)
 	var weights int64
 	for _, t := range cat.Tensors {
-		if ok, _ := q2Quantisable(t); ok {
+		if ok, _ := quantisable(t); ok {
 			weights += 2 * t.Shape[0] * t.Shape[1]
 		}
 	}
