@@ -1,17 +1,21 @@
 package q2
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
+	_ "embed"
 	"encoding/json"
 	"fmt"
 	"math"
 	"path"
 	"path/filepath"
+	"reflect"
 	"runtime"
 	"sort"
 	"strconv"
 	"strings"
+	"text/template"
 
 	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/codecs"
@@ -473,33 +477,85 @@ func thousands(digits string) string {
 	return b.String()
 }
 
+// readmeTemplate is README.md, filled from a readmeFigures.
+//
+//go:embed README.md.tmpl
+var readmeText string
+
+var readmeTemplate = template.Must(template.New("README.md").Funcs(template.FuncMap{
+	"commas": func(n any) string { return commas(reflect.ValueOf(n).Int()) },
+	"gb":     humanGB,
+}).Parse(readmeText))
+
+// readmeFigures are what README.md says of a plan.
+type readmeFigures struct {
+	Title, Repo, Revision, DSFS, Quantiser string
+	Layers, Experts                        int // of the quantised matrices
+	GateUp, Down                           typeFigures
+	Geometries                             []geometry
+	T                                      Totals // plan.json's
+	AverageBits                            float64
+	Roles                                  []roleFigures
+	DTypes                                 string // of the tensors copied unchanged
+	MTP                                    int    // MTP expert tensors copied unchanged
+	External                               string // the Engram tables, for prose
+	Shards                                 []PlanShard
+	Environment                            map[string]string
+}
+
+// typeFigures are the quantised tensors of one ggml type.
+type typeFigures struct {
+	*GGMLType
+	Tensors int
+	Weights int64
+}
+
+// geometry is one row shape of the quantised tensors, and the projections
+// that have it.
+type geometry struct {
+	Names            string
+	Type             string
+	Out, In          int64
+	Blocks, RowBytes int64
+}
+
+// roleFigures are the output tensors of one role.
+type roleFigures struct {
+	Name    string
+	Tensors int
+	Bytes   int64
+}
+
 // README returns README.md: the seed's template filled with this
 // checkpoint's figures, all taken from the plan.
 func (q *Plan) README() []byte {
-	p := q.PlanDoc()
-	tt := p.Totals
-	var b strings.Builder
-	w := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
-
-	type typeFig struct {
-		tensors int
-		weights int64
+	var b bytes.Buffer
+	if err := readmeTemplate.Execute(&b, q.readmeFigures()); err != nil {
+		panic(err) // the template and its figures are fixed: a bug, not input
 	}
-	byType := map[string]*typeFig{IQ2XXS.Name: {}, Q2K.Name: {}}
-	type geom struct {
-		typ     string
+	return b.Bytes()
+}
+
+// readmeFigures gathers README.md's figures from the plan.
+func (q *Plan) readmeFigures() readmeFigures {
+	p := q.PlanDoc()
+	f := readmeFigures{Title: q.title(), Repo: q.Repo, Revision: q.Revision, DSFS: dsfsVersion(), Quantiser: Quantiser,
+		GateUp: typeFigures{GGMLType: IQ2XXS}, Down: typeFigures{GGMLType: Q2K},
+		T: p.Totals, Shards: p.Shards, Environment: environment()}
+	byType := map[string]*typeFigures{IQ2XXS.Name: &f.GateUp, Q2K.Name: &f.Down}
+	type shape struct {
+		typ     *GGMLType
 		out, in int64
 	}
-	projs := make(map[geom]map[string]bool)
+	projs := make(map[shape]map[string]bool)
 	layers, experts := make(map[int]bool), make(map[int]bool)
-	roles := make(map[string]*RoleFigures)
+	roles := make(map[string]*roleFigures)
 	dtypes := make(map[string]bool)
-	mtp := 0
 	for _, sh := range q.Shards {
 		for _, t := range sh.Tensors {
 			r := roles[t.Role]
 			if r == nil {
-				r = &RoleFigures{}
+				r = &roleFigures{Name: t.Role}
 				roles[t.Role] = r
 			}
 			r.Tensors++
@@ -507,14 +563,14 @@ func (q *Plan) README() []byte {
 			if t.Type == nil {
 				dtypes[string(t.DType)] = true
 				if t.Source.Role == checkpoint.RoleMTPExpert {
-					mtp++
+					f.MTP++
 				}
 				continue
 			}
-			f := byType[t.Type.Name]
-			f.tensors++
-			f.weights += t.Rows() * t.In()
-			g := geom{t.Type.Name, t.Rows(), t.In()}
+			tf := byType[t.Type.Name]
+			tf.Tensors++
+			tf.Weights += t.Rows() * t.In()
+			g := shape{t.Type, t.Rows(), t.In()}
 			if projs[g] == nil {
 				projs[g] = make(map[string]bool)
 			}
@@ -523,146 +579,48 @@ func (q *Plan) README() []byte {
 			experts[t.Source.Expert] = true
 		}
 	}
-
-	w("# %s mixed-Q2 routed experts (revision `%s`)\n\n", q.title(), q.Revision)
-	w("Quantised derivative of `%s` revision `%s`, served by dsfs `%s` as its `q2/` view:\n", q.Repo, q.Revision, dsfsVersion())
-	w("every byte is computed from the source checkpoint when it is read.\nQuantiser: %s.\n\n", Quantiser)
-
-	w("## What this is\n\n")
-	w("The source checkpoint stores routed experts as MXFP4: 16 bytes of packed E2M1 values plus one E8M0\n")
-	w("scale byte per 32 weights (4.25 bits/weight). This view decodes exactly those blocks and stores the\n")
-	w("main-layer routed expert matrices (%d layers, %d experts) as ggml blocks:\n\n", len(layers), len(experts))
-	w("| projection | ggml type | bits/weight | tensors | weights |\n|---|---|---:|---:|---:|\n")
-	w("| gate/up `w1`, `w3` | %s | %g | %s | %s |\n", IQ2XXS.Name, IQ2XXS.BitsPerWeight,
-		commas(int64(byType[IQ2XXS.Name].tensors)), commas(byType[IQ2XXS.Name].weights))
-	w("| down `w2` | %s | %g | %s | %s |\n\n", Q2K.Name, Q2K.BitsPerWeight,
-		commas(int64(byType[Q2K.Name].tensors)), commas(byType[Q2K.Name].weights))
-	w("Block geometry (blocks run along the input/reduction dimension; ggml lists `ne` fastest-first, so\n")
-	w("the same bytes are `ne=[in, out]`):\n\n")
-	w("| tensor | logical out x in | ggml type | blocks/row | bytes/row | first block offset |\n|---|---|---:|---:|---:|---|\n")
-	geoms := make([]geom, 0, len(projs))
-	for g := range projs {
-		geoms = append(geoms, g)
-	}
-	sort.Slice(geoms, func(i, j int) bool {
-		a, c := geoms[i], geoms[j]
-		if a.typ != c.typ {
-			return a.typ < c.typ
-		}
-		if a.out != c.out {
-			return a.out < c.out
-		}
-		return a.in < c.in
-	})
-	for _, g := range geoms {
+	f.Layers, f.Experts = len(layers), len(experts)
+	for g, ps := range projs {
 		var names []string
-		for p := range projs[g] {
+		for p := range ps {
 			names = append(names, "`"+p+".weight`")
 		}
 		sort.Strings(names)
-		typ := IQ2XXS
-		if g.typ == Q2K.Name {
-			typ = Q2K
+		blocks := g.in / int64(g.typ.BlockWeights)
+		f.Geometries = append(f.Geometries, geometry{Names: strings.Join(names, ", "), Type: g.typ.Name,
+			Out: g.out, In: g.in, Blocks: blocks, RowBytes: blocks * int64(g.typ.BlockBytes)})
+	}
+	sort.Slice(f.Geometries, func(i, j int) bool {
+		a, c := f.Geometries[i], f.Geometries[j]
+		if a.Type != c.Type {
+			return a.Type < c.Type
 		}
-		blocks := g.in / int64(typ.BlockWeights)
-		w("| %s | %d x %d | %s | %d | %d | 0 |\n", strings.Join(names, ", "), g.out, g.in, g.typ, blocks, blocks*int64(typ.BlockBytes))
+		if a.Out != c.Out {
+			return a.Out < c.Out
+		}
+		return a.In < c.In
+	})
+	if tt := p.Totals; tt.QuantisedLogicalWeights > 0 {
+		f.AverageBits = math.Round(8*float64(tt.QuantisedBytes)/float64(tt.QuantisedLogicalWeights)*1e4) / 1e4
 	}
-	if len(geoms) == 0 {
-		w("| (none: this checkpoint has no MXFP4 routed experts to quantise) | | | | | |\n")
+	for _, r := range roles {
+		f.Roles = append(f.Roles, *r)
 	}
-	w("\nEach expert tensor is a contiguous row-major sequence of those rows, so a carrier reads whole\n")
-	w("blocks per row with no extra permutation.\n\n")
-	bits := 0.0
-	if tt.QuantisedLogicalWeights > 0 {
-		bits = math.Round(8*float64(tt.QuantisedBytes)/float64(tt.QuantisedLogicalWeights)*1e4) / 1e4
-	}
-	w("Total quantised payload **%s GB** for **%s** routed weights\n", humanGB(tt.QuantisedBytes), commas(tt.QuantisedLogicalWeights))
-	w("(%g bits/weight average). The q2/ shards hold **%s GB** in all (quantised experts plus every\n", bits, humanGB(tt.FileBytes))
-	w("native tensor); the Engram tables (%s GB) stay with the source.\n\n", humanGB(tt.ExternalBytes))
-	w("Quantisation is **not imatrix-based**. No activation calibration was collected and no importance\n")
-	w("matrix was consumed: IQ2_XXS is called with a constant unit importance vector (the unweighted\n")
-	w("reference path) and Q2_K takes ggml's reference path without importance. That is a deliberate\n")
-	w("recipe choice, not a calibrated one.\n\n")
-
-	w("## Contents\n\n| group | tensors | GB |\n|---|---:|---:|\n")
-	roleNames := make([]string, 0, len(roles))
-	for r := range roles {
-		roleNames = append(roleNames, r)
-	}
-	sort.Strings(roleNames)
-	for _, r := range roleNames {
-		w("| %s | %s | %s |\n", r, commas(int64(roles[r].Tensors)), humanGB(roles[r].Bytes))
-	}
+	sort.Slice(f.Roles, func(i, j int) bool { return f.Roles[i].Name < f.Roles[j].Name })
 	dt := make([]string, 0, len(dtypes))
 	for d := range dtypes {
 		dt = append(dt, "`"+d+"`")
 	}
 	sort.Strings(dt)
-	w("\nEvery tensor other than the requantised experts is copied byte-for-byte from the source with its\n")
-	w("original dtype string (%s).\n", strings.Join(dt, ", "))
-	w("Requantised expert tensors keep their original names and are stored as `U8` block bytes; the\n")
-	w("per-tensor ggml type, byte shape and block geometry are recorded in `plan.json` and in each shard\n")
-	w("manifest. The %s MTP expert tensors stay at native\n", commas(int64(mtp)))
-	w("precision.\n\n")
+	f.DTypes = strings.Join(dt, ", ")
 	var ext []string
 	for _, t := range q.External {
 		if t.ScaleOf == nil {
 			ext = append(ext, "`"+strings.TrimSuffix(t.Name, path.Ext(t.Name))+".*`")
 		}
 	}
-	w("The %s Engram tensors (%s,\n%s GB) are **not** copied: they stay native in the source. `manifest.json`\n",
-		commas(int64(tt.ExternalTensors)), listOrNone(ext), humanGB(tt.ExternalBytes))
-	w("records their source shard, byte range and source digest so a loader can attach them from the\n")
-	w("same source revision. The %s MXFP4 scale tensors of the requantised experts (%s GB) are dropped\n",
-		commas(int64(tt.DroppedTensors)), humanGB(tt.DroppedBytes))
-	w("because IQ2_XXS and Q2_K carry their own scales; their source digests are in the shard manifests.\n")
-	if tt.SkippedTensors > 0 {
-		w("%s main-layer routed expert matrices stay native because they cannot be quantised as planned\n", commas(int64(tt.SkippedTensors)))
-		w("(`plan.json` lists each under `skipped` with the reason).\n")
-	}
-
-	w("\n## Layout\n\n| output shard | source shard | tensors | GB |\n|---|---|---:|---:|\n")
-	for _, sh := range p.Shards {
-		w("| `%s` | `%s` | %s | %s |\n", sh.OutputShard, sh.SourceShard, commas(int64(len(sh.Tensors))), humanGB(sh.FileBytes))
-	}
-	w("| **total** | | **%s** | **%s GB** |\n\n", commas(int64(tt.OutputTensors)), humanGB(tt.FileBytes))
-	w("`plan.json` holds the full tensor map (source shard, byte range, role, output shard, output offset,\n")
-	w("output shape and type). Each `quant-*.safetensors` shard has a matching `.manifest.json` with\n")
-	w("per-tensor source and output SHA-256 digests; it is computed when first read, which quantises the\n")
-	w("whole shard (a `--cache-dir` keeps the blocks and the manifest for the next mount).\n\n")
-
-	w("## Verification\n\n```bash\n")
-	w("dsfs verify q2 <source dir> --against <exported q2 dir or cache dir> --sample 0   # every block and digest\n")
-	w("dsfs audit q2 <source dir> --json audit.json                                       # fidelity\n```\n\n")
-	w("`audit.json` reports cosine similarity and relative RMS error of the dequantised blocks against the\n")
-	w("exact MXFP4 decode, per projection, with the Go ports of ggml's dequantisers.\n\n")
-
-	w("## Reproducibility\n\n")
-	env := environment()
-	keys := make([]string, 0, len(env))
-	for k := range env {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		w("- %s: `%s`\n", k, env[k])
-	}
-	w("\nThe quantisers are a Go port of ggml commit d99724f2 (llama.cpp d3cf1f14) built for generic x86-64\n")
-	w("without fused multiply-add; they reproduce ggml's bytes on every reference vector. The seed's pinned\n")
-	w("llama.cpp commit 465e49b9 was not built: its quantisers were compared by reading and should agree.\n")
-	w("The port rounds every float32 operation where ggml's generic build does and never fuses, so its bytes\n")
-	w("should not depend on the CPU, the number of cores or GOARCH; that has been checked on x86-64 only.\n")
-	w("ggml's own SIMD builds (AVX2, AVX-512, NEON) are **not** bit-identical to that reference: they select\n")
-	w("different IQ2_XXS codepoints and can differ in Q2_K rounding, so re-quantising with llama.cpp on\n")
-	w("such a build reproduces the recipe, not these bytes. Compare fidelity through `audit.json` then.\n\n")
-
-	w("## Limits\n\n")
-	w("This is a weights artifact. No runtime for these quantised experts has been run here, so nothing\n")
-	w("has been executed end to end and none of these numbers are behavioural results. The blocks are the\n")
-	w("inputs a fused-kernel carrier needs; executing them requires kernels for IQ2_XXS/Q2_K experts plus\n")
-	w("host-resident Engram lookup. Reading every block of q2/ quantises all %s routed weights once\n", commas(tt.QuantisedLogicalWeights))
-	w("(a `--cache-dir` keeps them for later mounts); `.dsfs/stats.json` shows how far it has got.\n")
-	return []byte(b.String())
+	f.External = listOrNone(ext)
+	return f
 }
 
 // listOrNone joins names for prose, or says there are none.
