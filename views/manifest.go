@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -28,17 +29,16 @@ import (
 // a cache dir, across mounts; the set's stats show the progress);
 // views/VIEW.json says where each tensor of the other views comes from,
 // served beside it or not.
-func buildManifest(s *Set, name string) (*vfile.Node, error) {
+func buildManifest(s *Set, name string) (Built, error) {
 	opt := inventory.Options{TP: s.Opt.TP, NoHash: s.Opt.NoHash}
 	if s.Opt.DiskCache != nil {
 		c, err := inventory.OpenCache(ManifestCacheDir(s.Opt.DiskCache.Dir()))
 		if err != nil {
-			return nil, err
+			return Built{}, err
 		}
 		opt.Cache = c
 	}
 	inv := inventory.New(s.Cat, opt)
-	s.stats[name] = func() any { return inv.Progress().Snapshot() }
 	files := map[string]*vfile.Node{
 		"summary.json": {Doc: vfile.NewHeaderDoc(jsonText(func(context.Context) (any, error) { return inventory.NewOverview(s.Cat), nil }))},
 		"README.md": {Doc: vfile.NewHeaderDoc(func(context.Context) ([]byte, error) {
@@ -52,7 +52,6 @@ func buildManifest(s *Set, name string) (*vfile.Node, error) {
 		files["shards/"+sh.Name+".json"] = n
 	}
 	prov := &provenance{set: s, unserved: make(map[string]*Set)}
-	s.closers = append(s.closers, prov)
 	for _, v := range s.described(name) {
 		files["views/"+v+".json"] = &vfile.Node{Doc: vfile.NewDoc(func(ctx context.Context) ([]byte, error) {
 			d, err := prov.view(ctx, v)
@@ -64,7 +63,8 @@ func buildManifest(s *Set, name string) (*vfile.Node, error) {
 			return append(b, '\n'), err
 		})}
 	}
-	return tree("", files), nil
+	return Built{Root: tree("", files), Stats: func() any { return inv.Progress().Snapshot() },
+		Closers: []io.Closer{prov}}, nil
 }
 
 // ManifestCacheDir is where manifest/ keeps its digests and checks inside
@@ -258,14 +258,15 @@ func (p *provenance) unservedView(name string) (*vfile.Node, error) {
 	opt.Views = []string{name}
 	u := &Set{Cat: p.set.Cat, Opt: opt, files: make(map[string]*sourcefile.File), stats: make(map[string]func() any),
 		shadowed: make(map[string][]string)}
-	root, err := registered()[i].build(u, name)
+	b, err := registered()[i].build(u, name)
+	u.keep(name, b)
 	if err != nil {
 		u.Close()
 		return nil, fmt.Errorf("view %s: %w", name, err)
 	}
-	u.Root = root
+	u.Root = b.Root
 	p.unserved[name] = u
-	return root, nil
+	return b.Root, nil
 }
 
 // Close closes the source files of the unserved views built.

@@ -10,12 +10,11 @@ import (
 // buildQ2 is the q2/ view: one quant-*.safetensors per source shard, its
 // manifest, the index, plan.json, manifest.json and README.md. The engine
 // (package q2) plans and computes; this lays its files out.
-func buildQ2(s *Set, _ string) (*vfile.Node, error) {
+func buildQ2(s *Set, _ string) (Built, error) {
 	q, err := q2.New(s.Cat, q2Options(s.Opt))
 	if err != nil {
-		return nil, err
+		return Built{}, err
 	}
-	s.stats["q2"] = func() any { return q.Stats() }
 	files := make(map[string]*vfile.Node)
 	weightMap := make(map[string]string)
 	var total int64
@@ -37,7 +36,7 @@ func buildQ2(s *Set, _ string) (*vfile.Node, error) {
 	files["plan.json"] = &vfile.Node{Doc: vfile.NewHeaderDoc(jsonText(func(context.Context) (any, error) { return q.PlanDoc(), nil }))}
 	files["manifest.json"] = jsonDoc(func(ctx context.Context) (any, error) { return q.Manifest(ctx) })
 	files["README.md"] = &vfile.Node{Doc: vfile.NewHeaderDoc(func(context.Context) ([]byte, error) { return q.README(), nil })}
-	return tree("", files), nil
+	return Built{Root: tree("", files), Stats: func() any { return q.Stats() }}, nil
 }
 
 // q2Options are the options of the set that the q2 engine takes.

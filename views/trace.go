@@ -23,33 +23,34 @@ const traceWorkingMemory = 512 << 20
 // on the prompts (DESIGN.md, trace/). A checkpoint it cannot run gets
 // ERROR.txt saying why instead; a bad --trace-prompts file or --device
 // fails the mount, since the user asked for them.
-func buildTrace(s *Set, _ string) (*vfile.Node, error) {
+func buildTrace(s *Set, _ string) (Built, error) {
+	var out Built
 	var prompts []trace.Prompt
 	user := s.Opt.TracePrompts != ""
 	if user {
 		var err error
 		if prompts, err = trace.LoadPrompts(s.Opt.TracePrompts); err != nil {
-			return nil, fmt.Errorf("--trace-prompts: %w", err)
+			return out, fmt.Errorf("--trace-prompts: %w", err)
 		}
 	}
 	if err := trace.CheckDevice(s.Opt.Device); err != nil {
-		return nil, fmt.Errorf("--device: %w", err)
+		return out, fmt.Errorf("--device: %w", err)
 	}
 	if _, err := tracePrecision(s.Opt.TracePrecision); err != nil {
-		return nil, err
+		return out, err
 	}
 	if v4.IsV4(s.Cat.ConfigBytes) {
 		return buildTraceV4(s, prompts, user)
 	}
 	if what, missing := v4.Missing(s.Cat.ConfigBytes); missing != nil {
-		return s.traceError("cannot run "+what, "cannot run "+what+"; the engine lacks:", missing...), nil
+		return traceError("cannot run "+what, "cannot run "+what+"; the engine lacks:", missing...), nil
 	}
 	m, err := model.Open(s.Cat)
 	if ue := (*model.UnsupportedError)(nil); errors.As(err, &ue) {
-		return s.traceError("cannot run "+ue.What, "cannot run "+ue.What+"; the engine lacks:", ue.Missing...), nil
+		return traceError("cannot run "+ue.What, "cannot run "+ue.What+"; the engine lacks:", ue.Missing...), nil
 	}
 	if err != nil {
-		return s.traceError("cannot read the model", err.Error()), nil
+		return traceError("cannot read the model", err.Error()), nil
 	}
 	var problems []string
 	tok, err := trace.LoadTokenizer(s.Cat)
@@ -61,27 +62,27 @@ func buildTrace(s *Set, _ string) (*vfile.Node, error) {
 	}
 	if err := trace.Encode(prompts, tok, m.Config.Vocab); err != nil {
 		if user {
-			return nil, fmt.Errorf("--trace-prompts %s: %w", s.Opt.TracePrompts, err)
+			return out, fmt.Errorf("--trace-prompts %s: %w", s.Opt.TracePrompts, err)
 		}
-		return s.traceError("cannot run the default prompts", fmt.Sprintf("the default prompts cannot run: %v", err), problems...), nil
+		return traceError("cannot run the default prompts", fmt.Sprintf("the default prompts cannot run: %v", err), problems...), nil
 	}
 	// The backend starts only for a model it can run: CUDA compiles its
 	// kernels and takes device memory.
 	backend, note, err := trace.NewBackend(s.Opt.Device)
 	if err != nil {
-		return nil, fmt.Errorf("--device: %w", err)
+		return out, fmt.Errorf("--device: %w", err)
 	}
 	if note != "" {
-		s.warnings = append(s.warnings, note)
+		out.Warnings = append(out.Warnings, note)
 	}
 	if c, ok := backend.(io.Closer); ok {
-		s.closers = append(s.closers, c)
+		out.Closers = append(out.Closers, c)
 	}
 	// Up to three decoded float32 matrices in flight, plus the kept hidden
 	// states: a V3 layer's largest matrix is ~150 MB decoded.
-	s.working += traceWorkingMemory
+	out.Working += traceWorkingMemory
 	tr := trace.New(m, backend, prompts, tok, slog.Default())
-	s.stats["trace"] = func() any {
+	out.Stats = func() any {
 		return map[string]any{"layer_forwards": tr.Forwards(), "backend": backend.Name()}
 	}
 	for l := range m.Checked() {
@@ -95,7 +96,7 @@ func buildTrace(s *Set, _ string) (*vfile.Node, error) {
 
 	pj, err := tr.PromptsJSON()
 	if err != nil {
-		return nil, err
+		return out, err
 	}
 	files := map[string]*vfile.Node{
 		"prompts.json": {File: vfile.NewFile(vfile.Bytes(pj))}, // known at mount, like the tensor shapes
@@ -107,15 +108,16 @@ func buildTrace(s *Set, _ string) (*vfile.Node, error) {
 		files[name+".json"] = &vfile.Node{Doc: vfile.NewDoc(func(ctx context.Context) ([]byte, error) { return tr.LayerJSON(ctx, l) })}
 		f, err := traceLayerFile(tr, l, "trace/"+name+".safetensors")
 		if err != nil {
-			return nil, err
+			return out, err
 		}
 		files[name+".safetensors"] = &vfile.Node{File: f}
 	}
 	if len(problems) > 0 {
 		files["ERROR.txt"] = errorText(problems)
-		s.warnings = append(s.warnings, traceWarning(fmt.Sprintf("serves part of the model (%d problems)", len(problems))))
+		out.Warnings = append(out.Warnings, traceWarning(fmt.Sprintf("serves part of the model (%d problems)", len(problems))))
 	}
-	return tree("", files), nil
+	out.Root = tree("", files)
+	return out, nil
 }
 
 // traceLayerFile lays out layer l's activations as a safetensors file
@@ -133,14 +135,14 @@ func traceLayerFile(tr *trace.Tracer, l int, id string) (*vfile.File, error) {
 
 // traceError is a trace/ that holds only ERROR.txt: the reason, then
 // its details one per line. The log gets the summary alone.
-func (s *Set) traceError(summary, reason string, details ...string) *vfile.Node {
-	s.warnings = append(s.warnings, traceWarning(summary))
+func traceError(summary, reason string, details ...string) Built {
 	var b strings.Builder
 	b.WriteString("trace/: " + reason + "\n")
 	for _, d := range details {
 		b.WriteString("- " + d + "\n")
 	}
-	return tree("", map[string]*vfile.Node{"ERROR.txt": {File: vfile.NewFile(vfile.Bytes(b.String()))}})
+	return Built{Root: tree("", map[string]*vfile.Node{"ERROR.txt": {File: vfile.NewFile(vfile.Bytes(b.String()))}}),
+		Warnings: []string{traceWarning(summary)}}
 }
 
 // traceWarning is the one log line of a mount whose trace/ has an

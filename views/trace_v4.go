@@ -16,24 +16,25 @@ import (
 // for V2/V3 (the layers' records and activations with V4's tensors), plus
 // logits.safetensors. Layers run on the host V4 engine at the precision
 // --trace-precision names (a8, the default, or fp32).
-func buildTraceV4(s *Set, prompts []trace.Prompt, user bool) (*vfile.Node, error) {
+func buildTraceV4(s *Set, prompts []trace.Prompt, user bool) (Built, error) {
+	var out Built
 	prec, err := tracePrecision(s.Opt.TracePrecision)
 	if err != nil {
-		return nil, err
+		return out, err
 	}
 	var inference []byte
 	for _, f := range s.Cat.Files {
 		if f.Name == "inference/config.json" {
 			b, err := os.ReadFile(f.Path)
 			if err != nil {
-				return s.traceError("cannot read inference/config.json", fmt.Sprintf("inference/config.json: %v", err)), nil
+				return traceError("cannot read inference/config.json", fmt.Sprintf("inference/config.json: %v", err)), nil
 			}
 			inference = b
 		}
 	}
 	m, err := v4.Open(s.Cat, inference)
 	if err != nil {
-		return s.traceError("cannot read the model", err.Error()), nil
+		return traceError("cannot read the model", err.Error()), nil
 	}
 	var problems []string
 	tok, err := trace.LoadTokenizer(s.Cat)
@@ -45,16 +46,16 @@ func buildTraceV4(s *Set, prompts []trace.Prompt, user bool) (*vfile.Node, error
 	}
 	if err := trace.Encode(prompts, tok, m.Config.Vocab); err != nil {
 		if user {
-			return nil, fmt.Errorf("--trace-prompts %s: %w", s.Opt.TracePrompts, err)
+			return out, fmt.Errorf("--trace-prompts %s: %w", s.Opt.TracePrompts, err)
 		}
-		return s.traceError("cannot run the default prompts", fmt.Sprintf("the default prompts cannot run: %v", err), problems...), nil
+		return traceError("cannot run the default prompts", fmt.Sprintf("the default prompts cannot run: %v", err), problems...), nil
 	}
 	if s.Opt.Device == "cuda" {
-		s.warnings = append(s.warnings, "trace: DeepSeek-V4 layers run on the CPU; the CUDA backend has no V4 kernels yet")
+		out.Warnings = append(out.Warnings, "trace: DeepSeek-V4 layers run on the CPU; the CUDA backend has no V4 kernels yet")
 	}
-	s.working += traceWorkingMemory
+	out.Working += traceWorkingMemory
 	tr := trace.NewV4(m, prec, prompts, tok, slog.Default())
-	s.stats["trace"] = func() any {
+	out.Stats = func() any {
 		return map[string]any{"layer_forwards": tr.Forwards(), "backend": "cpu", "precision": string(prec)}
 	}
 	for l := range m.Config.Layers {
@@ -70,7 +71,7 @@ func buildTraceV4(s *Set, prompts []trace.Prompt, user bool) (*vfile.Node, error
 	}
 	pj, err := tr.PromptsJSON()
 	if err != nil {
-		return nil, err
+		return out, err
 	}
 	files := map[string]*vfile.Node{
 		"prompts.json": {File: vfile.NewFile(vfile.Bytes(pj))},
@@ -82,24 +83,25 @@ func buildTraceV4(s *Set, prompts []trace.Prompt, user bool) (*vfile.Node, error
 		files[name+".json"] = &vfile.Node{Doc: vfile.NewDoc(func(ctx context.Context) ([]byte, error) { return tr.LayerJSON(ctx, l) })}
 		f, err := traceV4File(tr, l, tr.Activations(l), "trace/"+name+".safetensors")
 		if err != nil {
-			return nil, err
+			return out, err
 		}
 		files[name+".safetensors"] = &vfile.Node{File: f}
 	}
 	if tr.Layers() == m.Config.Layers && len(m.HeadProblems()) == 0 {
 		f, err := traceV4File(tr, -1, tr.LogitActivations(), "trace/logits.safetensors")
 		if err != nil {
-			return nil, err
+			return out, err
 		}
 		files["logits.safetensors"] = &vfile.Node{File: f}
 	}
 	if len(problems) > 0 {
 		files["ERROR.txt"] = errorText(problems)
 		for _, p := range problems {
-			s.warnings = append(s.warnings, "trace: "+p)
+			out.Warnings = append(out.Warnings, "trace: "+p)
 		}
 	}
-	return tree("", files), nil
+	out.Root = tree("", files)
+	return out, nil
 }
 
 // tracePrecision reads --trace-precision.

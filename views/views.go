@@ -28,7 +28,40 @@ type View struct {
 	Name string
 	// About is one line for --help and the README.
 	About string
-	build func(s *Set, name string) (*vfile.Node, error)
+	build builder
+}
+
+// A builder makes one view from the set's catalog and options (s.Cat,
+// s.Opt; s also shares the opened source files among the views). It
+// returns all it makes; on error, what it started so far, in Closers.
+type builder func(s *Set, name string) (Built, error)
+
+// Built is what a view builder makes; the set keeps it.
+type Built struct {
+	// Root is the view's directory; Build names it after the view.
+	Root *vfile.Node
+	// Stats returns the view's live counters for .dsfs/stats.json, or is
+	// nil for a view that keeps none.
+	Stats func() any
+	// Warnings are what the view cannot serve, one line each, for the
+	// log once mounted.
+	Warnings []string
+	// Closers are what the view started (a compute backend, the views
+	// manifest/ builds to describe them); the set closes them.
+	Closers []io.Closer
+	// Working is the memory the view may hold outside the block cache
+	// while it computes, for the caller's memory limit.
+	Working int64
+}
+
+// keep takes over what the builder of view name made.
+func (s *Set) keep(name string, b Built) {
+	if b.Stats != nil {
+		s.stats[name] = b.Stats
+	}
+	s.warnings = append(s.warnings, b.Warnings...)
+	s.closers = append(s.closers, b.Closers...)
+	s.working += b.Working
 }
 
 // registry lists every view; a new view is one file plus one line here.
@@ -121,13 +154,14 @@ func Build(cat *checkpoint.Catalog, opt Options) (*Set, error) {
 		if len(names) > 0 && !slices.Contains(names, v.Name) {
 			continue
 		}
-		n, err := v.build(s, v.Name)
+		b, err := v.build(s, v.Name)
+		s.keep(v.Name, b)
 		if err != nil {
 			s.Close()
 			return nil, fmt.Errorf("view %s: %w", v.Name, err)
 		}
-		n.Name = v.Name
-		dirs = append(dirs, n)
+		b.Root.Name = v.Name
+		dirs = append(dirs, b.Root)
 	}
 	s.Root = vfile.Dir("", dirs...)
 	s.setAttrs()
@@ -235,7 +269,7 @@ func tree(name string, files map[string]*vfile.Node) *vfile.Node {
 	return root
 }
 
-func buildSource(s *Set, _ string) (*vfile.Node, error) {
+func buildSource(s *Set, _ string) (Built, error) {
 	files := make(map[string]*vfile.Node)
 	for _, sh := range s.Cat.Shards {
 		files[sh.Name] = sourceNode(sh.Name, sh.File())
@@ -243,7 +277,7 @@ func buildSource(s *Set, _ string) (*vfile.Node, error) {
 	for _, f := range s.Cat.Files {
 		n, err := s.sourceFile(f.Name, f.Path)
 		if err != nil {
-			return nil, err
+			return Built{}, err
 		}
 		files[f.Name] = n
 	}
@@ -254,11 +288,11 @@ func buildSource(s *Set, _ string) (*vfile.Node, error) {
 		}
 		n, err := s.sourceFile(b.Name, b.Path)
 		if err != nil {
-			return nil, err
+			return Built{}, err
 		}
 		files[b.Name] = n
 	}
-	return tree("source", files), nil
+	return Built{Root: tree("source", files)}, nil
 }
 
 // badShard keeps a bad source shard visible in a derived view: the index
@@ -293,17 +327,18 @@ type Rewriter interface {
 // safetensorsView returns a view builder that rewrites the checkpoint's
 // tensors with the given rewriters, shard by shard, and passes every other
 // file through (config.json patched, the index rewritten).
-func safetensorsView(makers ...func(s *Set) (Rewriter, error)) func(s *Set, name string) (*vfile.Node, error) {
-	return func(s *Set, name string) (*vfile.Node, error) {
+func safetensorsView(makers ...func(s *Set) (Rewriter, error)) builder {
+	return func(s *Set, name string) (Built, error) {
 		var rws []Rewriter
 		for _, m := range makers {
 			rw, err := m(s)
 			if err != nil {
-				return nil, err
+				return Built{}, err
 			}
 			rws = append(rws, rw)
 		}
-		return s.rewrite(name, rws)
+		root, err := s.rewrite(name, rws)
+		return Built{Root: root}, err
 	}
 }
 
