@@ -17,7 +17,6 @@ import (
 	"github.com/dsfs/dsfs/codecs"
 	"github.com/dsfs/dsfs/inventory"
 	"github.com/dsfs/dsfs/safetensors"
-	"github.com/dsfs/dsfs/sourcefile"
 	"github.com/dsfs/dsfs/vfile"
 	"golang.org/x/sync/errgroup"
 )
@@ -88,12 +87,6 @@ func manifestDoc(inv *inventory.Inventory, headersOnly bool, shards ...string) *
 	return &vfile.Node{Doc: vfile.NewDoc(gen)}
 }
 
-// registered returns the registered views. It is set by init because the
-// registry itself refers to buildManifest, which needs the list.
-var registered func() []View
-
-func init() { registered = All }
-
 // described lists the views manifest/views/ describes, in registry order:
 // every view that serves a checkpoint (nvfp4/, engram-fp4/,
 // nvfp4+engram-fp4/, q2/), served beside manifest/ or not, so that `dsfs
@@ -101,7 +94,7 @@ func init() { registered = All }
 // it starts its compute backend). source/ needs no description.
 func (s *Set) described(self string) []string {
 	var out []string
-	for _, v := range registered() {
+	for _, v := range s.registry {
 		switch {
 		case v.Name == self || v.Name == "source":
 		case v.Name == "trace" && len(s.Opt.Views) > 0 && !slices.Contains(s.Opt.Views, v.Name):
@@ -250,15 +243,14 @@ func (p *provenance) unservedView(name string) (*vfile.Node, error) {
 	if u, ok := p.unserved[name]; ok {
 		return u.Root, nil
 	}
-	i := slices.IndexFunc(registered(), func(v View) bool { return v.Name == name })
+	i := slices.IndexFunc(p.set.registry, func(v View) bool { return v.Name == name })
 	if i < 0 {
 		return nil, fmt.Errorf("no view %s", name)
 	}
 	opt := p.set.Opt
 	opt.Views = []string{name}
-	u := &Set{Cat: p.set.Cat, Opt: opt, files: make(map[string]*sourcefile.File), stats: make(map[string]func() any),
-		shadowed: make(map[string][]string)}
-	b, err := registered()[i].build(u, name)
+	u := newSet(p.set.Cat, opt, p.set.registry)
+	b, err := p.set.registry[i].build(u, name)
 	u.keep(name, b)
 	if err != nil {
 		u.Close()

@@ -119,11 +119,15 @@ type Options struct {
 
 // Set is the views of one catalog. It owns the source files it opened.
 type Set struct {
-	Cat   *checkpoint.Catalog
-	Root  *vfile.Node
-	Opt   Options
-	files map[string]*sourcefile.File
-	stats map[string]func() any // live counters of views that keep any
+	Cat  *checkpoint.Catalog
+	Root *vfile.Node
+	Opt  Options
+	// registry is the views the set may build, in order; manifest/
+	// describes the others from it. A field, not the package variable,
+	// since the registry holds manifest/'s builder.
+	registry []View
+	files    map[string]*sourcefile.File
+	stats    map[string]func() any // live counters of views that keep any
 	// warnings are what views could not serve, for the log once mounted.
 	warnings []string
 	// shadowed lists, by source file name, the views whose own generated
@@ -135,6 +139,12 @@ type Set struct {
 	working int64
 }
 
+// newSet is an empty set of the views of registry.
+func newSet(cat *checkpoint.Catalog, opt Options, registry []View) *Set {
+	return &Set{Cat: cat, Opt: opt, registry: registry, files: make(map[string]*sourcefile.File),
+		stats: make(map[string]func() any), shadowed: make(map[string][]string)}
+}
+
 // WorkingMemory is what the views may hold outside the block cache while
 // they compute, for the caller's memory limit.
 func (s *Set) WorkingMemory() int64 { return s.working }
@@ -142,15 +152,14 @@ func (s *Set) WorkingMemory() int64 { return s.working }
 // Build builds the views of cat chosen by opt under one root directory.
 func Build(cat *checkpoint.Catalog, opt Options) (*Set, error) {
 	names := opt.Views
-	s := &Set{Cat: cat, Opt: opt, files: make(map[string]*sourcefile.File), stats: make(map[string]func() any),
-		shadowed: make(map[string][]string)}
+	s := newSet(cat, opt, registry)
 	for _, n := range names {
 		if !slices.Contains(Names(), n) {
 			return nil, fmt.Errorf("unknown view %q (have %s)", n, strings.Join(Names(), ", "))
 		}
 	}
 	var dirs []*vfile.Node
-	for _, v := range registry {
+	for _, v := range s.registry {
 		if len(names) > 0 && !slices.Contains(names, v.Name) {
 			continue
 		}
