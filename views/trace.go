@@ -68,7 +68,7 @@ func buildTrace(s *Set, _ string) (Built, error) {
 	}
 	// The backend starts only for a model it can run: CUDA compiles its
 	// kernels and takes device memory.
-	backend, note, err := trace.NewBackend(s.Opt.Device)
+	backend, note, err := s.Opt.traceBackend()
 	if err != nil {
 		return out, fmt.Errorf("--device: %w", err)
 	}
@@ -118,6 +118,18 @@ func buildTrace(s *Set, _ string) (Built, error) {
 	}
 	out.Root = tree("", files)
 	return out, nil
+}
+
+// traceBackend starts the backend of Opt.Device through Opt.Backend, or
+// the CPU when there is none.
+func (o Options) traceBackend() (model.Backend, string, error) {
+	if o.Backend != nil {
+		return o.Backend(o.Device)
+	}
+	if o.Device == "cuda" {
+		return nil, "", errors.New("cuda: no CUDA backend given")
+	}
+	return model.NewCPU(), "", nil
 }
 
 // traceLayerFile lays out layer l's activations as a safetensors file

@@ -20,6 +20,7 @@ import (
 	"github.com/dsfs/dsfs/diskcache"
 	"github.com/dsfs/dsfs/sourcefile"
 	"github.com/dsfs/dsfs/tensorfile"
+	"github.com/dsfs/dsfs/trace/model"
 	"github.com/dsfs/dsfs/vfile"
 )
 
@@ -106,6 +107,10 @@ type Options struct {
 	TracePrompts string
 	// Device is where trace/ runs layers: auto (the default), cpu or cuda.
 	Device string
+	// Backend starts the backend trace/ runs layers on for Device (the
+	// CLI's, which knows CUDA); note is a line for the log. Nil runs
+	// every device but cuda on the CPU.
+	Backend func(device string) (b model.Backend, note string, err error)
 	// TracePrecision is how trace/ runs DeepSeek-V4 layers: a8 (empty:
 	// the default, FP8 activations as DeepSeek's reference) or fp32.
 	TracePrecision string

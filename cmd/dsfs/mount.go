@@ -38,6 +38,7 @@ func openSource(dir string, opt views.Options) (*source, error) {
 	}
 	problems := newProblemReport(cat.Problems)
 	problems.log()
+	opt.Backend = traceBackend
 	set, err := views.Build(cat, opt)
 	if err != nil {
 		cat.Close()
