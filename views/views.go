@@ -29,7 +29,18 @@ type View struct {
 	Name string
 	// About is one line for --help and the README.
 	About string
-	build builder
+	// Options are the view's own settings, declared once: the CLI offers
+	// each as a flag of every command that builds views (mount, export),
+	// and the builder reads it with Set.Option.
+	Options []Option
+	build   builder
+}
+
+// Option is a setting a view declares.
+type Option struct {
+	Name    string // the flag's name, unique among all views' options
+	Usage   string
+	Default string
 }
 
 // A builder makes one view from the set's catalog and options (s.Cat,
@@ -67,13 +78,13 @@ func (s *Set) keep(name string, b Built) {
 
 // registry lists every view; a new view is one file plus one line here.
 var registry = []View{
-	{"source", "the checkpoint as it is, served unchanged", buildSource},
-	{"nvfp4", "routed and MTP experts MXFP4 -> NVFP4 (lossless), everything else as is", safetensorsView(nvfp4Rewriter)},
-	{"engram-fp4", "Engram tables FP8 -> FP4 with block-32 E8M0 scales, everything else as is", safetensorsView(engramRewriter)},
-	{"nvfp4+engram-fp4", "both transcodes at once (the seed script's default output)", safetensorsView(nvfp4Rewriter, engramRewriter)},
-	{"trace", "DeepSeek MLA + MoE decoder-layer forwards on prompts, run when read: activations, routes, statistics", buildTrace},
-	{"q2", "routed experts -> ggml IQ2_XXS (w1, w3) and Q2_K (w2), with plan, manifests and README", buildQ2},
-	{"manifest", "the inventory of every tensor: formats, bytes, sha256, value checks, where each view's tensors come from", buildManifest},
+	{Name: "source", About: "the checkpoint as it is, served unchanged", build: buildSource},
+	{Name: "nvfp4", About: "routed and MTP experts MXFP4 -> NVFP4 (lossless), everything else as is", build: safetensorsView(nvfp4Rewriter)},
+	{Name: "engram-fp4", About: "Engram tables FP8 -> FP4 with block-32 E8M0 scales, everything else as is", build: safetensorsView(engramRewriter)},
+	{Name: "nvfp4+engram-fp4", About: "both transcodes at once (the seed script's default output)", build: safetensorsView(nvfp4Rewriter, engramRewriter)},
+	{Name: "trace", About: "DeepSeek MLA + MoE decoder-layer forwards on prompts, run when read: activations, routes, statistics", build: buildTrace},
+	{Name: "q2", About: "routed experts -> ggml IQ2_XXS (w1, w3) and Q2_K (w2), with plan, manifests and README", build: buildQ2},
+	{Name: "manifest", About: "the inventory of every tensor: formats, bytes, sha256, value checks, where each view's tensors come from", build: buildManifest},
 }
 
 // Names lists the registered views in order.
@@ -120,6 +131,9 @@ type Options struct {
 	// NoHash makes manifest/ read headers only: no digests, no value
 	// checks.
 	NoHash bool
+	// Values are the views' declared options (View.Options) by name; an
+	// option not given takes its default.
+	Values map[string]string
 }
 
 // Set is the views of one catalog. It owns the source files it opened.
@@ -150,17 +164,45 @@ func newSet(cat *checkpoint.Catalog, opt Options, registry []View) *Set {
 		stats: make(map[string]func() any), shadowed: make(map[string][]string)}
 }
 
+// Option returns the value of option name that view declares: the one
+// given in Opt.Values, else its default.
+func (s *Set) Option(view, name string) string {
+	if v, ok := s.Opt.Values[name]; ok {
+		return v
+	}
+	for _, v := range s.registry {
+		if v.Name != view {
+			continue
+		}
+		for _, o := range v.Options {
+			if o.Name == name {
+				return o.Default
+			}
+		}
+	}
+	panic(fmt.Sprintf("views: view %s reads option %s, which it does not declare", view, name))
+}
+
 // WorkingMemory is what the views may hold outside the block cache while
 // they compute, for the caller's memory limit.
 func (s *Set) WorkingMemory() int64 { return s.working }
 
 // Build builds the views of cat chosen by opt under one root directory.
 func Build(cat *checkpoint.Catalog, opt Options) (*Set, error) {
+	return build(cat, opt, registry)
+}
+
+// build builds the views of registry chosen by opt.
+func build(cat *checkpoint.Catalog, opt Options, registry []View) (*Set, error) {
 	names := opt.Views
 	s := newSet(cat, opt, registry)
+	have := make([]string, len(registry))
+	for i, v := range registry {
+		have[i] = v.Name
+	}
 	for _, n := range names {
-		if !slices.Contains(Names(), n) {
-			return nil, fmt.Errorf("unknown view %q (have %s)", n, strings.Join(Names(), ", "))
+		if !slices.Contains(have, n) {
+			return nil, fmt.Errorf("unknown view %q (have %s)", n, strings.Join(have, ", "))
 		}
 	}
 	var dirs []*vfile.Node

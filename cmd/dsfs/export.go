@@ -31,6 +31,7 @@ func runExport(args []string) error {
 	cacheMB := fs.Int("cache-mb", 256, "memory budget of the block cache, MiB")
 	qf := addQ2Flags(fs)
 	tf := addTraceFlags(fs)
+	vf := addViewFlags(fs)
 	pos, err := parse(fs, args, 3, 3)
 	if err != nil {
 		return err
@@ -47,6 +48,7 @@ func runExport(args []string) error {
 		return err
 	}
 	tf.apply(&opt)
+	vf.apply(&opt)
 	cache := blockcache.New(int64(*cacheMB)<<20, runtime.NumCPU())
 	opt.Cache = cache
 	src, err := openSource(srcDir, opt)

@@ -67,6 +67,7 @@ func runMount(args []string) error {
 	debugFuse := fs.Bool("debug", false, "log every FUSE request")
 	qf := addQ2Flags(fs)
 	tf := addTraceFlags(fs)
+	vf := addViewFlags(fs)
 	tp := fs.Int("tp", inventory.DefaultTP, "tensor-parallel degree whose cuts manifest/ reports (1: none)")
 	noHash := fs.Bool("no-hash", false, "manifest/ reads headers only: no sha256, no value checks")
 	pos, err := parse(fs, args, 2, 2)
@@ -78,6 +79,7 @@ func runMount(args []string) error {
 		return err
 	}
 	tf.apply(&opt)
+	vf.apply(&opt)
 	opt.TP, opt.NoHash = *tp, *noHash
 	if _, err := vfs.CheckMountPoint(pos[1]); err != nil {
 		return err
