@@ -20,6 +20,7 @@ import (
 	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/codecs"
 	"github.com/dsfs/dsfs/diskcache"
+	"github.com/dsfs/dsfs/vfile"
 )
 
 // The documents of q2/ follow the seed's field names (FORMATS.md "q2/").
@@ -345,7 +346,7 @@ func (q *Plan) shardManifest(ctx context.Context, sh *Shard) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", sh.Name, err)
 	}
-	b := mustJSON(m)
+	b := vfile.MustJSON(m)
 	if q.disk != nil {
 		q.disk.Put(key, b) // a failed write costs a recomputation next time, no more
 	}

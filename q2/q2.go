@@ -9,7 +9,6 @@
 package q2
 
 import (
-	"encoding/json"
 	"runtime"
 
 	"github.com/dsfs/dsfs/diskcache"
@@ -28,16 +27,6 @@ type Options struct {
 	// Revision names the source revision in the documents; empty to take
 	// it from a Hugging Face cache path.
 	Revision string
-}
-
-// mustJSON encodes a value built from maps, slices and strings, which
-// cannot fail.
-func mustJSON(v any) []byte {
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		panic(err)
-	}
-	return append(b, '\n')
 }
 
 // workers is how many goroutines a whole-checkpoint pass uses.

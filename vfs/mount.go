@@ -3,7 +3,6 @@ package vfs
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -155,8 +154,7 @@ func (m *Mount) statusDir(dir vfile.Attr) *vfile.Node {
 				doc[k] = v
 			}
 		}
-		b, err := json.MarshalIndent(doc, "", "  ")
-		return append(b, '\n'), err
+		return vfile.JSON(doc)
 	})
 	file := dir
 	file.Perm &^= 0o111

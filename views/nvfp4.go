@@ -258,7 +258,7 @@ func (n *nvfp4) hfQuantConfig() []byte {
 		exclude = append(exclude, m)
 	}
 	sort.Strings(exclude)
-	return mustJSON(map[string]any{
+	return vfile.MustJSON(map[string]any{
 		"producer": map[string]any{"name": "dsfs", "version": codecs.Version},
 		"quantization": map[string]any{
 			"quant_algo":          "W4A16_NVFP4",

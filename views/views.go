@@ -511,8 +511,7 @@ func jsonText(gen func(ctx context.Context) (any, error)) func(ctx context.Conte
 		if err != nil {
 			return nil, err
 		}
-		b, err := json.MarshalIndent(v, "", "  ")
-		return append(b, '\n'), err
+		return vfile.JSON(v)
 	}
 }
 

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -13,6 +12,7 @@ import (
 	"github.com/dsfs/dsfs/diskcache"
 	"github.com/dsfs/dsfs/q2"
 	"github.com/dsfs/dsfs/q2check"
+	"github.com/dsfs/dsfs/vfile"
 	"github.com/dsfs/dsfs/views"
 )
 
@@ -152,9 +152,9 @@ func runAudit(args []string) error {
 }
 
 func writeJSON(path string, v any) error {
-	b, err := json.MarshalIndent(v, "", "  ")
+	b, err := vfile.JSON(v)
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(path, append(b, '\n'), 0o644)
+	return os.WriteFile(path, b, 0o644)
 }
