@@ -75,6 +75,14 @@ const (
 // few rows, so a block of about a thousand rows spreads over every core.
 const chunkWeights = 64 << 10
 
+// fanOut is how many goroutines quantise one block, and the one bound on
+// q2/'s nested parallelism: the block cache runs at most 4 x NumCPU block
+// computations at once (blockcache.New), and each fans out to fanOut()
+// workers over chunks of chunkWeights weights. CPU use stays at GOMAXPROCS
+// whatever the product, since the workers only compute; scratch memory is
+// at most 4 x NumCPU x (one block + fanOut() x chunkWeights float32s).
+func fanOut() int { return runtime.GOMAXPROCS(0) }
+
 // Plan is the q2/ view of a catalog: what becomes of every source
 // tensor, where it lands, and how its blocks are computed. It is built from
 // the headers alone.
@@ -188,7 +196,7 @@ func (t *Tensor) Quantise(ctx context.Context, weight, scale, dst []byte) error 
 	chunks := (rows + per - 1) / per
 	var next atomic.Int64
 	eg, ctx := errgroup.WithContext(ctx)
-	for range min(int64(runtime.GOMAXPROCS(0)), chunks) {
+	for range min(int64(fanOut()), chunks) {
 		eg.Go(func() error {
 			x := make([]float32, per*in)
 			for {
