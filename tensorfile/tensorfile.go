@@ -60,16 +60,16 @@ func Layout(view string, outs []Out) (*vfile.File, *safetensors.Layout, error) {
 	return f, l, nil
 }
 
-// BlockTarget is the size a derived block aims for: large enough that the
+// blockTarget is the size a derived block aims for: large enough that the
 // per-block overhead vanishes, small enough to cache well.
-const BlockTarget = 1 << 20
+const blockTarget = 1 << 20
 
 // RowBlocks returns derived data of rows rows of rowBytes bytes each, cut
-// into blocks of whole rows of about BlockTarget bytes; compute fills rows
+// into blocks of whole rows of about blockTarget bytes; compute fills rows
 // [lo, hi). id is the block-cache ID: it names the transform and the
 // tensor, so views sharing a transform share blocks.
 func RowBlocks(id string, rows, rowBytes int64, compute func(ctx context.Context, lo, hi int64, dst []byte) error) *vfile.Blocks {
-	per := max(1, BlockTarget/rowBytes)
+	per := max(1, blockTarget/rowBytes)
 	return &vfile.Blocks{ID: id, N: rows * rowBytes, BlockLen: per * rowBytes,
 		Compute: func(ctx context.Context, i int64, dst []byte) error {
 			lo := i * per

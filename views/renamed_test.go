@@ -21,7 +21,7 @@ var renamed = View{Name: "renamed", About: "every tensor under a prefix", build:
 	Options: []Option{{Name: "renamed-prefix", Usage: "what to put before each tensor name", Default: "renamed."}}}
 
 func buildRenamed(s *Set, name string) (Built, error) {
-	prefix := s.Option(name, "renamed-prefix")
+	prefix := s.option(name, "renamed-prefix")
 	var count atomic.Int64
 	files := make(map[string]*vfile.Node)
 	for _, sh := range s.Cat.Shards {

@@ -31,7 +31,7 @@ type View struct {
 	About string
 	// Options are the view's own settings, declared once: the CLI offers
 	// each as a flag of every command that builds views (mount, export),
-	// and the builder reads it with Set.Option.
+	// and the builder reads it with Set.option.
 	Options []Option
 	build   builder
 }
@@ -164,9 +164,9 @@ func newSet(cat *checkpoint.Catalog, opt Options, registry []View) *Set {
 		stats: make(map[string]func() any), shadowed: make(map[string][]string)}
 }
 
-// Option returns the value of option name that view declares: the one
+// option returns the value of option name that view declares: the one
 // given in Opt.Values, else its default.
-func (s *Set) Option(view, name string) string {
+func (s *Set) option(view, name string) string {
 	if v, ok := s.Opt.Values[name]; ok {
 		return v
 	}
