@@ -249,7 +249,7 @@ func (p *provenance) unservedView(name string) (*vfile.Node, error) {
 	}
 	opt := p.set.Opt
 	opt.Views = []string{name}
-	u := newSet(p.set.Cat, opt, p.set.registry)
+	u := newSet(p.set.Cat, opt, p.set.registry, p.set.nvGroups)
 	b, err := p.set.registry[i].build(u, name)
 	u.keep(name, b)
 	if err != nil {

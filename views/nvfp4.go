@@ -18,7 +18,13 @@ import (
 type nvfp4 struct {
 	set     *Set
 	experts []*checkpoint.Tensor // the weights it transcodes, by name
+}
 
+// nvGroups memoises the global-exponent groups of a catalog's experts for
+// the whole mount: nvfp4/, nvfp4+engram-fp4/ and manifest/'s descriptions
+// share them, so each group's scales are read once.
+type nvGroups struct {
+	cat    *checkpoint.Catalog
 	mu     sync.Mutex
 	groups map[string]*nvGroup // by group name
 }
@@ -31,7 +37,7 @@ type nvGroup struct {
 }
 
 func nvfp4Rewriter(s *Set) (Rewriter, error) {
-	n := &nvfp4{set: s, groups: make(map[string]*nvGroup)}
+	n := &nvfp4{set: s}
 	for _, t := range s.Cat.Tensors {
 		if isNVFP4Expert(t) {
 			n.experts = append(n.experts, t)
@@ -58,7 +64,10 @@ func groupName(t *checkpoint.Tensor) string {
 }
 
 // group returns the memoised global-exponent group of an expert weight.
-func (n *nvfp4) group(t *checkpoint.Tensor) *nvGroup {
+func (n *nvfp4) group(t *checkpoint.Tensor) *nvGroup { return n.set.nvGroups.group(t) }
+
+// group returns the memoised global-exponent group of an expert weight.
+func (n *nvGroups) group(t *checkpoint.Tensor) *nvGroup {
 	name := groupName(t)
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -71,7 +80,7 @@ func (n *nvfp4) group(t *checkpoint.Tensor) *nvGroup {
 		if t.Proj == "w3" {
 			other = "w1"
 		}
-		partner := n.set.Cat.Tensor(strings.TrimSuffix(base(t.Name), t.Proj) + other + ".weight")
+		partner := n.cat.Tensor(strings.TrimSuffix(base(t.Name), t.Proj) + other + ".weight")
 		if partner != nil && isNVFP4Expert(partner) {
 			g.scales = append(g.scales, partner.Scale)
 		}

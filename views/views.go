@@ -145,6 +145,7 @@ type Set struct {
 	// describes the others from it. A field, not the package variable,
 	// since the registry holds manifest/'s builder.
 	registry []View
+	nvGroups *nvGroups // NVFP4 global exponents, computed once per mount
 	files    map[string]*sourcefile.File
 	stats    map[string]func() any // live counters of views that keep any
 	// warnings are what views could not serve, for the log once mounted.
@@ -158,10 +159,14 @@ type Set struct {
 	working int64
 }
 
-// newSet is an empty set of the views of registry.
-func newSet(cat *checkpoint.Catalog, opt Options, registry []View) *Set {
+// newSet is an empty set of the views of registry, sharing groups (nil:
+// its own) with the set that describes it.
+func newSet(cat *checkpoint.Catalog, opt Options, registry []View, groups *nvGroups) *Set {
+	if groups == nil {
+		groups = &nvGroups{cat: cat, groups: make(map[string]*nvGroup)}
+	}
 	return &Set{Cat: cat, Opt: opt, registry: registry, files: make(map[string]*sourcefile.File),
-		stats: make(map[string]func() any), shadowed: make(map[string][]string)}
+		stats: make(map[string]func() any), shadowed: make(map[string][]string), nvGroups: groups}
 }
 
 // option returns the value of option name that view declares: the one
@@ -195,7 +200,7 @@ func Build(cat *checkpoint.Catalog, opt Options) (*Set, error) {
 // build builds the views of registry chosen by opt.
 func build(cat *checkpoint.Catalog, opt Options, registry []View) (*Set, error) {
 	names := opt.Views
-	s := newSet(cat, opt, registry)
+	s := newSet(cat, opt, registry, nil)
 	have := make([]string, len(registry))
 	for i, v := range registry {
 		have[i] = v.Name

@@ -540,3 +540,24 @@ func TestBadShardIsNeverHidden(t *testing.T) {
 		}
 	}
 }
+
+// TestNVFP4GroupsSharedPerMount: nvfp4/, nvfp4+engram-fp4/ and manifest/'s
+// descriptions (of served and unserved views) use one memo of the global
+// exponents, so each group's scales are read once per mount.
+func TestNVFP4GroupsSharedPerMount(t *testing.T) {
+	s, _ := tinySet(t)
+	a, _ := nvfp4Rewriter(s)
+	b, _ := nvfp4Rewriter(s)
+	u := newSet(s.Cat, Options{Views: []string{"nvfp4"}}, s.registry, s.nvGroups)
+	c, _ := nvfp4Rewriter(u)
+	experts := a.(*nvfp4).experts
+	if len(experts) == 0 {
+		t.Fatal("v41-tiny has no NVFP4 experts")
+	}
+	for _, e := range experts {
+		ga := a.(*nvfp4).group(e)
+		if ga != b.(*nvfp4).group(e) || ga != c.(*nvfp4).group(e) {
+			t.Fatalf("%s: the rewriters keep separate groups", e.Name)
+		}
+	}
+}
