@@ -6,9 +6,10 @@
 //
 // A [File] has a size known when it is built and is a run of [Segment]s:
 // [Bytes] (a header, a patched config.json), a [Range] of a source file
-// served unchanged, [Unreadable] bytes standing for a bad source, and
+// served unchanged, [Unreadable] bytes standing for a bad source,
 // [*Blocks] — derived data of known length computed in blocks by a pure
-// function of source bytes. Because every size is known up front, `ls -l`
+// function of source bytes — and [Small], a derived scalar cheap enough to
+// compute on every read. Because every size is known up front, `ls -l`
 // is exact at mount, files are page-cacheable and mmap works.
 //
 // # Blocks computed once

@@ -60,6 +60,21 @@ func (b *Blocks) Count() int64 { return (b.N + b.BlockLen - 1) / b.BlockLen }
 // Size is the length of block i.
 func (b *Blocks) Size(i int64) int64 { return min(b.BlockLen, b.N-i*b.BlockLen) }
 
+// Small is a few derived bytes (a scalar) computed on every read, with no
+// cache flight: for values whose computation is a lookup of something
+// memoised already, such as NVFP4's weight_scale_2 (2^g of a group's
+// global exponent), of which a checkpoint has thousands. Compute must be
+// a pure function of the source bytes, like a block's. ID names it as a
+// Blocks' ID does.
+type Small struct {
+	ID      string
+	N       int64
+	Compute func(ctx context.Context, dst []byte) error
+}
+
+// Len implements Segment.
+func (s Small) Len() int64 { return s.N }
+
 // File is a virtual file of known size.
 type File struct {
 	segs []Segment

@@ -97,6 +97,12 @@ func (r *Reader) readSegment(ctx context.Context, s Segment, p []byte, off int64
 		}
 	case Unreadable:
 		return s.Err
+	case Small:
+		b := make([]byte, s.N)
+		if err := s.Compute(ctx, b); err != nil {
+			return fmt.Errorf("%s: %w", s.ID, err)
+		}
+		copy(p, b[off:])
 	case *Blocks:
 		for len(p) > 0 {
 			bi := off / s.BlockLen

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
@@ -93,5 +95,39 @@ func TestReadAheadFollowsSequentialReaders(t *testing.T) {
 	}
 	if s := cache.Stats(); s.ReadAhead == 0 {
 		t.Fatalf("no read-ahead for a sequential reader: %+v", s)
+	}
+}
+
+func TestSmallSegmentsNeedNoCache(t *testing.T) {
+	var segs []Segment
+	var want []byte
+	for i := range 100 {
+		v := byte(i)
+		segs = append(segs, Small{ID: fmt.Sprint("s", i), N: 4, Compute: func(_ context.Context, dst []byte) error {
+			copy(dst, []byte{v, v, v, v})
+			return nil
+		}})
+		want = append(want, v, v, v, v)
+	}
+	bad := errors.New("group unreadable")
+	segs = append(segs, Small{ID: "bad", N: 4, Compute: func(context.Context, []byte) error { return bad }})
+	f := NewFile(segs...)
+	cache := blockcache.New(1<<20, 1)
+	defer cache.Close()
+	r := NewReader(f, cache)
+	got := make([]byte, len(want))
+	for off := 0; off < len(want); off += 3 { // reads that split scalars
+		if _, err := r.ReadAt(got[off:min(off+3, len(want))], int64(off)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("read %v, want %v", got, want)
+	}
+	if s := cache.Stats(); s.Misses != 0 || s.ReadAhead != 0 {
+		t.Fatalf("scalars went through the cache: %+v", s)
+	}
+	if _, err := r.ReadAt(make([]byte, 4), int64(len(want))); !errors.Is(err, bad) || !strings.Contains(err.Error(), "bad") {
+		t.Fatalf("failing scalar: %v", err)
 	}
 }

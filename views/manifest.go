@@ -334,6 +334,8 @@ func (p *provenance) describe(td *tensorDoc, seg vfile.Segment) {
 		}
 	case *vfile.Blocks:
 		p.derived(td, s.ID)
+	case vfile.Small:
+		p.derived(td, s.ID)
 	}
 }
 

@@ -123,8 +123,9 @@ func (n *nvfp4) Rewrite(t *checkpoint.Tensor) ([]tensorfile.Out, bool) {
 		codecs.NVFP4WeightScale(dst, src, ge)
 		return nil
 	})
-	global := &vfile.Blocks{ID: "nvfp4/" + b + ".weight_scale_2", N: 4, BlockLen: 4,
-		Compute: func(ctx context.Context, _ int64, dst []byte) error {
+	// g is memoised per mount: the scalar needs no block of its own.
+	global := vfile.Small{ID: "nvfp4/" + b + ".weight_scale_2", N: 4,
+		Compute: func(ctx context.Context, dst []byte) error {
 			ge, err := g.g()
 			if err != nil {
 				return err
