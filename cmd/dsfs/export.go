@@ -43,8 +43,8 @@ func runExport(args []string) error {
 	if err := checkOutside(out, srcDir); err != nil {
 		return err
 	}
-	opt, err := qf.options([]string{viewName})
-	if err != nil {
+	opt := views.Options{Views: []string{viewName}}
+	if err := qf.apply(&opt); err != nil {
 		return err
 	}
 	tf.apply(&opt)

@@ -74,8 +74,8 @@ func runMount(args []string) error {
 	if err != nil {
 		return err
 	}
-	opt, err := qf.options(splitList(*viewList))
-	if err != nil {
+	opt := views.Options{Views: splitList(*viewList)}
+	if err := qf.apply(&opt); err != nil {
 		return err
 	}
 	tf.apply(&opt)

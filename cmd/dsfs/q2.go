@@ -32,17 +32,17 @@ func addQ2Flags(fs *flag.FlagSet) *q2Flags {
 	return f
 }
 
-// options returns views options carrying the flags, opening the disk cache.
-func (f *q2Flags) options(viewNames []string) (views.Options, error) {
-	opt := views.Options{Views: viewNames, Revision: f.revision}
+// apply sets the q2/ fields of opt, opening the disk cache.
+func (f *q2Flags) apply(opt *views.Options) error {
+	opt.Revision = f.revision
 	if f.cacheDir != "" {
 		c, err := diskcache.Open(f.cacheDir, int64(f.cacheGB*(1<<30)), nil)
 		if err != nil {
-			return opt, err
+			return err
 		}
 		opt.DiskCache = c
 	}
-	return opt, nil
+	return nil
 }
 
 // signalContext is cancelled by Ctrl-C or SIGTERM.
@@ -122,8 +122,8 @@ func runAudit(args []string) error {
 	if pos[0] != "q2" {
 		return usagef("only q2 can be audited, not %q", pos[0])
 	}
-	opt, err := qf.options(nil)
-	if err != nil {
+	var opt views.Options
+	if err := qf.apply(&opt); err != nil {
 		return err
 	}
 	src, q, err := openQ2(pos[1], opt)
