@@ -14,17 +14,31 @@ import (
 	"github.com/dsfs/dsfs/vfile"
 )
 
-// Out is one tensor of a virtual safetensors file.
+// Out is one tensor of a virtual safetensors file, with where it comes
+// from as its maker records it when it creates it.
 type Out struct {
 	Name  string
 	DType safetensors.DType
 	Shape []int64
 	Data  vfile.Segment
+	// Codec says how Data is made: Copy, Literal, or the name of the
+	// transform computing it (nvfp4_weight_scale, engram_fp4, q2, ...).
+	Codec string
+	// Sources are the source tensors Data is made from, in the order the
+	// documents list them.
+	Sources []*checkpoint.Tensor
 }
+
+// Codecs of tensors that no transform computes.
+const (
+	Copy    = "copy"    // source bytes unchanged, perhaps under another dtype
+	Literal = "literal" // bytes made when the view is built
+)
 
 // Passthrough serves a source tensor unchanged.
 func Passthrough(t *checkpoint.Tensor) Out {
-	return Out{Name: t.Name, DType: t.DType, Shape: t.Shape, Data: vfile.Range{R: t.Shard, Off: t.Offset, N: t.Size}}
+	return Out{Name: t.Name, DType: t.DType, Shape: t.Shape, Data: vfile.Range{R: t.Shard, Off: t.Offset, N: t.Size},
+		Codec: Copy, Sources: []*checkpoint.Tensor{t}}
 }
 
 // File lays out tensors as a safetensors file of the named view whose data

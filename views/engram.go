@@ -84,8 +84,10 @@ func (e *engram) Rewrite(t *checkpoint.Tensor) ([]tensorfile.Out, bool) {
 		return nil
 	})
 	return []tensorfile.Out{
-		{Name: b + ".weight", DType: safetensors.I8, Shape: []int64{rows, cols / 2}, Data: weight},
-		{Name: b + ".scale", DType: safetensors.F8E8M0, Shape: []int64{rows, nb}, Data: scale},
+		{Name: b + ".weight", DType: safetensors.I8, Shape: []int64{rows, cols / 2}, Data: weight,
+			Codec: "engram_fp4", Sources: []*checkpoint.Tensor{t, t.Scale}},
+		{Name: b + ".scale", DType: safetensors.F8E8M0, Shape: []int64{rows, nb}, Data: scale,
+			Codec: "engram_fp4", Sources: []*checkpoint.Tensor{t, t.Scale}},
 	}, true
 }
 

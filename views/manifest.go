@@ -1,7 +1,6 @@
 package views
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,14 +8,13 @@ import (
 	"io"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 
 	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/codecs"
 	"github.com/dsfs/dsfs/inventory"
-	"github.com/dsfs/dsfs/safetensors"
+	"github.com/dsfs/dsfs/tensorfile"
 	"github.com/dsfs/dsfs/vfile"
 	"golang.org/x/sync/errgroup"
 )
@@ -113,10 +111,6 @@ type provenance struct {
 	// set of its own when its description is first read.
 	mu       sync.Mutex
 	unserved map[string]*Set
-
-	once  sync.Once
-	nv    *nvfp4                                     // the global exponents of the nvfp4 rewriter
-	shard map[*checkpoint.Shard][]*checkpoint.Tensor // tensors by data offset
 }
 
 // viewDoc is views/VIEW.json.
@@ -158,6 +152,8 @@ type tensorDoc struct {
 	// Blocks counts the source 32-blocks of an NVFP4 weight_scale that
 	// were clamped, and of those lossy.
 	Blocks *codecs.NVFP4Counts `json:"blocks,omitempty"`
+
+	expert *checkpoint.Tensor // the weight of an NVFP4 weight_scale, whose blocks are counted
 }
 
 // sourceDoc is a byte range of a source tensor an output is made from.
@@ -173,14 +169,14 @@ func sourceOf(t *checkpoint.Tensor) sourceDoc {
 
 // view walks the tree of view name.
 func (p *provenance) view(ctx context.Context, name string) (*viewDoc, error) {
-	root := p.set.Root.Child(name)
+	set, root := p.set, p.set.Root.Child(name)
 	if root == nil {
 		var err error
-		if root, err = p.unservedView(name); err != nil {
+		if set, err = p.unservedView(name); err != nil {
 			return nil, err
 		}
+		root = set.Root
 	}
-	p.once.Do(p.index)
 	doc := &viewDoc{View: name, Codec: codecs.Version, Files: []fileDoc{}}
 	var pending []*tensorDoc // NVFP4 scales whose block counts read data
 	err := root.Walk(func(path string, n *vfile.Node) error {
@@ -202,7 +198,7 @@ func (p *provenance) view(ctx context.Context, name string) (*viewDoc, error) {
 		case isUnreadable(n.File):
 			fd.Kind = "unreadable"
 		case strings.HasSuffix(path, ".safetensors"):
-			ts, err := p.tensors(n.File)
+			ts, err := tensors(set.records[n.File])
 			if err != nil {
 				return fmt.Errorf("%s/%s: %w", name, path, err)
 			}
@@ -237,11 +233,11 @@ func isUnreadable(f *vfile.File) bool {
 // unservedView builds a described view that the set does not serve, once.
 // What it logs is logged by the served view already or concerns a view
 // the user did not ask for, so its warnings are dropped.
-func (p *provenance) unservedView(name string) (*vfile.Node, error) {
+func (p *provenance) unservedView(name string) (*Set, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if u, ok := p.unserved[name]; ok {
-		return u.Root, nil
+		return u, nil
 	}
 	i := slices.IndexFunc(p.set.registry, func(v View) bool { return v.Name == name })
 	if i < 0 {
@@ -258,7 +254,7 @@ func (p *provenance) unservedView(name string) (*vfile.Node, error) {
 	}
 	u.Root = b.Root
 	p.unserved[name] = u
-	return b.Root, nil
+	return u, nil
 }
 
 // Close closes the source files of the unserved views built.
@@ -273,126 +269,37 @@ func (p *provenance) Close() error {
 	return errors.Join(errs...)
 }
 
-// index sorts each shard's tensors by offset, to map a byte range back to
-// its tensor, and makes the nvfp4 rewriter whose global exponents the
-// documents report.
-func (p *provenance) index() {
-	p.shard = make(map[*checkpoint.Shard][]*checkpoint.Tensor, len(p.set.Cat.Shards))
-	for _, s := range p.set.Cat.Shards {
-		ts := slices.Clone(s.Tensors)
-		sort.Slice(ts, func(i, j int) bool { return ts[i].Offset < ts[j].Offset })
-		p.shard[s] = ts
+// tensors describes the tensors of a virtual safetensors file from what
+// their makers recorded, in data order.
+func tensors(recs []tensorRecord) ([]tensorDoc, error) {
+	if recs == nil {
+		return nil, fmt.Errorf("no record of its tensors")
 	}
-	rw, _ := nvfp4Rewriter(p.set)
-	p.nv = rw.(*nvfp4)
-}
-
-// tensors describes the tensors of a virtual safetensors file: its header
-// segment names them, and the segment holding each tensor's bytes says
-// where they come from.
-func (p *provenance) tensors(f *vfile.File) ([]tensorDoc, error) {
-	hb, ok := f.Segments()[0].(vfile.Bytes)
-	if !ok {
-		return nil, fmt.Errorf("the file does not start with a header")
-	}
-	h, err := safetensors.ReadHeader(bytes.NewReader(hb), f.Size())
-	if err != nil {
-		return nil, err
-	}
-	out := make([]tensorDoc, 0, len(h.Tensors))
-	for _, t := range h.Tensors {
-		off := h.DataStart + t.Begin
-		td := tensorDoc{Name: t.Name, DType: string(t.DType), Shape: t.Shape, Bytes: t.Len(),
-			ByteRange: [2]int64{off, off + t.Len()}, Sources: []sourceDoc{}}
-		if t.Len() > 0 {
-			seg, start := f.SegmentAt(off)
-			if seg == nil || start != off || seg.Len() != t.Len() {
-				return nil, fmt.Errorf("tensor %s: its bytes are not one segment", t.Name)
+	out := make([]tensorDoc, len(recs))
+	for i, r := range recs {
+		n := r.Data.Len()
+		td := tensorDoc{Name: r.Name, DType: string(r.DType), Shape: r.Shape, Bytes: n,
+			ByteRange: [2]int64{r.Offset, r.Offset + n}, Codec: r.Codec, Sources: []sourceDoc{}}
+		switch {
+		case r.Codec == "":
+			return nil, fmt.Errorf("tensor %s: its maker recorded no codec", r.Name)
+		case n == 0:
+			td.Codec = tensorfile.Literal
+		case r.Codec == tensorfile.Literal:
+		default:
+			if r.Codec != tensorfile.Copy {
+				td.CodecVersion = codecs.Version
 			}
-			p.describe(&td, seg)
-		} else {
-			td.Codec = "literal"
+			for _, t := range r.Sources {
+				td.Sources = append(td.Sources, sourceOf(t))
+			}
+			if r.Codec == "nvfp4_weight_scale" {
+				td.expert = r.Sources[0].ScaleOf
+			}
 		}
-		out = append(out, td)
+		out[i] = td
 	}
 	return out, nil
-}
-
-// describe fills in the codec and sources of one tensor's segment.
-func (p *provenance) describe(td *tensorDoc, seg vfile.Segment) {
-	switch s := seg.(type) {
-	case vfile.Bytes:
-		td.Codec = "literal"
-	case vfile.Range:
-		td.Codec = "copy"
-		if sh, ok := s.R.(*checkpoint.Shard); ok {
-			if t := p.at(sh, s.Off); t != nil && t.Size == s.N {
-				td.Sources = append(td.Sources, sourceOf(t))
-				return
-			}
-			td.Sources = append(td.Sources, sourceDoc{File: sh.Name, ByteRange: [2]int64{s.Off, s.Off + s.N}})
-		}
-	case *vfile.Blocks:
-		p.derived(td, s.ID)
-	case vfile.Small:
-		p.derived(td, s.ID)
-	}
-}
-
-// at returns the tensor of shard sh whose data starts at off.
-func (p *provenance) at(sh *checkpoint.Shard, off int64) *checkpoint.Tensor {
-	ts := p.shard[sh]
-	i := sort.Search(len(ts), func(i int) bool { return ts[i].Offset >= off })
-	if i < len(ts) && ts[i].Offset == off {
-		return ts[i]
-	}
-	return nil
-}
-
-// derived describes a derived tensor from its block ID, which the views
-// form as CODEC/OUTPUT-NAME. A codec this file does not know by name is
-// reported under its ID's prefix, with the source tensor of the output's
-// name (and its scale) when there is one, as q2/ names its outputs.
-func (p *provenance) derived(td *tensorDoc, id string) {
-	td.CodecVersion = codecs.Version
-	cat := p.set.Cat
-	rewriter, out, _ := strings.Cut(id, "/")
-	td.Codec = rewriter
-	switch rewriter {
-	case "nvfp4":
-		suffix := ".weight_scale"
-		if strings.HasSuffix(out, ".weight_scale_2") {
-			suffix = ".weight_scale_2"
-		}
-		w := cat.Tensor(strings.TrimSuffix(out, suffix) + ".weight")
-		if w == nil || !isNVFP4Expert(w) {
-			return
-		}
-		g := p.nv.group(w)
-		td.Codec = "nvfp4" + strings.ReplaceAll(suffix, ".", "_")
-		if suffix == ".weight_scale" {
-			td.Sources = append(td.Sources, sourceOf(w.Scale))
-		}
-		for _, sc := range g.scales {
-			if sc != w.Scale || suffix != ".weight_scale" {
-				td.Sources = append(td.Sources, sourceOf(sc))
-			}
-		}
-	case "engram-fp4":
-		w := cat.Tensor(base(out) + ".weight")
-		if w == nil || !isEngramTable(w) {
-			return
-		}
-		td.Codec = "engram_fp4"
-		td.Sources = append(td.Sources, sourceOf(w), sourceOf(w.Scale))
-	default:
-		if t := cat.Tensor(out); t != nil {
-			td.Sources = append(td.Sources, sourceOf(t))
-			if t.Scale != nil {
-				td.Sources = append(td.Sources, sourceOf(t.Scale))
-			}
-		}
-	}
 }
 
 // countBlocks sets the global exponent and block counts of NVFP4 scales.
@@ -404,8 +311,7 @@ func (p *provenance) countBlocks(ctx context.Context, tds []*tensorDoc) error {
 			if err := ctx.Err(); err != nil {
 				return err
 			}
-			w := p.set.Cat.Tensor(strings.TrimSuffix(td.Name, ".weight_scale") + ".weight")
-			g, c, err := p.nv.counts(w)
+			g, c, err := (&nvfp4{set: p.set}).counts(td.expert)
 			if err != nil {
 				return err
 			}

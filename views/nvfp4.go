@@ -133,10 +133,20 @@ func (n *nvfp4) Rewrite(t *checkpoint.Tensor) ([]tensorfile.Out, bool) {
 			putF32(dst, codecs.WeightScale2(ge))
 			return nil
 		}}
+	// weight_scale reads its own scale and, for g, the group's others.
+	scaleSources := []*checkpoint.Tensor{t.Scale}
+	for _, sc := range g.scales {
+		if sc != t.Scale {
+			scaleSources = append(scaleSources, sc)
+		}
+	}
 	return []tensorfile.Out{
-		{Name: b + ".weight", DType: safetensors.U8, Shape: []int64{rows, cols}, Data: vfile.Range{R: t.Shard, Off: t.Offset, N: t.Size}},
-		{Name: b + ".weight_scale", DType: safetensors.F8E4M3, Shape: []int64{rows, 2 * scaleRow}, Data: scale},
-		{Name: b + ".weight_scale_2", DType: safetensors.F32, Shape: []int64{}, Data: global},
+		{Name: b + ".weight", DType: safetensors.U8, Shape: []int64{rows, cols}, Data: vfile.Range{R: t.Shard, Off: t.Offset, N: t.Size},
+			Codec: tensorfile.Copy, Sources: []*checkpoint.Tensor{t}},
+		{Name: b + ".weight_scale", DType: safetensors.F8E4M3, Shape: []int64{rows, 2 * scaleRow}, Data: scale,
+			Codec: "nvfp4_weight_scale", Sources: scaleSources},
+		{Name: b + ".weight_scale_2", DType: safetensors.F32, Shape: []int64{}, Data: global,
+			Codec: "nvfp4_weight_scale_2", Sources: g.scales},
 	}, true
 }
 

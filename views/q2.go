@@ -3,7 +3,9 @@ package views
 import (
 	"context"
 
+	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/q2"
+	"github.com/dsfs/dsfs/tensorfile"
 	"github.com/dsfs/dsfs/vfile"
 )
 
@@ -19,6 +21,7 @@ func buildQ2(s *Set, _ string) (Built, error) {
 	weightMap := make(map[string]string)
 	var total int64
 	for _, sh := range q.Shards {
+		s.records[sh.File] = q2Records(sh)
 		files[sh.Name] = &vfile.Node{File: sh.File, From: s.shardSources(sh.Source)}
 		files[sh.Name+".manifest.json"] = &vfile.Node{Doc: sh.Manifest, From: s.shardSources(sh.Source)}
 		for _, t := range sh.Tensors {
@@ -42,4 +45,18 @@ func buildQ2(s *Set, _ string) (Built, error) {
 // q2Options are the options of the set that the q2 engine takes.
 func q2Options(opt Options) q2.Options {
 	return q2.Options{DiskCache: opt.DiskCache, Cache: opt.Cache, Revision: opt.Revision}
+}
+
+// q2Records are the tensors of a q2/ shard as the engine planned them.
+func q2Records(sh *q2.Shard) []tensorRecord {
+	recs := make([]tensorRecord, len(sh.Tensors))
+	for i, t := range sh.Tensors {
+		out := tensorfile.Passthrough(t.Source)
+		if t.Type != nil {
+			out = tensorfile.Out{Data: t.Blocks, Codec: "q2", Sources: []*checkpoint.Tensor{t.Source, t.Source.Scale}}
+		}
+		out.Name, out.DType, out.Shape = t.Name, t.DType, t.Shape
+		recs[i] = tensorRecord{Out: out, Offset: t.Offset}
+	}
+	return recs
 }

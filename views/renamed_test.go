@@ -32,7 +32,7 @@ func buildRenamed(s *Set, name string) (Built, error) {
 			outs = append(outs, o)
 			count.Add(1)
 		}
-		f, err := tensorfile.File(name, outs)
+		f, err := s.tensorFile(name, outs)
 		if err != nil {
 			return Built{}, err
 		}

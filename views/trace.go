@@ -106,7 +106,7 @@ func buildTrace(s *Set, _ string) (Built, error) {
 	for l := range tr.Layers() {
 		name := fmt.Sprintf("layers/%0*d", width, l)
 		files[name+".json"] = &vfile.Node{Doc: vfile.NewDoc(func(ctx context.Context) ([]byte, error) { return tr.LayerJSON(ctx, l) })}
-		f, err := traceLayerFile(tr, l, "trace/"+name+".safetensors")
+		f, err := s.traceLayerFile(tr, l, "trace/"+name+".safetensors")
 		if err != nil {
 			return out, err
 		}
@@ -134,15 +134,15 @@ func (o Options) traceBackend() (model.Backend, string, error) {
 
 // traceLayerFile lays out layer l's activations as a safetensors file
 // whose blocks run the layer when first read.
-func traceLayerFile(tr *trace.Tracer, l int, id string) (*vfile.File, error) {
+func (s *Set) traceLayerFile(tr *trace.Tracer, l int, id string) (*vfile.File, error) {
 	var outs []tensorfile.Out
 	for _, a := range tr.Activations(l) {
 		data := tensorfile.RowBlocks(id+"/"+a.Name, int64(a.Rows), a.RowBytes(), func(ctx context.Context, lo, hi int64, dst []byte) error {
 			return tr.ReadActivation(ctx, l, a, int(lo), int(hi), dst)
 		})
-		outs = append(outs, tensorfile.Out{Name: a.Name, DType: a.DType, Shape: a.Shape(), Data: data})
+		outs = append(outs, tensorfile.Out{Name: a.Name, DType: a.DType, Shape: a.Shape(), Data: data, Codec: "trace"})
 	}
-	return tensorfile.File("trace", outs)
+	return s.tensorFile("trace", outs)
 }
 
 // traceError is a trace/ that holds only ERROR.txt: the reason, then

@@ -81,14 +81,14 @@ func buildTraceV4(s *Set, prompts []trace.Prompt, user bool) (Built, error) {
 	for l := range tr.Layers() {
 		name := fmt.Sprintf("layers/%0*d", width, l)
 		files[name+".json"] = &vfile.Node{Doc: vfile.NewDoc(func(ctx context.Context) ([]byte, error) { return tr.LayerJSON(ctx, l) })}
-		f, err := traceV4File(tr, l, tr.Activations(l), "trace/"+name+".safetensors")
+		f, err := s.traceV4File(tr, l, tr.Activations(l), "trace/"+name+".safetensors")
 		if err != nil {
 			return out, err
 		}
 		files[name+".safetensors"] = &vfile.Node{File: f}
 	}
 	if tr.Layers() == m.Config.Layers && len(m.HeadProblems()) == 0 {
-		f, err := traceV4File(tr, -1, tr.LogitActivations(), "trace/logits.safetensors")
+		f, err := s.traceV4File(tr, -1, tr.LogitActivations(), "trace/logits.safetensors")
 		if err != nil {
 			return out, err
 		}
@@ -118,13 +118,13 @@ func tracePrecision(p string) (v4.Precision, error) {
 // traceV4File lays out activations as a safetensors file whose blocks
 // run what they need (layer l, or every layer and the head for l = -1)
 // when first read.
-func traceV4File(tr *trace.V4Tracer, l int, acts []trace.V4Activation, id string) (*vfile.File, error) {
+func (s *Set) traceV4File(tr *trace.V4Tracer, l int, acts []trace.V4Activation, id string) (*vfile.File, error) {
 	var outs []tensorfile.Out
 	for _, a := range acts {
 		data := tensorfile.RowBlocks(id+"/"+a.Name, int64(a.Rows()), a.RowBytes(), func(ctx context.Context, lo, hi int64, dst []byte) error {
 			return tr.ReadActivation(ctx, l, a, int(lo), int(hi), dst)
 		})
-		outs = append(outs, tensorfile.Out{Name: a.Name, DType: a.DType, Shape: a.Shape, Data: data})
+		outs = append(outs, tensorfile.Out{Name: a.Name, DType: a.DType, Shape: a.Shape, Data: data, Codec: "trace"})
 	}
-	return tensorfile.File("trace", outs)
+	return s.tensorFile("trace", outs)
 }

@@ -146,8 +146,11 @@ type Set struct {
 	// since the registry holds manifest/'s builder.
 	registry []View
 	nvGroups *nvGroups // NVFP4 global exponents, computed once per mount
-	files    map[string]*sourcefile.File
-	stats    map[string]func() any // live counters of views that keep any
+	// records are the tensors of each virtual safetensors file as their
+	// makers recorded them, which manifest/ describes.
+	records map[*vfile.File][]tensorRecord
+	files   map[string]*sourcefile.File
+	stats   map[string]func() any // live counters of views that keep any
 	// warnings are what views could not serve, for the log once mounted.
 	warnings []string
 	// shadowed lists, by source file name, the views whose own generated
@@ -166,7 +169,8 @@ func newSet(cat *checkpoint.Catalog, opt Options, registry []View, groups *nvGro
 		groups = &nvGroups{cat: cat, groups: make(map[string]*nvGroup)}
 	}
 	return &Set{Cat: cat, Opt: opt, registry: registry, files: make(map[string]*sourcefile.File),
-		stats: make(map[string]func() any), shadowed: make(map[string][]string), nvGroups: groups}
+		stats: make(map[string]func() any), shadowed: make(map[string][]string), nvGroups: groups,
+		records: make(map[*vfile.File][]tensorRecord)}
 }
 
 // option returns the value of option name that view declares: the one
@@ -356,6 +360,32 @@ func buildSource(s *Set, _ string) (Built, error) {
 	return Built{Root: tree("source", files)}, nil
 }
 
+// tensorRecord is one tensor of a virtual safetensors file: what its maker
+// recorded, and where the layout put its data.
+type tensorRecord struct {
+	tensorfile.Out
+	Offset int64 // of the data in the file
+}
+
+// tensorFile lays out tensors as a safetensors file of view and keeps
+// their record for manifest/.
+func (s *Set) tensorFile(view string, outs []tensorfile.Out) (*vfile.File, error) {
+	f, l, err := tensorfile.Layout(view, outs)
+	if err != nil {
+		return nil, err
+	}
+	byName := make(map[string]tensorfile.Out, len(outs))
+	for _, o := range outs {
+		byName[o.Name] = o
+	}
+	recs := make([]tensorRecord, len(l.Tensors))
+	for i, t := range l.Tensors {
+		recs[i] = tensorRecord{Out: byName[t.Name], Offset: l.DataStart() + t.Begin}
+	}
+	s.records[f] = recs
+	return f, nil
+}
+
 // badShard keeps a bad source shard visible in a derived view: the index
 // still places the shard's tensors (as the source index names them) in
 // file, and file, when the source has one, fails every read naming the
@@ -415,7 +445,7 @@ func (s *Set) rewrite(view string, rws []Rewriter) (*vfile.Node, error) {
 		if len(outs) == 0 {
 			continue
 		}
-		f, err := tensorfile.File(view, outs)
+		f, err := s.tensorFile(view, outs)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", sh.Name, err)
 		}
