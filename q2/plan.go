@@ -438,19 +438,7 @@ func dsfsVersion() string {
 
 // sha256Tensor hashes a source tensor's bytes.
 func sha256Tensor(ctx context.Context, t *checkpoint.Tensor) (string, error) {
-	h := sha256.New()
-	buf := make([]byte, min(t.Size, 4<<20))
-	for off := int64(0); off < t.Size; off += int64(len(buf)) {
-		if err := ctx.Err(); err != nil {
-			return "", err
-		}
-		p := buf[:min(int64(len(buf)), t.Size-off)]
-		if _, err := t.ReadAt(p, off); err != nil {
-			return "", err
-		}
-		h.Write(p)
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
+	return vfile.SHA256(ctx, t, 0, t.Size)
 }
 
 // sha256Blocks hashes the derived bytes of a quantised tensor, block by

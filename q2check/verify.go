@@ -7,18 +7,16 @@ package q2check
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 
 	"github.com/dsfs/dsfs/diskcache"
 	"github.com/dsfs/dsfs/q2"
+	"github.com/dsfs/dsfs/vfile"
 )
 
 // Progress is told how much of a job is done, in the job's own units.
@@ -238,7 +236,7 @@ func verifyExport(ctx context.Context, r *VerifyReport, q *q2.Plan, dir string, 
 				r.fail("%s: %s is not in the shard manifest", sh.Name, t.Name)
 				continue
 			}
-			got, err := sha256Section(io.NewSectionReader(f, t.Offset, t.Size))
+			got, err := vfile.SHA256(ctx, f, t.Offset, t.Size)
 			if err != nil {
 				return fmt.Errorf("%s: tensor %s: %w", sh.Name, t.Name, err)
 			}
@@ -265,12 +263,4 @@ func readManifest(p string) (*q2.ShardManifest, error) {
 		return nil, fmt.Errorf("%s: %w", p, err)
 	}
 	return &m, nil
-}
-
-func sha256Section(r io.Reader) (string, error) {
-	h := sha256.New()
-	if _, err := io.CopyBuffer(h, r, make([]byte, 1<<20)); err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
 }
