@@ -21,9 +21,11 @@ func TestSHA256(t *testing.T) {
 	cancel()
 	bad := errors.New("source changed")
 	tests := []struct {
-		name    string
-		ctx     context.Context
-		r       interface{ ReadAt([]byte, int64) (int, error) }
+		name string
+		ctx  context.Context
+		r    interface {
+			ReadAt([]byte, int64) (int, error)
+		}
 		off, n  int64
 		want    string
 		wantErr error
