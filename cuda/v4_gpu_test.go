@@ -8,8 +8,8 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/internal/testdata"
-	"github.com/dsfs/dsfs/manifest"
 	"github.com/dsfs/dsfs/trace/v4"
 )
 
@@ -19,7 +19,7 @@ var _ v4.DeviceOps = (*Backend)(nil)
 func openV4Tiny(t *testing.T) *v4.Model {
 	t.Helper()
 	dir := filepath.Join(testdata.Dir(t), "trace", "v4-tiny")
-	cat, err := manifest.Open(dir)
+	cat, err := checkpoint.Open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,7 +2,6 @@ package vfs
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"os"
@@ -11,8 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/dsfs/dsfs/blockcache"
-	"github.com/dsfs/dsfs/views"
+	"github.com/dsfs/dsfs/vfile"
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 )
@@ -45,20 +43,21 @@ type Options struct {
 type Mount struct {
 	Dir         string
 	server      *fuse.Server
-	cache       *blockcache.Cache
+	open        vfile.Opener
 	log         *slog.Logger
 	start       time.Time
 	ctr         counters
 	status      func() map[string]any
 	passthrough bool
-	ino         map[*views.Node]uint64 // every node's inode number
+	ino         map[*vfile.Node]uint64 // every node's inode number
 	sourceBytes int64
 	errs        repeatLog // read errors, logged once per file and cause with a count
 }
 
-// Serve mounts root at dir with reads going through cache and returns once
-// the kernel has the mount. Call Wait to serve until unmounted.
-func Serve(dir string, root *views.Node, cache *blockcache.Cache, opt Options) (*Mount, error) {
+// Serve mounts root at dir, reading each open file through a Reader from
+// open, and returns once the kernel has the mount. Call Wait to serve until
+// unmounted.
+func Serve(dir string, root *vfile.Node, open vfile.Opener, opt Options) (*Mount, error) {
 	if opt.Log == nil {
 		opt.Log = slog.Default()
 	}
@@ -71,9 +70,9 @@ func Serve(dir string, root *views.Node, cache *blockcache.Cache, opt Options) (
 	}
 	defer mp.Release()
 	dir = mp.Dir
-	m := &Mount{Dir: dir, cache: cache, log: opt.Log, start: time.Now(), status: opt.Status,
+	m := &Mount{Dir: dir, open: open, log: opt.Log, start: time.Now(), status: opt.Status,
 		passthrough: os.Geteuid() == 0, sourceBytes: opt.SourceBytes}
-	top := views.Dir("", append(append([]*views.Node(nil), root.Children...), m.statusDir(root.Attr))...)
+	top := vfile.Dir("", append(append([]*vfile.Node(nil), root.Children...), m.statusDir(root.Attr))...)
 	top.Attr = root.Attr
 	m.ino = inodes(top)
 	rootNode := &dirNode{m: m, n: top}
@@ -166,11 +165,10 @@ func (m *Mount) Detach() error { return detach(m.Dir) }
 
 // statusDir is .dsfs/: the live status of the mount, readable by whoever
 // may list the checkpoint directory, whose attributes are dir.
-func (m *Mount) statusDir(dir views.Attr) *views.Node {
-	stats := views.NewDynamicDoc(func(ctx context.Context) ([]byte, error) {
+func (m *Mount) statusDir(dir vfile.Attr) *vfile.Node {
+	stats := vfile.NewDynamicDoc(func(ctx context.Context) ([]byte, error) {
 		doc := map[string]any{
 			"uptime_seconds": time.Since(m.start).Seconds(),
-			"cache":          m.cache.Stats(),
 			"reads":          m.ctr.reads.Load(),
 			"bytes_served":   m.ctr.bytes.Load(),
 			"read_errors":    m.ctr.errors.Load(),
@@ -182,12 +180,11 @@ func (m *Mount) statusDir(dir views.Attr) *views.Node {
 				doc[k] = v
 			}
 		}
-		b, err := json.MarshalIndent(doc, "", "  ")
-		return append(b, '\n'), err
+		return vfile.JSON(doc)
 	})
 	file := dir
 	file.Perm &^= 0o111
-	status := views.Dir(".dsfs", &views.Node{Name: "stats.json", Doc: stats, Attr: file})
+	status := vfile.Dir(".dsfs", &vfile.Node{Name: "stats.json", Doc: stats, Attr: file})
 	status.Attr = dir
 	return status
 }

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/dsfs/dsfs/blockcache"
-	"github.com/dsfs/dsfs/manifest"
+	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/synth"
 )
 
@@ -22,7 +22,7 @@ func TestNoQuantisationClaimedWithoutConversion(t *testing.T) {
 			if err := synth.Write(preset, dir); err != nil {
 				t.Fatal(err)
 			}
-			cat, err := manifest.Open(dir)
+			cat, err := checkpoint.Open(dir)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -63,7 +63,7 @@ func TestQuantConfigPatch(t *testing.T) {
 		{"quantization_config null", `{"quantization_config": null}`, 3, nil},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			cfg, _ := manifest.ParseConfig([]byte(tt.config))
+			cfg, _ := checkpoint.ParseConfig([]byte(tt.config))
 			got := quantConfigPatch(cfg, tt.converted, "expert_dtype", "nvfp4")
 			if !maps.Equal(got, tt.want) {
 				t.Errorf("patch = %v, want %v (keys %v)", got, tt.want, slices.Sorted(maps.Keys(got)))

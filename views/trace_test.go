@@ -8,14 +8,14 @@ import (
 	"testing"
 
 	"github.com/dsfs/dsfs/blockcache"
-	"github.com/dsfs/dsfs/manifest"
+	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/safetensors"
 	"github.com/dsfs/dsfs/synth"
 )
 
 func traceSet(t *testing.T, dir string, opt Options) (*Set, error) {
 	t.Helper()
-	cat, err := manifest.Open(dir)
+	cat, err := checkpoint.Open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

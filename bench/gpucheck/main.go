@@ -30,8 +30,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/cuda"
-	"github.com/dsfs/dsfs/manifest"
 	"github.com/dsfs/dsfs/synth"
 	"github.com/dsfs/dsfs/trace/model"
 )
@@ -201,8 +201,8 @@ func relErr(got, want []float32, skip []bool) float64 {
 }
 
 // open opens a checkpoint for the model.
-func open(dir string) (*model.Model, *manifest.Catalog, error) {
-	cat, err := manifest.Open(dir)
+func open(dir string) (*model.Model, *checkpoint.Catalog, error) {
+	cat, err := checkpoint.Open(dir)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -8,8 +8,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/cuda"
-	"github.com/dsfs/dsfs/manifest"
 	"github.com/dsfs/dsfs/trace/v4"
 )
 
@@ -22,7 +22,7 @@ import (
 // layer's forward on each.
 func (c *checker) v4Tiny(dir string) error {
 	open := func() (*v4.Model, error) {
-		cat, err := manifest.Open(dir)
+		cat, err := checkpoint.Open(dir)
 		if err != nil {
 			return nil, err
 		}

@@ -17,17 +17,18 @@ import (
 	"time"
 
 	"github.com/dsfs/dsfs/blockcache"
+	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/hfcache"
 	"github.com/dsfs/dsfs/internal/sdnotify"
 	"github.com/dsfs/dsfs/inventory"
-	"github.com/dsfs/dsfs/manifest"
+	"github.com/dsfs/dsfs/vfile"
 	"github.com/dsfs/dsfs/vfs"
 	"github.com/dsfs/dsfs/views"
 )
 
 // source is an opened checkpoint with its views.
 type source struct {
-	cat      *manifest.Catalog
+	cat      *checkpoint.Catalog
 	set      *views.Set
 	problems *problemReport
 }
@@ -51,12 +52,14 @@ func openSource(dir string, opt views.Options) (*source, error) {
 	// (header JSON, layouts); collecting more often while it runs keeps the
 	// peak near what stays.
 	defer debug.SetGCPercent(debug.SetGCPercent(35))
-	cat, err := manifest.Open(dir)
+	cat, err := checkpoint.Open(dir)
 	if err != nil {
 		return nil, err
 	}
 	problems := newProblemReport(cat.Problems)
 	problems.log()
+	opt.Backend = traceBackend
+	opt.V4Backend = traceV4Backend
 	set, err := views.Build(cat, opt)
 	if err != nil {
 		cat.Close()
@@ -88,6 +91,7 @@ func runMount(args []string) error {
 	fs.Var(&o, "o", "mount options as FUSE tools take them, comma-separated: ro, allow_other, default_permissions, nosuid, nodev, noexec, and dsfs's flags as name=value (cache_mb=2048, views=nvfp4:q2)")
 	qf := addQ2Flags(fs)
 	tf := addTraceFlags(fs)
+	vf := addViewFlags(fs)
 	tp := fs.Int("tp", inventory.DefaultTP, "tensor-parallel degree whose cuts manifest/ reports (1: none)")
 	noHash := fs.Bool("no-hash", false, "manifest/ reads headers only: no sha256, no value checks")
 	pos, err := parse(fs, args, 2, 2)
@@ -113,11 +117,12 @@ func runMount(args []string) error {
 	if err != nil {
 		return err
 	}
-	opt, err := qf.options(splitList(*viewList))
-	if err != nil {
+	opt := views.Options{Views: splitList(*viewList)}
+	if err := qf.apply(&opt); err != nil {
 		return err
 	}
 	tf.apply(&opt)
+	vf.apply(&opt)
 	opt.TP, opt.NoHash = *tp, *noHash
 	budget := int64(*cacheMB) << 20
 	cache := blockcache.New(budget, runtime.NumCPU())
@@ -142,7 +147,7 @@ func runMount(args []string) error {
 	runtime.ReadMemStats(&ms)
 	debug.SetMemoryLimit(int64(ms.HeapAlloc) + budget + src.set.WorkingMemory() + 64<<20)
 	m, err := stop.serve(func() (*vfs.Mount, error) {
-		return vfs.Serve(mp.Dir, src.set.Root, cache, vfs.Options{
+		return vfs.Serve(mp.Dir, src.set.Root, vfile.CacheOpener(cache), vfs.Options{
 			AllowOther:  *allowOther,
 			Debug:       *debugFuse,
 			SourceBytes: src.set.SourceBytes(),
@@ -158,6 +163,7 @@ func runMount(args []string) error {
 					"tensors":    len(src.cat.Tensors),
 					"problems":   src.problems,
 					"view_stats": src.set.Stats(),
+					"cache":      cache.Stats(),
 				}
 				if opt.DiskCache != nil {
 					st["disk_cache"] = opt.DiskCache.Stats()
@@ -319,7 +325,7 @@ func viewHelp() string {
 	return b.String()
 }
 
-func viewNamesOf(root *views.Node) []string {
+func viewNamesOf(root *vfile.Node) []string {
 	var names []string
 	for _, c := range root.Children {
 		names = append(names, c.Name)

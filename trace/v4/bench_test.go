@@ -14,9 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/codecs"
 	"github.com/dsfs/dsfs/cuda"
-	"github.com/dsfs/dsfs/manifest"
 	"github.com/dsfs/dsfs/safetensors"
 	"github.com/dsfs/dsfs/trace/model"
 )
@@ -184,7 +184,7 @@ func BenchmarkFlashLayer(b *testing.B) {
 	}
 	dir := b.TempDir()
 	flashLayer(b, dir, experts)
-	cat, err := manifest.Open(dir)
+	cat, err := checkpoint.Open(dir)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/dsfs/dsfs/manifest"
+	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/safetensors"
 )
 
@@ -55,7 +55,7 @@ func TestOpenClaimsBeyondCheckpoint(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			cat, err := manifest.Open(dir)
+			cat, err := checkpoint.Open(dir)
 			if err != nil {
 				t.Fatal(err)
 			}

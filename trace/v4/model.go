@@ -6,7 +6,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/dsfs/dsfs/manifest"
+	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/trace/model"
 )
 
@@ -16,7 +16,7 @@ import (
 type Model struct {
 	Config *Config
 
-	cat               *manifest.Catalog
+	cat               *checkpoint.Catalog
 	embed, head, norm *tensorRef
 	hcHead            hcTensors
 	layers            []*layerTensors // nil for a layer with problems
@@ -54,7 +54,7 @@ type layerTensors struct {
 // one (nil otherwise). It fails for a configuration it cannot read or
 // without an embedding table; problems confined to a layer are reported
 // by Problems.
-func Open(cat *manifest.Catalog, inference []byte) (*Model, error) {
+func Open(cat *checkpoint.Catalog, inference []byte) (*Model, error) {
 	if cat.ConfigBytes == nil {
 		return nil, errors.New("config.json: missing or unreadable")
 	}

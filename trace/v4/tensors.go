@@ -6,8 +6,8 @@ import (
 	"math"
 	"slices"
 
+	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/codecs"
-	"github.com/dsfs/dsfs/manifest"
 	"github.com/dsfs/dsfs/safetensors"
 	"github.com/dsfs/dsfs/simd"
 )
@@ -30,7 +30,7 @@ const (
 
 // tensorRef is a checked tensor and its logical shape.
 type tensorRef struct {
-	t          *manifest.Tensor
+	t          *checkpoint.Tensor
 	rows, cols int // cols is 0 for a vector
 	// quant is set for FP8 and MXFP4 weights: DeepSeek's linear()
 	// quantises their input to FP8 (the a8 precision), per block of
@@ -40,13 +40,13 @@ type tensorRef struct {
 }
 
 // tensorErr wraps err with the shard and tensor it concerns.
-func tensorErr(t *manifest.Tensor, err error) error {
+func tensorErr(t *checkpoint.Tensor, err error) error {
 	return fmt.Errorf("%s: tensor %s: %w", t.Shard.Name, t.Name, err)
 }
 
 // checker resolves tensors by name and collects what is wrong with them.
 type checker struct {
-	cat      *manifest.Catalog
+	cat      *checkpoint.Catalog
 	problems []string
 }
 
@@ -79,13 +79,13 @@ func (c *checker) tensor(name string, kind tensorKind, rows, cols int) *tensorRe
 			return bad(fmt.Sprintf("dtype %s, want I32 or I64", t.DType))
 		}
 	case kind == kindExpert && t.DType == safetensors.I8:
-		if t.Format != manifest.FormatMXFP4 || t.Scale == nil {
+		if t.Format != checkpoint.FormatMXFP4 || t.Scale == nil {
 			return bad("I8 without an MXFP4 scale (.scale, F8_E8M0, one per 32 values) that fits it")
 		}
 		want = []int64{int64(rows), int64(cols / 2)}
 		r.quant = true
 	case (kind == kindLinear || kind == kindExpert) && t.DType == safetensors.F8E4M3:
-		if t.Format != manifest.FormatFP8 || t.Scale == nil {
+		if t.Format != checkpoint.FormatFP8 || t.Scale == nil {
 			return bad("F8_E4M3 without a block scale (.scale) that fits it")
 		}
 		r.quant = true
@@ -100,13 +100,13 @@ func (c *checker) tensor(name string, kind tensorKind, rows, cols int) *tensorRe
 }
 
 // read reads the whole of t's data.
-func read(t *manifest.Tensor) ([]byte, error) { return readInto(t, nil) }
+func read(t *checkpoint.Tensor) ([]byte, error) { return readInto(t, nil) }
 
 // readInto reads the whole of t's data into bytes taken from a (nil: new
 // ones).
-func readInto(t *manifest.Tensor, a *arena) ([]byte, error) {
+func readInto(t *checkpoint.Tensor, a *arena) ([]byte, error) {
 	b := a.take(int(t.Size))
-	if _, err := t.Shard.ReadAt(b, t.Offset); err != nil {
+	if _, err := t.ReadAt(b, 0); err != nil {
 		return nil, tensorErr(t, err)
 	}
 	return b, nil
@@ -182,7 +182,7 @@ func (r *tensorRef) row(dst []float32, i int) error {
 	t := r.t
 	size := t.DType.Bits() / 8
 	b := make([]byte, len(dst)*size)
-	if _, err := t.Shard.ReadAt(b, t.Offset+int64(i)*int64(len(b))); err != nil {
+	if _, err := t.ReadAt(b, int64(i)*int64(len(b))); err != nil {
 		return tensorErr(t, err)
 	}
 	switch t.DType {

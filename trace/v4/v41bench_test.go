@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/codecs"
 	"github.com/dsfs/dsfs/internal/testdata"
-	"github.com/dsfs/dsfs/manifest"
 	"github.com/dsfs/dsfs/safetensors"
 )
 
@@ -205,7 +205,7 @@ func BenchmarkFlash41Layer(b *testing.B) {
 	}
 	dir := b.TempDir()
 	flash41Layer(b, dir, experts)
-	cat, err := manifest.Open(dir)
+	cat, err := checkpoint.Open(dir)
 	if err != nil {
 		b.Fatal(err)
 	}

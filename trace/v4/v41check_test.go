@@ -10,17 +10,17 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/codecs"
 	"github.com/dsfs/dsfs/internal/testdata"
-	"github.com/dsfs/dsfs/manifest"
 )
 
 // editedCatalog is the v41-tiny catalog with tensors renamed (old -> new;
 // new "" drops old) or added as copies (old -> "+" new).
-func editedCatalog(t *testing.T, m *Model41, edits map[string]string) *manifest.Catalog {
+func editedCatalog(t *testing.T, m *Model41, edits map[string]string) *checkpoint.Catalog {
 	t.Helper()
 	cat := *m.cat
-	var ts []*manifest.Tensor
+	var ts []*checkpoint.Tensor
 	for _, x := range m.cat.Tensors {
 		nw, ok := edits[x.Name]
 		switch {
@@ -36,7 +36,7 @@ func editedCatalog(t *testing.T, m *Model41, edits map[string]string) *manifest.
 			ts = append(ts, &c)
 		}
 	}
-	slices.SortFunc(ts, func(a, b *manifest.Tensor) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(ts, func(a, b *checkpoint.Tensor) int { return strings.Compare(a.Name, b.Name) })
 	cat.Tensors = ts
 	return &cat
 }

@@ -323,11 +323,11 @@ func (e *engramTensors) row(dst []float32, r int) error {
 		return fmt.Errorf("Engram row %d outside the table's %d rows", r, e.rows)
 	}
 	v := make([]byte, e.headDim)
-	if _, err := e.table.Shard.ReadAt(v, e.table.Offset+int64(r)*int64(e.headDim)); err != nil {
+	if _, err := e.table.ReadAt(v, int64(r)*int64(e.headDim)); err != nil {
 		return tensorErr(e.table, err)
 	}
 	s := make([]byte, e.headDim/e.scaleBy)
-	if _, err := e.scale.Shard.ReadAt(s, e.scale.Offset+int64(r)*int64(len(s))); err != nil {
+	if _, err := e.scale.ReadAt(s, int64(r)*int64(len(s))); err != nil {
 		return tensorErr(e.scale, err)
 	}
 	for i, b := range v {

@@ -10,8 +10,8 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/internal/testdata"
-	"github.com/dsfs/dsfs/manifest"
 )
 
 type goldenLayer41 struct {
@@ -92,7 +92,7 @@ func loadGolden41(t *testing.T) (*Model41, *golden41) {
 	if err := json.Unmarshal(b, &g); err != nil {
 		t.Fatal(err)
 	}
-	cat, err := manifest.Open(dir)
+	cat, err := checkpoint.Open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

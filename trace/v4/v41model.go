@@ -7,7 +7,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/dsfs/dsfs/manifest"
+	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/safetensors"
 )
 
@@ -22,7 +22,7 @@ type Model41 struct {
 	Engram        *EngramHash
 	EngramProblem string
 
-	cat          *manifest.Catalog
+	cat          *checkpoint.Catalog
 	embed, head  *tensorRef
 	norm         *tensorRef
 	layers       []*layer41Tensors
@@ -33,7 +33,7 @@ type Model41 struct {
 
 // engramTensors are one Engram layer's tensors.
 type engramTensors struct {
-	table, scale           *manifest.Tensor // [rows, head_dim] E4M3, [rows, head_dim/32] E8M0
+	table, scale           *checkpoint.Tensor // [rows, head_dim] E4M3, [rows, head_dim/32] E8M0
 	wkv                    *tensorRef
 	qWeight, kWeight       *tensorRef
 	rows, headDim, scaleBy int
@@ -54,7 +54,7 @@ type layer41Tensors struct {
 // layout; inference is inference/config.json (nil when absent) and
 // tokenizerJSON the checkpoint's tokenizer.json (nil when absent: Engram
 // layers then cannot run).
-func Open41(cat *manifest.Catalog, inference, tokenizerJSON []byte) (*Model41, error) {
+func Open41(cat *checkpoint.Catalog, inference, tokenizerJSON []byte) (*Model41, error) {
 	if cat.ConfigBytes == nil {
 		return nil, errors.New("config.json: missing or unreadable")
 	}
@@ -107,6 +107,10 @@ func Open41(cat *manifest.Catalog, inference, tokenizerJSON []byte) (*Model41, e
 
 // Problems lists what is wrong with the tensors of layer l.
 func (m *Model41) Problems(l int) []string { return m.problems[l] }
+
+// Checked is the number of layers checked at Open, for Problems: the
+// layers the checkpoint holds tensors for, not what config.json claims.
+func (m *Model41) Checked() int { return len(m.problems) }
 
 // HeadProblems lists what is wrong with the final norm and head.
 func (m *Model41) HeadProblems() []string { return m.headProblems }
