@@ -35,7 +35,7 @@ func NewBackend(device string) (b model.Backend, note string, err error) {
 	return nil, "", CheckDevice(device)
 }
 
-// NewV4Backend returns what DeepSeek-V4 layers run on for --device
+// NewV4Backend returns what DeepSeek-V4 and V4.1 layers run on for --device
 // device: nil (the host V4 engine) for cpu, the CUDA backend for cuda and
 // auto when it starts. When it cannot, the layers run on the host and
 // note says why in one line; only an unknown device is an error.

@@ -156,13 +156,21 @@ func buildTraceV41(s *Set, prompts []trace.Prompt, user bool) (*Node, error) {
 		}
 		return s.traceError("cannot run the default prompts", fmt.Sprintf("the default prompts cannot run: %v", err), problems...), nil
 	}
-	if s.Opt.Device == "cuda" {
-		s.warnings = append(s.warnings, "trace: DeepSeek-V4.1 layers run on the CPU; the CUDA backend has no V4.1 kernels yet")
+	backend, note, err := trace.NewV4Backend(s.Opt.Device)
+	if err != nil {
+		return nil, fmt.Errorf("--device: %w", err)
 	}
+	if note != "" {
+		s.warnings = append(s.warnings, note)
+	}
+	if c, ok := backend.(io.Closer); ok {
+		s.closers = append(s.closers, c)
+	}
+	m.SetBackend(backend)
 	s.working += traceWorkingMemory
 	tr := trace.NewV41(m, prec, prompts, tok, slog.Default())
 	s.stats["trace"] = func() any {
-		return map[string]any{"layer_forwards": tr.Forwards(), "backend": "cpu", "precision": string(prec)}
+		return map[string]any{"layer_forwards": tr.Forwards(), "backend": tr.BackendName(), "precision": string(prec)}
 	}
 	for l := range m.Config.Layers {
 		for _, p := range m.Problems(l) {
