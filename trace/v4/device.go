@@ -31,7 +31,7 @@ type DeviceOps interface {
 type DeviceOps41 interface {
 	// FP4QuantE4M3 is V4.1's fp4_act_quant of the compressed KV, in place
 	// per block of block values of each row: E2M1 values with one E4M3
-	// scale a block (fp4QuantE4M3).
+	// scale a block (the host function FP4QuantE4M3).
 	FP4QuantE4M3(x model.Mat, block int)
 }
 
@@ -190,11 +190,11 @@ func (f *forward) actQuant(x []float32, block int, fp4 bool) error {
 	return d.b.Download(x, buf, 0)
 }
 
-// fp4E4M3 is fp4QuantE4M3 of x per block of block values, on the device
+// fp4E4M3 is FP4QuantE4M3 of x per block of block values, on the device
 // where the backend has DeviceOps41.
 func (f *forward) fp4E4M3(x []float32, block int) error {
 	if f.dev == nil || f.dev.ops41 == nil || len(x) == 0 {
-		fp4QuantE4M3(x, block)
+		FP4QuantE4M3(x, block)
 		return nil
 	}
 	d := f.dev

@@ -14,7 +14,7 @@ import (
 func (h *hostOps) FP4QuantE4M3(x model.Mat, block int) {
 	h.calls["FP4QuantE4M3"]++
 	v := h.whole(x)
-	fp4QuantE4M3(v, block)
+	FP4QuantE4M3(v, block)
 	h.Upload(x.Buf, 0, v)
 }
 

@@ -666,10 +666,11 @@ const (
 // E4M3 scale per 16 values.
 const fp4KVBlock = 16
 
-// fp4QuantE4M3 is V4.1's fp4_act_quant with E4M3 scales, in place per
+// FP4QuantE4M3 is V4.1's fp4_act_quant with E4M3 scales (of the
+// compressed KV, block 16; the reference of DeviceOps41), in place per
 // block: amax = max(|x|, 6·2^-9), s = e4m3(amax / 6) (not a power of
 // two), x <- e2m1(clamp(x/s, ±6))·s.
-func fp4QuantE4M3(x []float32, block int) {
+func FP4QuantE4M3(x []float32, block int) {
 	floor := float32(6 * math.Ldexp(1, -9))
 	for b := 0; b < len(x); b += block {
 		blk := x[b : b+block]
