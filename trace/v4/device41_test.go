@@ -78,50 +78,37 @@ func TestBackendMatchesHost41(t *testing.T) {
 // in any bit.
 func sameLayer41(t *testing.T, where string, got, want *LayerOutput41) {
 	t.Helper()
-	f32 := []struct {
+	type f32s struct {
 		name      string
 		got, want []float32
-	}{
+	}
+	type i32s struct {
+		name      string
+		got, want []int32
+	}
+	f32 := []f32s{
 		{"attn_in", got.AttnIn, want.AttnIn}, {"window_kv", got.WindowKV, want.WindowKV},
 		{"attn_out", got.AttnOut, want.AttnOut}, {"ffn_out", got.FFNOut, want.FFNOut},
 		{"stream_out", got.StreamOut, want.StreamOut}, {"pre_mix_out", got.PreMixOut, want.PreMixOut},
 		{"topk_weights", got.Routes.Weights, want.Routes.Weights},
 	}
-	i32 := []struct {
-		name      string
-		got, want []int32
-	}{{"routes", got.Routes.IDs, want.Routes.IDs}}
+	i32 := []i32s{{"routes", got.Routes.IDs, want.Routes.IDs}}
 	if (got.Engram == nil) != (want.Engram == nil) {
 		t.Fatalf("%s: Engram ran on one engine only", where)
 	}
 	if e := want.Engram; e != nil {
-		f32 = append(f32, struct {
-			name      string
-			got, want []float32
-		}{"engram_gate", got.Engram.Gate, e.Gate}, struct {
-			name      string
-			got, want []float32
-		}{"engram_stream", got.Engram.Stream, e.Stream})
-		i32 = append(i32, struct {
-			name      string
-			got, want []int32
-		}{"engram_ids", got.Engram.HashIDs, e.HashIDs})
+		f32 = append(f32, f32s{"engram_gate", got.Engram.Gate, e.Gate}, f32s{"engram_stream", got.Engram.Stream, e.Stream})
+		i32 = append(i32, i32s{"engram_ids", got.Engram.HashIDs, e.HashIDs})
 	}
 	if len(got.Seqs) != len(want.Seqs) {
 		t.Fatalf("%s: %d sequences, want %d", where, len(got.Seqs), len(want.Seqs))
 	}
 	for i, w := range want.Seqs {
-		gs := got.Seqs[i]
-		f32 = append(f32, []struct {
-			name      string
-			got, want []float32
-		}{{"compressed_kv", gs.Compressed, w.Compressed}, {"index_keys", gs.IndexKeys, w.IndexKeys},
-			{"index_scores", gs.IndexScores, w.IndexScores}, {"block_scores", gs.BlockScores, w.BlockScores}}...)
-		i32 = append(i32, []struct {
-			name      string
-			got, want []int32
-		}{{"topk", gs.TopK, w.TopK}, {"index_topk", gs.IndexTopK, w.IndexTopK}}...)
-		if !slices.Equal(gs.Candidates, w.Candidates) {
+		g := got.Seqs[i]
+		f32 = append(f32, f32s{"compressed_kv", g.Compressed, w.Compressed}, f32s{"index_keys", g.IndexKeys, w.IndexKeys},
+			f32s{"index_scores", g.IndexScores, w.IndexScores}, f32s{"block_scores", g.BlockScores, w.BlockScores})
+		i32 = append(i32, i32s{"topk", g.TopK, w.TopK}, i32s{"index_topk", g.IndexTopK, w.IndexTopK})
+		if !slices.Equal(g.Candidates, w.Candidates) {
 			t.Errorf("%s: candidate mask differs", where)
 		}
 	}
