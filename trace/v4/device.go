@@ -151,7 +151,7 @@ func (f *forward) rotateFP4(x []float32, n int, scale float32) error {
 
 // attend runs sparseAttention, on the device where it has DeviceOps.
 func (f *forward) attend(o, q, kv, sink []float32, idx []int32, k, heads, hd int, scale float32) error {
-	if f.dev == nil || f.dev.ops == nil {
+	if f.dev == nil || f.dev.ops == nil || len(idx) == 0 {
 		return sparseAttention(f.ctx, o, q, kv, sink, idx, k, heads, hd, scale)
 	}
 	d := f.dev

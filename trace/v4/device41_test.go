@@ -123,3 +123,35 @@ func sameLayer41(t *testing.T, where string, got, want *LayerOutput41) {
 		}
 	}
 }
+
+// TestBackendShortPrompts41 runs a batch of prompts of 0 to 3 tokens
+// (no compressed entry yet in ratio-2 layers, no query at all in one:
+// empty products, quantisers and index sets) through every v41-tiny layer on the CPU backend with
+// DeviceOps and DeviceOps41, bit for bit the host engine's.
+func TestBackendShortPrompts41(t *testing.T) {
+	host, _ := loadGolden41(t)
+	dev := open41Dir(t, filepath.Join(testdata.Dir(t), "trace", "v41-tiny"))
+	dev.SetBackend(&hostOps{CPU: model.NewCPU(), calls: map[string]int{}})
+	seqs := [][]int{{5}, {}, {7, 300}, {9, 10, 11}}
+	var ids []int
+	for _, s := range seqs {
+		ids = append(ids, s...)
+	}
+	emb, err := host.EmbedRows(ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := host.Config.InitialState41(emb, len(seqs))
+	for l := range host.Config.Layers {
+		want, err := host.Forward(context.Background(), l, st, seqs, A8)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := dev.Forward(context.Background(), l, st, seqs, A8)
+		if err != nil {
+			t.Fatalf("layer %d on the backend: %v", l, err)
+		}
+		sameLayer41(t, fmt.Sprintf("short prompts layer %d", l), got, want)
+		st = want.Out
+	}
+}
