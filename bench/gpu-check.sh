@@ -15,10 +15,13 @@
 #   2. runs gpucheck: CUDA against CPU on the reference checkpoints and on a
 #      random V2-Lite-shaped layer (errors, routes), and that layer's forward
 #      times on 4 x 32 and 1 x 2048 tokens; then the v4-tiny layers (V4
-#      kernels and products on the GPU) against the host V4 engine;
+#      kernels and products on the GPU) against the host V4 engine, and the
+#      v41-tiny layers (V4.1's too) against the host V4.1 engine;
 #   2b. times a V4-Flash-shaped layer (256 experts, 4 x 32 tokens, a8) on
 #      the CUDA backend and on the host, with the GPU's error against the
 #      host and the tokens routed differently;
+#   2c. the same for a V4.1-Flash-shaped layer (CSA2 full with Engram over a
+#      sparse 101 GB table, 384 experts);
 #   3. runs torch_layer.py: the same layer in PyTorch eager on the same GPU,
 #      its times beside the CUDA backend's.
 # Exit status: 0 every check passed, 1 a check failed, 2 a step could not run.
@@ -86,6 +89,13 @@ run() {
 	for device in cuda cpu; do
 		(cd "$dir/mod" && DSFS_V4_BENCH_DEVICE=$device DSFS_V4_BENCH_EXPERTS=256 ../v4.test -test.run XXX \
 			-test.bench FlashLayer -test.benchtime 1x 2>&1) | grep -E 'Benchmark|FAIL|bench_test'
+		((PIPESTATUS[0] != 0)) && status=1
+	done
+
+	echo; echo "== 2c. V4.1-Flash-shaped layer: CUDA, then the host engine"
+	for device in cuda cpu; do
+		(cd "$dir/mod" && DSFS_V41_BENCH_DEVICE=$device ../v4.test -test.run XXX \
+			-test.bench Flash41Layer -test.benchtime 1x 2>&1) | grep -E 'Benchmark|FAIL|bench_test'
 		((PIPESTATUS[0] != 0)) && status=1
 	done
 

@@ -72,12 +72,13 @@ const (
 	kActQuant   = "act_quant"
 	kHadamard   = "hadamard_rows"
 	kSparseAttn = "sparse_attn_sink"
+	kFP4E4M3    = "fp4_quant_e4m3"
 )
 
 // launched lists the kernel names above, for the test that checks them
 // against the sources.
 var launched = []string{kAdd, kCopy, kSiLUMul, kWiden, kNarrow, kRMSNorm, kRoPE, kSoftmax, kGather, kScatterAdd, kRoute,
-	kActQuant, kHadamard, kSparseAttn}
+	kActQuant, kHadamard, kSparseAttn, kFP4E4M3}
 
 const (
 	threads   = 256     // threads per block of every kernel

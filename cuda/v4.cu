@@ -1,6 +1,7 @@
-// DeepSeek-V4's own operations (trace/v4's DeviceOps): the activation
-// fake-quantisers, the Walsh-Hadamard rotation and sparse attention with a
-// per-head sink. Each follows the host function of trace/v4 op for op,
+// DeepSeek-V4's own operations (trace/v4's DeviceOps; DeviceOps41 for
+// V4.1): the activation fake-quantisers (V4.1's FP4 KV with E4M3 scales
+// too), the Walsh-Hadamard rotation and sparse attention with a per-head
+// sink. Each follows the host function of trace/v4 op for op,
 // rounding every product and sum to float32 as it does; only the order of
 // the attention's dot products differs.
 
@@ -53,6 +54,25 @@ extern "C" __global__ void act_quant(float* x, int ldx, int rows, int cols, int 
         for (int j = 0; j < block; j++) {
             float v = fminf(fmaxf(__fdiv_rn(p[j], s), -fmax), fmax);
             p[j] = __fmul_rn(fp4 ? round_e2m1(v) : round_e4m3(v), s);
+        }
+    }
+}
+
+// fp4_quant_e4m3 is DeepSeek-V4.1's fp4_act_quant of the compressed KV
+// (trace/v4's fp4QuantE4M3): x [rows, cols] (row stride ldx) in place,
+// one thread per block of block values along a row: amax = max(|x|,
+// 6·2^-9), s = e4m3(min(amax / 6, 448)) (an E4M3 scale, not a power of
+// two), x = e2m1(clamp(x / s, ±6)) · s.
+extern "C" __global__ void fp4_quant_e4m3(float* x, int ldx, int rows, int cols, int block) {
+    int per = cols / block;
+    V4_EACH(i, (long long)rows * per) {
+        float* p = x + (i / per) * ldx + (i % per) * block;
+        float amax = 0.01171875f; // 6·2^-9
+        for (int j = 0; j < block; j++) amax = fmaxf(amax, fabsf(p[j]));
+        float s = round_e4m3(fminf(__fdiv_rn(amax, 6.0f), 448.0f));
+        for (int j = 0; j < block; j++) {
+            float v = fminf(fmaxf(__fdiv_rn(p[j], s), -6.0f), 6.0f);
+            p[j] = __fmul_rn(round_e2m1(v), s);
         }
     }
 }

@@ -58,3 +58,15 @@ func (b *Backend) SparseAttention(out, q, kv model.Mat, sink model.Buffer, idx [
 	b.launch(kSparseAttn, q.Rows, threads, o, qp, kvp, sp, ip, k, heads, d, scale)
 	b.devFree(ip, n)
 }
+
+// FP4QuantE4M3 is trace/v4's DeviceOps41: DeepSeek-V4.1's FP4
+// fake-quant of the compressed KV, in place per block of block values of
+// each row, E2M1 values with one E4M3 scale a block.
+func (b *Backend) FP4QuantE4M3(x model.Mat, block int) {
+	if block <= 0 || x.Cols%block != 0 {
+		panic(fmt.Sprintf("cuda: FP4QuantE4M3 of rows of %d in blocks of %d", x.Cols, block))
+	}
+	p := at(x)
+	defer b.enter()()
+	b.each(kFP4E4M3, x.Rows*(x.Cols/block), p, x.Stride, x.Rows, x.Cols, block)
+}

@@ -62,6 +62,15 @@ func NewV41(m *v4.Model41, p v4.Precision, prompts []Prompt, tok *tokenizer.Toke
 // Layers is the number of layers the tracer can run.
 func (t *V41Tracer) Layers() int { return len(t.records) }
 
+// BackendName is "cpu" for the host engine, else the name of the
+// backend the model's products run on.
+func (t *V41Tracer) BackendName() string {
+	if b := t.model.Backend(); b != nil {
+		return b.Name()
+	}
+	return "cpu"
+}
+
 // Forwards is the number of layer forwards run so far.
 func (t *V41Tracer) Forwards() int64 { return t.forwards.Load() }
 
@@ -122,7 +131,7 @@ func (t *V41Tracer) layer(ctx context.Context, l int) (*v4.LayerOutput41, *V41La
 		}
 		t.forwards.Add(1)
 		if t.log != nil {
-			t.log.Info("trace: layer forward", "layer", j, "tokens", t.tokens, "backend", "cpu",
+			t.log.Info("trace: layer forward", "layer", j, "tokens", t.tokens, "backend", t.BackendName(),
 				"precision", string(t.precision), "ms", out.Time.Milliseconds(), "load_ms", out.LoadTime.Milliseconds())
 		}
 		t.states[j+1] = out.Out
@@ -484,6 +493,10 @@ func (t *V41Tracer) TraceJSON(ctx context.Context) ([]byte, error) {
 		}
 	}
 	cfg := t.model.Config
+	device := "host (pure Go V4 engine)"
+	if b := t.model.Backend(); b != nil {
+		device = b.Device() + " (products and V4.1 operations; the rest on the host V4 engine)"
+	}
 	d := V41Document{
 		SchemaVersion: SchemaVersion,
 		CapturedAtUTC: time.Now().UTC().Format(time.RFC3339),
@@ -492,7 +505,7 @@ func (t *V41Tracer) TraceJSON(ctx context.Context) ([]byte, error) {
 		Precision:     string(t.precision),
 		Environment: Environment{
 			Go: runtime.Version(), OS: runtime.GOOS, Arch: runtime.GOARCH,
-			CPUThreads: runtime.GOMAXPROCS(0), Backend: "cpu", Device: "host (pure Go V4 engine)",
+			CPUThreads: runtime.GOMAXPROCS(0), Backend: t.BackendName(), Device: device,
 			MatmulKernel: simd.Kernel(), ComputeDType: "float32",
 		},
 		Configuration: cfg,

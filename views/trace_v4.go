@@ -70,12 +70,14 @@ func buildTraceV41(s *Set, prompts []trace.Prompt, user bool) (Built, error) {
 	if failed != nil || err != nil {
 		return *failed, err
 	}
-	if s.Opt.Device == "cuda" {
-		out.Warnings = append(out.Warnings, "trace: DeepSeek-V4.1 layers run on the CPU; the CUDA backend has no V4.1 kernels yet")
+	backend, err := v4Backend(s, &out)
+	if err != nil {
+		return out, err
 	}
+	m.SetBackend(backend)
 	tr := trace.NewV41(m, prec, prompts, tok, slog.Default())
 	out.Stats = func() any {
-		return map[string]any{"layer_forwards": tr.Forwards(), "backend": "cpu", "precision": string(prec)}
+		return map[string]any{"layer_forwards": tr.Forwards(), "backend": tr.BackendName(), "precision": string(prec)}
 	}
 	return s.v4Tree(out, tr, m, m.Config.Layers, problems)
 }
@@ -127,7 +129,7 @@ func v4Prompts(s *Set, prompts *[]trace.Prompt, user bool, vocab int) (tok *toke
 	return tok, problems, nil, nil
 }
 
-// v4Backend starts what V4 layers run on for --device (nil: the host
+// v4Backend starts what V4 and V4.1 layers run on for --device (nil: the host
 // engine), through the backend starter the caller gave, noting in out why
 // it fell back to the host and closing it with the view.
 func v4Backend(s *Set, out *Built) (model.Backend, error) {

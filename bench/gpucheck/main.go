@@ -12,7 +12,8 @@
 // every token whose route margin exceeds 1e-3. Then it times the layer's
 // forward on 4 × 32 and 1 × 2048 tokens. Last it runs the v4-tiny
 // reference checkpoint's layers with the CUDA backend against the host V4
-// engine (see v4Tiny). The exit status is 1 when an error
+// engine (see v4Tiny), and the v41-tiny one's against the host V4.1
+// engine (see v41Tiny). The exit status is 1 when an error
 // exceeds 2e-2 or an expert set differs, 2 when the check cannot run.
 package main
 
@@ -83,6 +84,9 @@ func main() {
 		fatal(err)
 	}
 	if err := c.v4Tiny(filepath.Join(*testdata, "trace", "v4-tiny")); err != nil {
+		fatal(err)
+	}
+	if err := c.v41Tiny(filepath.Join(*testdata, "trace", "v41-tiny")); err != nil {
 		fatal(err)
 	}
 	for _, b := range c.gpus {

@@ -73,10 +73,21 @@ func (f *forward) attention(x []float32) ([]float32, error) {
 	}
 	out.WindowKV = kv
 
-	// Grouped output projection: group g of o (heads g·H/G ..) times its
-	// block of wo_a, then wo_b over the concatenated groups.
+	z, err := f.groupedWoA(o)
+	if err != nil {
+		return nil, err
+	}
+	return f.mm(w.woB, z, f.n, f.a8)
+}
+
+// groupedWoA is the grouped output projection's first half: group g of o
+// [tokens, H·d] (heads g·H/G ..) times its block of wo_a, into z
+// [tokens, G·o_lora], which wo_b then takes whole.
+func (f *forward) groupedWoA(o []float32) ([]float32, error) {
+	cfg, w := f.cfg, f.w
 	g, r := cfg.OGroups, cfg.OLoRA
-	gw := h * hd / g
+	hw := cfg.Heads * cfg.HeadDim
+	gw := hw / g
 	z := make([]float32, f.n*g*r)
 	switch {
 	case f.n == 0:
@@ -86,7 +97,7 @@ func (f *forward) attention(x []float32) ([]float32, error) {
 		xi := make([]float32, f.n*gw)
 		for i := range g {
 			for t := range f.n {
-				copy(xi[t*gw:(t+1)*gw], o[t*h*hd+i*gw:t*h*hd+(i+1)*gw])
+				copy(xi[t*gw:(t+1)*gw], o[t*hw+i*gw:t*hw+(i+1)*gw])
 			}
 			zi, err := f.mm(&linear{w: w.woA.w[i*r*gw : (i+1)*r*gw], rows: r, cols: gw}, xi, f.n, false)
 			if err != nil {
@@ -102,11 +113,11 @@ func (f *forward) attention(x []float32) ([]float32, error) {
 			if err := f.ctx.Err(); err != nil {
 				return nil, err
 			}
-			simd.MatMulT(z[i*r:], g*r, o[i*gw:], h*hd, w.woA.w[i*r*gw:], gw, f.n, r, gw)
+			simd.MatMulT(z[i*r:], g*r, o[i*gw:], hw, w.woA.w[i*r*gw:], gw, f.n, r, gw)
 		}
 		f.out.GEMMTime += time.Since(start)
 	}
-	return f.mm(w.woB, z, f.n, f.a8)
+	return z, nil
 }
 
 // seqAttention attends one sequence: x [T, D] the attention input, qr its

@@ -26,6 +26,15 @@ type DeviceOps interface {
 	SparseAttention(out, q, kv model.Mat, sink model.Buffer, idx []int32, k, heads int, scale float32)
 }
 
+// DeviceOps41 are the V4.1 operations a backend may run besides
+// DeviceOps; without them the forward runs them on the host.
+type DeviceOps41 interface {
+	// FP4QuantE4M3 is V4.1's fp4_act_quant of the compressed KV, in place
+	// per block of block values of each row: E2M1 values with one E4M3
+	// scale a block (the host function FP4QuantE4M3).
+	FP4QuantE4M3(x model.Mat, block int)
+}
+
 // SetBackend makes the forwards that follow run their matrix products
 // (and, where b implements DeviceOps, V4's own operations) on b; nil, the
 // default, runs everything on the host. Like b, the model then serves
@@ -37,8 +46,9 @@ func (m *Model) Backend() model.Backend { return m.backend }
 
 // device runs a forward's work on a model.Backend.
 type device struct {
-	b   model.Backend
-	ops DeviceOps // nil when b has none
+	b     model.Backend
+	ops   DeviceOps   // nil when b has none
+	ops41 DeviceOps41 // nil when b has none
 }
 
 func newDevice(b model.Backend) *device {
@@ -47,6 +57,7 @@ func newDevice(b model.Backend) *device {
 	}
 	d := &device{b: b}
 	d.ops, _ = b.(DeviceOps)
+	d.ops41, _ = b.(DeviceOps41)
 	return d
 }
 
@@ -140,7 +151,7 @@ func (f *forward) rotateFP4(x []float32, n int, scale float32) error {
 
 // attend runs sparseAttention, on the device where it has DeviceOps.
 func (f *forward) attend(o, q, kv, sink []float32, idx []int32, k, heads, hd int, scale float32) error {
-	if f.dev == nil || f.dev.ops == nil {
+	if f.dev == nil || f.dev.ops == nil || len(idx) == 0 {
 		return sparseAttention(f.ctx, o, q, kv, sink, idx, k, heads, hd, scale)
 	}
 	d := f.dev
@@ -157,4 +168,38 @@ func (f *forward) attend(o, q, kv, sink []float32, idx []int32, k, heads, hd int
 		return err
 	}
 	return f.ctx.Err()
+}
+
+// actQuant fake-quantises x per block of block values (to E2M1 when
+// fp4, else E4M3, with power-of-two scales): simd's quantiser on the
+// host, DeviceOps.ActQuant where the backend has it. The blocks lie
+// along rows of any width that block divides.
+func (f *forward) actQuant(x []float32, block int, fp4 bool) error {
+	if f.dev == nil || f.dev.ops == nil || len(x) == 0 {
+		if fp4 {
+			simd.QuantE2M1(x, block)
+		} else {
+			simd.QuantE4M3(x, block)
+		}
+		return nil
+	}
+	d := f.dev
+	buf := d.upload(x)
+	defer d.b.Free(buf)
+	d.ops.ActQuant(model.Whole(buf, len(x)/block, block), block, fp4)
+	return d.b.Download(x, buf, 0)
+}
+
+// fp4E4M3 is FP4QuantE4M3 of x per block of block values, on the device
+// where the backend has DeviceOps41.
+func (f *forward) fp4E4M3(x []float32, block int) error {
+	if f.dev == nil || f.dev.ops41 == nil || len(x) == 0 {
+		FP4QuantE4M3(x, block)
+		return nil
+	}
+	d := f.dev
+	buf := d.upload(x)
+	defer d.b.Free(buf)
+	d.ops41.FP4QuantE4M3(model.Whole(buf, len(x)/block, block), block)
+	return d.b.Download(x, buf, 0)
 }

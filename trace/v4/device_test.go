@@ -53,6 +53,9 @@ func (h *hostOps) Hadamard(x model.Mat, scale float32) {
 
 func (h *hostOps) SparseAttention(out, q, kv model.Mat, sink model.Buffer, idx []int32, k, heads int, scale float32) {
 	h.calls["SparseAttention"]++
+	if k <= 0 || len(idx) == 0 {
+		panic("hostOps: SparseAttention with nothing to attend (the cuda backend refuses it)")
+	}
 	o := make([]float32, out.Rows*out.Cols)
 	s := make([]float32, sink.Len())
 	if err := h.Download(s, sink, 0); err != nil {

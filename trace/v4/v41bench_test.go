@@ -8,14 +8,17 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/codecs"
+	"github.com/dsfs/dsfs/cuda"
 	"github.com/dsfs/dsfs/internal/testdata"
 	"github.com/dsfs/dsfs/safetensors"
+	"github.com/dsfs/dsfs/trace/model"
 )
 
 // flash41Layer writes a one-layer checkpoint with V4.1-Flash's shapes for
@@ -193,7 +196,10 @@ func flash41Layer(b *testing.B, dir string, experts int) {
 // and the shares of time in matrix products and in reading and decoding
 // weights. DSFS_V41_BENCH_EXPERTS sets the number of routed experts
 // (default 384, V4.1-Flash's: a 6.8 GB layer file plus a 101 GB sparse
-// Engram table in a temporary directory).
+// Engram table in a temporary directory). DSFS_V41_BENCH_DEVICE=cuda runs
+// the forwards on the CUDA backend and then once on the host, and reports
+// the largest max|Δ|/max|ref| of the layer's outputs and the tokens
+// routed differently (bench/gpu-check.sh).
 func BenchmarkFlash41Layer(b *testing.B) {
 	experts := 384
 	if s := os.Getenv("DSFS_V41_BENCH_EXPERTS"); s != "" {
@@ -239,15 +245,32 @@ func BenchmarkFlash41Layer(b *testing.B) {
 		b.Fatal(err)
 	}
 	st := m.Config.InitialState41(emb, len(seqs))
+	var dev model.Backend
+	switch s := os.Getenv("DSFS_V41_BENCH_DEVICE"); s {
+	case "", "cpu":
+	case "cuda":
+		cb, err := cuda.NewBackend(cuda.Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer cb.Close()
+		dev = cb
+	default:
+		b.Fatalf("DSFS_V41_BENCH_DEVICE=%q: want cpu or cuda", s)
+	}
+	m.SetBackend(dev)
 	var total, gemm, load time.Duration
 	var run int
 	var read int64
+	var last *LayerOutput41
+	cpu0 := cpuTime(b)
 	b.ResetTimer()
 	for range b.N {
 		out, err := m.Forward(context.Background(), 0, st, seqs, A8)
 		if err != nil {
 			b.Fatal(err)
 		}
+		last = out
 		total += out.Time
 		gemm += out.GEMMTime
 		load += out.LoadTime
@@ -260,4 +283,24 @@ func BenchmarkFlash41Layer(b *testing.B) {
 	b.ReportMetric(gemm.Seconds()/total.Seconds(), "gemm-share")
 	b.ReportMetric(load.Seconds()/total.Seconds(), "load-share")
 	b.ReportMetric(float64(run), "experts-run")
+	// On a shared machine the wall time depends on the neighbours; the
+	// process's CPU time per forward does much less.
+	b.ReportMetric((cpuTime(b)-cpu0).Seconds()/float64(b.N), "cpu-s/op")
+	if dev == nil {
+		return
+	}
+	b.StopTimer()
+	m.SetBackend(nil)
+	want, err := m.Forward(context.Background(), 0, st, seqs, A8)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(max(relDiff(last.AttnOut, want.AttnOut), relDiff(last.FFNOut, want.FFNOut), relDiff(last.StreamOut, want.StreamOut)), "max-rel-err")
+	k, differ := want.Routes.K, 0
+	for t := range want.Tokens {
+		if !slices.Equal(slices.Sorted(slices.Values(last.Routes.IDs[t*k:(t+1)*k])), slices.Sorted(slices.Values(want.Routes.IDs[t*k:(t+1)*k]))) {
+			differ++
+		}
+	}
+	b.ReportMetric(float64(differ), "tokens-routed-differently")
 }

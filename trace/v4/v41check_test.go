@@ -165,7 +165,7 @@ func TestFP4QuantE4M3(t *testing.T) {
 			x[i] = float32(rng.NormFloat64() * scale)
 		}
 		got := slices.Clone(x)
-		fp4QuantE4M3(got, 16)
+		FP4QuantE4M3(got, 16)
 		amax := float32(6 * math.Ldexp(1, -9))
 		for _, v := range x {
 			amax = max(amax, float32(math.Abs(float64(v))))

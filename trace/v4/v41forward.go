@@ -153,7 +153,8 @@ func (m *Model41) Forward(ctx context.Context, l int, in *State41, seqs [][]int,
 	load := time.Since(start)
 	out := &LayerOutput41{Layer: l, Tokens: n, Precision: p, Role: cfg.Roles[l], PreMixIn: in.PreMix}
 	f := &forward41{forward: forward{cfg: cfg.Config, ctx: ctx, w: &w.layerWeights, l: l, a8: p == A8, seqs: seqs, n: n,
-		out: &LayerOutput{}, v41: true, gateTemp: float32(cfg.GateTemp), normTopK: cfg.NormTopKProb}, m: m, c41: cfg, w41: w, o: out}
+		out: &LayerOutput{}, v41: true, gateTemp: float32(cfg.GateTemp), normTopK: cfg.NormTopKProb, dev: newDevice(m.backend)},
+		m: m, c41: cfg, w41: w, o: out}
 	if err := f.run(in); err != nil {
 		return nil, fmt.Errorf("layer %d: %w", l, err)
 	}
@@ -341,7 +342,10 @@ func (f *forward41) attention41(x []float32, shared []Shared41) ([]float32, erro
 			}
 			k := kv[(row+t)*hd : (row+t+1)*hd]
 			rp.apply(k[hd-rd:], t, false)
-			simd.QuantE4M3(k, f.c41.FP8Block)
+		}
+		// The window KV: FP8 over all head_dim values, in FP8 blocks.
+		if err := f.actQuant(kv[row*hd:(row+T)*hd], f.c41.FP8Block, false); err != nil {
+			return nil, err
 		}
 		sa, err := f.seqAttention41(x[row*cfg.Hidden:(row+T)*cfg.Hidden], o.QR[row*cfg.QLoRA:(row+T)*cfg.QLoRA],
 			q[row*h*hd:(row+T)*h*hd], kv[row*hd:(row+T)*hd], out[row*h*hd:(row+T)*h*hd], rp, &shared[si])
@@ -360,15 +364,9 @@ func (f *forward41) attention41(x []float32, shared []Shared41) ([]float32, erro
 		}
 	}
 	o.WindowKV = kv
-	g, r := cfg.OGroups, cfg.OLoRA
-	gw := h * hd / g
-	z := make([]float32, f.n*g*r)
-	if f.n > 0 {
-		start := time.Now()
-		for i := range g {
-			simd.MatMulT(z[i*r:], g*r, out[i*gw:], h*hd, w.woA.w[i*r*gw:], gw, f.n, r, gw)
-		}
-		f.out.GEMMTime += time.Since(start)
+	z, err := f.groupedWoA(out)
+	if err != nil {
+		return nil, err
 	}
 	return f.mm(w.woB, z, f.n, f.a8)
 }
@@ -411,7 +409,9 @@ func (f *forward41) seqAttention41(x, qr, q, kv, o []float32, rp *rope, sh *Shar
 			for j := range nc {
 				e := ckv[j*cfg.HeadDim : (j+1)*cfg.HeadDim]
 				rp.apply(e[cfg.HeadDim-cfg.RopeDim:], j*ratio, false)
-				fp4QuantE4M3(e, 16)
+			}
+			if err := f.fp4E4M3(ckv, fp4KVBlock); err != nil {
+				return sa, err
 			}
 			sh.CompressKV = ckv
 		}
@@ -438,10 +438,8 @@ func (f *forward41) seqAttention41(x, qr, q, kv, o []float32, rp *rope, sh *Shar
 		}
 	}
 	all := append(append([]float32(nil), kv...), comp...)
-	if err := sparseAttention(f.ctx, o, q, all, f.w.sink, sa.TopK, sa.K, cfg.Heads, cfg.HeadDim, float32(1/math.Sqrt(float64(cfg.HeadDim)))); err != nil {
-		return sa, err
-	}
-	return sa, nil
+	err := f.attend(o, q, all, f.w.sink, sa.TopK, sa.K, cfg.Heads, cfg.HeadDim, float32(1/math.Sqrt(float64(cfg.HeadDim))))
+	return sa, err
 }
 
 // compress41 is V4.1's Compressor.forward in prefill: ratio 1 is
@@ -502,9 +500,8 @@ func (f *forward41) indexKeys(latent []float32, nc int, rp *rope) ([]float32, er
 	for j := range nc {
 		e := k[j*cfg.IndexDim : (j+1)*cfg.IndexDim]
 		rp.apply(e[cfg.IndexDim-cfg.RopeDim:], j*f.o.Role.Ratio, false)
-		simd.QuantE2M1(e, fp4Block)
 	}
-	return k, nil
+	return k, f.actQuant(k, fp4Block, true)
 }
 
 // indexer41 is V4.1's Indexer.forward in prefill: scores over the shared
@@ -523,8 +520,10 @@ func (f *forward41) indexer41(x, qr []float32, rp *rope, sh *Shared41, sa *SeqAt
 		for h := range nh {
 			qh := q[(t*nh+h)*dh : (t*nh+h+1)*dh]
 			rp.apply(qh[dh-rd:], t, false)
-			simd.QuantE2M1(qh, fp4Block)
 		}
+	}
+	if err := f.actQuant(q, fp4Block, true); err != nil {
+		return err
 	}
 	wts, err := f.mm(w.idxWeights, x, T, false)
 	if err != nil {
@@ -663,10 +662,15 @@ const (
 	e2m1Max = 6
 )
 
-// fp4QuantE4M3 is V4.1's fp4_act_quant with E4M3 scales, in place per
+// fp4KVBlock is the block of the compressed KV's FP4 fake-quant, one
+// E4M3 scale per 16 values.
+const fp4KVBlock = 16
+
+// FP4QuantE4M3 is V4.1's fp4_act_quant with E4M3 scales (of the
+// compressed KV, block 16; the reference of DeviceOps41), in place per
 // block: amax = max(|x|, 6·2^-9), s = e4m3(amax / 6) (not a power of
 // two), x <- e2m1(clamp(x/s, ±6))·s.
-func fp4QuantE4M3(x []float32, block int) {
+func FP4QuantE4M3(x []float32, block int) {
 	floor := float32(6 * math.Ldexp(1, -9))
 	for b := 0; b < len(x); b += block {
 		blk := x[b : b+block]
@@ -708,6 +712,10 @@ func (m *Model41) Logits(ctx context.Context, s *State41) (*Final41, error) {
 	out := &Final41{Hidden: collapse(s.Stream, s.PreMix, n, d)}
 	out.Norm = rmsNorm(out.Hidden, norm, cfg.NormEps)
 	var err error
-	out.Logits, err = head.apply(ctx, out.Norm, tokens, false)
+	if dev := newDevice(m.backend); dev != nil {
+		out.Logits, err = head.applyOn(ctx, dev, out.Norm, tokens, false)
+	} else {
+		out.Logits, err = head.apply(ctx, out.Norm, tokens, false)
+	}
 	return out, err
 }

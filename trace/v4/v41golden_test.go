@@ -92,6 +92,15 @@ func loadGolden41(t *testing.T) (*Model41, *golden41) {
 	if err := json.Unmarshal(b, &g); err != nil {
 		t.Fatal(err)
 	}
+	m := open41Dir(t, dir)
+	golden41Cache.m, golden41Cache.g = m, &g
+	return m, &g
+}
+
+// open41Dir opens the V4.1 checkpoint in dir (with its inference config
+// and tokenizer), failing on any problem with its layers or head.
+func open41Dir(t *testing.T, dir string) *Model41 {
+	t.Helper()
 	cat, err := checkpoint.Open(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -116,8 +125,7 @@ func loadGolden41(t *testing.T) (*Model41, *golden41) {
 	if p := m.HeadProblems(); p != nil {
 		t.Fatalf("head: %v", p)
 	}
-	golden41Cache.m, golden41Cache.g = m, &g
-	return m, &g
+	return m
 }
 
 // closeInf compares scores whose infinities must match exactly and whose

@@ -9,6 +9,7 @@ import (
 
 	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/safetensors"
+	"github.com/dsfs/dsfs/trace/model"
 )
 
 // Model41 is a DeepSeek-V4.1 checkpoint in DeepSeek's flat layout,
@@ -29,6 +30,7 @@ type Model41 struct {
 	problems     [][]string
 	headProblems []string
 	mtp          []string
+	backend      model.Backend
 }
 
 // engramTensors are one Engram layer's tensors.
@@ -104,6 +106,15 @@ func Open41(cat *checkpoint.Catalog, inference, tokenizerJSON []byte) (*Model41,
 	}
 	return m, nil
 }
+
+// SetBackend makes the forwards and logits that follow run their matrix
+// products (and the DeviceOps and DeviceOps41 b implements) on b; nil,
+// the default, runs everything on the host. Like b, the model then
+// serves one forward at a time.
+func (m *Model41) SetBackend(b model.Backend) { m.backend = b }
+
+// Backend is the backend SetBackend set, nil for the host engine.
+func (m *Model41) Backend() model.Backend { return m.backend }
 
 // Problems lists what is wrong with the tensors of layer l.
 func (m *Model41) Problems(l int) []string { return m.problems[l] }
@@ -276,7 +287,7 @@ func (m *Model41) loadLayer41(l int) (*layer41Weights, error) {
 	// As in V4, wo_a is dequantised to BF16 and multiplied unquantised.
 	w.woA = ld.lin(t.woA)
 	if w.woA != nil {
-		w.woA.w, w.woA.h = w.woA.floats(), nil
+		w.woA.w, w.woA.h, w.woA.c = w.woA.floats(), nil, nil
 		bf16Round(w.woA.w)
 		w.woA.quant = false
 	}
