@@ -292,36 +292,12 @@ func TestMountLifecycle(t *testing.T) {
 // TestMountAsNormalUser mounts through fusermount3 as user nobody, reads
 // as that user, and unmounts with `dsfs umount`.
 func TestMountAsNormalUser(t *testing.T) {
-	needMount(t)
-	if _, err := exec.LookPath("fusermount3"); err != nil {
-		t.Skip("fusermount3 not installed (apt-get install fuse3)")
-	}
-	setpriv, err := exec.LookPath("setpriv")
-	if err != nil {
-		t.Skip("setpriv not installed")
-	}
-	// Debian ships /dev/fuse world-writable; some sandboxes do not.
-	fi, err := os.Stat("/dev/fuse")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if fi.Mode().Perm()&0o006 != 0o006 {
-		if err := os.Chmod("/dev/fuse", fi.Mode().Perm()|0o666); err != nil {
-			t.Skipf("/dev/fuse is not usable by other users: %v", err)
-		}
-		t.Cleanup(func() { os.Chmod("/dev/fuse", fi.Mode().Perm()) })
-	}
-	base := t.TempDir()
-	os.Chmod(base, 0o755)
-	os.Chmod(filepath.Dir(base), 0o755) // t.TempDir makes its parent private
-	src := filepath.Join(base, "src")
+	nb := nobody(t)
+	setpriv, as := nb[0], nb[1:]
+	mnt := nobodyDir(t)
+	src := filepath.Join(filepath.Dir(mnt), "src")
 	run(t, "cp", "-a", tinySrc, src)
 	run(t, "chmod", "-R", "a+rX", src)
-	mnt := filepath.Join(base, "mnt")
-	os.Mkdir(mnt, 0o755)
-	os.Chown(mnt, 65534, 65534)
-	os.Chmod(filepath.Dir(dsfsBin), 0o755)
-	as := []string{"--reuid=65534", "--regid=65534", "--clear-groups"}
 	cmd := exec.Command(setpriv, append(as, dsfsBin, "mount", src, mnt)...)
 	log := newLogFile(t)
 	cmd.Stdout, cmd.Stderr = log.f, log.f

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dsfs/dsfs/synth"
+	"github.com/dsfs/dsfs/internal/tinyckpt"
 	"github.com/edsrzf/mmap-go"
 )
 
@@ -37,29 +37,10 @@ func TestMain(m *testing.M) {
 	} else if _, err := os.Stat("/dev/fuse"); err != nil {
 		skip = "no /dev/fuse"
 	}
-	tmp, err := os.MkdirTemp("", "dsfs-integration-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
+	if skip != "" {
+		os.Exit(m.Run())
 	}
-	code := func() int {
-		defer os.RemoveAll(tmp)
-		if skip != "" {
-			return m.Run()
-		}
-		dsfsBin = filepath.Join(tmp, "dsfs")
-		if out, err := exec.Command("go", "build", "-o", dsfsBin, "../cmd/dsfs").CombinedOutput(); err != nil {
-			fmt.Fprintf(os.Stderr, "building dsfs: %v\n%s", err, out)
-			return 1
-		}
-		tinySrc = filepath.Join(tmp, "tiny")
-		if err := synth.Write("v41-tiny", tinySrc); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
-		return m.Run()
-	}()
-	os.Exit(code)
+	tinyckpt.MainWithDsfs(m, "v41-tiny", "../cmd/dsfs", &dsfsBin, &tinySrc)
 }
 
 // mmapSHA256 is the child process of TestMmapFromAnotherProcess: it maps a

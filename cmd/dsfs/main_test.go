@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"errors"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/dsfs/dsfs/synth"
+	"github.com/dsfs/dsfs/internal/tinyckpt"
 )
 
 var (
@@ -22,26 +21,7 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	tmp, err := os.MkdirTemp("", "dsfs-cmd-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	code := func() int {
-		defer os.RemoveAll(tmp)
-		dsfsBin = filepath.Join(tmp, "dsfs")
-		if out, err := exec.Command("go", "build", "-o", dsfsBin, ".").CombinedOutput(); err != nil {
-			fmt.Fprintf(os.Stderr, "building dsfs: %v\n%s", err, out)
-			return 1
-		}
-		tinySrc = filepath.Join(tmp, "tiny")
-		if err := synth.Write("v41-tiny", tinySrc); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
-		return m.Run()
-	}()
-	os.Exit(code)
+	tinyckpt.MainWithDsfs(m, "v41-tiny", ".", &dsfsBin, &tinySrc)
 }
 
 // dsfs runs the built command and returns its stdout, stderr and exit

@@ -1,10 +1,13 @@
 // Package tinyckpt gives a test binary one synthetic checkpoint, written
-// before its tests run and removed after.
+// before its tests run and removed after, and where the tests run dsfs as
+// a separate process, the dsfs command built beside it.
 package tinyckpt
 
 import (
 	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"testing"
 
 	"github.com/dsfs/dsfs/synth"
@@ -25,5 +28,33 @@ func Main(m *testing.M, preset string, dir *string) {
 	*dir = d
 	code := m.Run()
 	os.RemoveAll(d)
+	os.Exit(code)
+}
+
+// MainWithDsfs is Main for tests that run the dsfs command: it also builds
+// the command from pkg (a package as `go build` takes it, relative to the
+// test's directory) and stores the binary's path in *bin. The binary and
+// the checkpoint share one temporary directory, so a test that opens them
+// to another user opens that directory's children only.
+func MainWithDsfs(m *testing.M, preset, pkg string, bin, dir *string) {
+	tmp, err := os.MkdirTemp("", "dsfs-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := func() int {
+		defer os.RemoveAll(tmp)
+		*bin = filepath.Join(tmp, "dsfs")
+		if out, err := exec.Command("go", "build", "-o", *bin, pkg).CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "building dsfs: %v\n%s", err, out)
+			return 1
+		}
+		*dir = filepath.Join(tmp, preset)
+		if err := synth.Write(preset, *dir); err != nil {
+			fmt.Fprintf(os.Stderr, "writing %s: %v\n", preset, err)
+			return 1
+		}
+		return m.Run()
+	}()
 	os.Exit(code)
 }
