@@ -1,9 +1,9 @@
 package iq2xxs
 
 import (
-	"slices"
 	"testing"
-	"time"
+
+	"github.com/dsfs/dsfs/internal/vecbench"
 )
 
 // benchRows returns the 5120-wide MXFP4-decoded rows of the reference
@@ -60,32 +60,7 @@ func BenchmarkQuantizeVsPortable(b *testing.B) {
 	src := benchRows(b)
 	dst := make([]byte, RowBytes(len(src)))
 	tables()
-	// Each iteration runs both, in alternating order so that a drift in
-	// the machine's load does not favour either; x-portable is the median
-	// of the iterations' ratios.
-	var vec, port time.Duration
-	var ratios []float64
-	for b.Loop() {
-		var dv, dp time.Duration
-		for k := range 2 {
-			t0 := time.Now()
-			if (k+len(ratios))%2 == 0 {
-				quantize(dst, src, nil, true)
-				dv = time.Since(t0)
-			} else {
-				quantize(dst, src, nil, false)
-				dp = time.Since(t0)
-			}
-		}
-		vec, port = vec+dv, port+dp
-		ratios = append(ratios, dp.Seconds()/dv.Seconds())
-	}
-	n := float64(b.N) * float64(len(src))
-	b.ReportMetric(n/vec.Seconds(), "weights/s")
-	b.ReportMetric(n/port.Seconds(), "portable-weights/s")
-	slices.Sort(ratios)
-	b.ReportMetric(ratios[len(ratios)/2], "x-portable")
-	b.ReportMetric(n/vec.Seconds()/ggmlRate, "x-ggml-recorded")
+	vecbench.VsPortable(b, len(src), ggmlRate, func(vector bool) { quantize(dst, src, nil, vector) })
 }
 
 func BenchmarkDequantize(b *testing.B) {

@@ -2,9 +2,9 @@ package q2k
 
 import (
 	"math/rand/v2"
-	"slices"
 	"testing"
-	"time"
+
+	"github.com/dsfs/dsfs/internal/vecbench"
 )
 
 // Benchmarks quantise 64 MXFP4-decoded rows of 5120 weights per iteration on
@@ -39,32 +39,7 @@ const ggmlRefRate = 19.5e6
 func BenchmarkQuantizeRefVsPortable(b *testing.B) {
 	src := mxfp4Rows(rand.New(rand.NewPCG(1, 2)), benchRows, benchWidth)
 	dst := make([]byte, RowBytes(len(src)))
-	// Each iteration runs both, in alternating order so that a drift in
-	// the machine's load does not favour either; x-portable is the median
-	// of the iterations' ratios.
-	var vec, port time.Duration
-	var ratios []float64
-	for b.Loop() {
-		var dv, dp time.Duration
-		for k := range 2 {
-			t0 := time.Now()
-			if (k+len(ratios))%2 == 0 {
-				quantizeRef(dst, src, true)
-				dv = time.Since(t0)
-			} else {
-				quantizeRef(dst, src, false)
-				dp = time.Since(t0)
-			}
-		}
-		vec, port = vec+dv, port+dp
-		ratios = append(ratios, dp.Seconds()/dv.Seconds())
-	}
-	n := float64(b.N) * float64(len(src))
-	b.ReportMetric(n/vec.Seconds(), "weights/s")
-	b.ReportMetric(n/port.Seconds(), "portable-weights/s")
-	slices.Sort(ratios)
-	b.ReportMetric(ratios[len(ratios)/2], "x-portable")
-	b.ReportMetric(n/vec.Seconds()/ggmlRefRate, "x-ggml-recorded")
+	vecbench.VsPortable(b, len(src), ggmlRefRate, func(vector bool) { quantizeRef(dst, src, vector) })
 }
 
 func BenchmarkQuantizeUnit(b *testing.B) {
