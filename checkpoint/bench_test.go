@@ -102,22 +102,27 @@ func writeLarge(b *testing.B, dir string) int {
 		for _, s := range part {
 			weightMap[s.Name] = name
 		}
-		l, err := safetensors.NewLayout([]safetensors.Meta{{Key: "format", Value: "pt"}}, part)
-		if err != nil {
-			b.Fatal(err)
-		}
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, l.Header, 0o644); err != nil {
-			b.Fatal(err)
-		}
-		if err := os.Truncate(p, l.Size); err != nil {
-			b.Fatal(err)
-		}
+		writeSparse(b, filepath.Join(dir, name), []safetensors.Meta{{Key: "format", Value: "pt"}}, part)
 	}
 	writeIndex(b, dir, weightMap)
 	writeJSON(b, dir, ConfigName, map[string]any{"model_type": "deepseek_v41", "num_hidden_layers": 43,
 		"quantization_config": map[string]any{"quant_method": "fp8", "weight_block_size": []int{32, 32}, "expert_dtype": "fp4"}})
 	return len(specs)
+}
+
+// writeSparse writes a shard of specs at path: its header, and its data
+// as a hole.
+func writeSparse(b *testing.B, path string, meta []safetensors.Meta, specs []safetensors.Spec) {
+	l, err := safetensors.NewLayout(meta, specs)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := os.WriteFile(path, l.Header, 0o644); err != nil {
+		b.Fatal(err)
+	}
+	if err := os.Truncate(path, l.Size); err != nil {
+		b.Fatal(err)
+	}
 }
 
 // BenchmarkOpen opens a V4.1-sized catalog: 48 shards, ~96k tensors.
@@ -175,19 +180,9 @@ func BenchmarkHostileHeader(b *testing.B) {
 	for i := range specs {
 		specs[i] = safetensors.Spec{Name: fmt.Sprintf("layers.%d.ffn.experts.%d.w1.weight", i/1000, i%1000), DType: safetensors.U8, Shape: []int64{1}}
 	}
-	l, err := safetensors.NewLayout(nil, specs)
-	if err != nil {
-		b.Fatal(err)
-	}
-	p := filepath.Join(dir, singleName)
-	if err := os.WriteFile(p, l.Header, 0o644); err != nil {
-		b.Fatal(err)
-	}
-	if err := os.Truncate(p, l.Size); err != nil {
-		b.Fatal(err)
-	}
+	writeSparse(b, filepath.Join(dir, singleName), nil, specs)
 	writeJSON(b, dir, ConfigName, map[string]any{"model_type": "deepseek_v3"})
-	specs, l = nil, nil
+	specs = nil
 	b.ReportAllocs()
 	cpu0 := cpuTime(b)
 	ops := 0
