@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -139,15 +138,9 @@ func MountOptions(allowOther, debug bool) fuse.MountOptions {
 // from /proc/self/mountinfo, not from a stat of dir: a process that asks
 // its own mount could not be killed while the request is in flight.
 func RaiseReadAhead(dir string) error {
-	dir, err := filepath.Abs(dir)
+	_, e, err := mountedAt(dir)
 	if err != nil {
 		return err
-	}
-	e, ok, err := mountAt(dir)
-	if err != nil {
-		return err
-	} else if !ok {
-		return fmt.Errorf("%s: not a mount point", dir)
 	}
 	return os.WriteFile("/sys/class/bdi/"+e.dev+"/read_ahead_kb", []byte("1024"), 0)
 }

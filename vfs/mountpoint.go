@@ -165,6 +165,22 @@ func mountAt(dir string) (mountEntry, bool, error) {
 	return mountEntry{}, false, nil
 }
 
+// mountedAt returns dir made absolute and the topmost mount at it; it is
+// an error when dir is not a mount point.
+func mountedAt(dir string) (string, mountEntry, error) {
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return "", mountEntry{}, err
+	}
+	e, ok, err := mountAt(dir)
+	if err != nil {
+		return "", mountEntry{}, err
+	} else if !ok {
+		return "", mountEntry{}, fmt.Errorf("%s: not a mount point", dir)
+	}
+	return dir, e, nil
+}
+
 // IsMountPoint reports whether dir is the mount point of a mount, from
 // /proc/self/mountinfo.
 func IsMountPoint(dir string) (bool, error) {
@@ -198,16 +214,11 @@ func unescapeMountinfo(s string) string {
 // dsfs mount. A lazy unmount detaches the mount at once even while files
 // are open; its server exits when the last of them is closed.
 func Unmount(dir string, lazy bool) error {
-	dir, err := filepath.Abs(dir)
+	dir, e, err := mountedAt(dir)
 	if err != nil {
 		return err
 	}
-	e, ok, err := mountAt(dir)
-	if err != nil {
-		return err
-	} else if !ok {
-		return fmt.Errorf("%s: not a mount point", dir)
-	} else if e.fsType != FSType {
+	if e.fsType != FSType {
 		return fmt.Errorf("%s: not a dsfs mount (it is %s from %s); use umount(8) for it", dir, e.fsType, e.source)
 	}
 	if lazy {
