@@ -20,53 +20,63 @@ import (
 // logits.safetensors. Layers run at the precision --trace-precision names
 // (a8, the default, or fp32), on the backend --device chooses.
 func buildTraceV4(s *Set, prompts []trace.Prompt, user bool) (Built, error) {
-	prec, err := tracePrecision(s.Opt.TracePrecision)
-	if err != nil {
-		return Built{}, err
-	}
-	files, failed := readCatalogFiles(s, "inference/config.json")
-	if failed != nil {
-		return *failed, nil
-	}
-	m, err := v4.Open(s.Cat, files["inference/config.json"])
-	if err != nil {
-		return traceError("cannot read the model", err.Error()), nil
-	}
-	var out Built
-	tok, problems, failed, err := v4Prompts(s, &prompts, user, m.Config.Vocab)
-	if failed != nil || err != nil {
-		return *failed, err
-	}
-	backend, err := v4Backend(s, &out)
-	if err != nil {
-		return out, err
-	}
-	m.SetBackend(backend)
-	tr := trace.NewV4(m, prec, prompts, tok, slog.Default())
-	out.Stats = func() any {
-		return map[string]any{"layer_forwards": tr.Forwards(), "backend": tr.BackendName(), "precision": string(prec)}
-	}
-	return s.v4Tree(out, tr, m, m.Config.Layers, problems)
+	return buildTraceV4Family(s, prompts, user, []string{"inference/config.json"}, func(files map[string][]byte) (v4Opened, error) {
+		m, err := v4.Open(s.Cat, files["inference/config.json"])
+		if err != nil {
+			return v4Opened{}, err
+		}
+		return v4Opened{model: m, vocab: m.Config.Vocab, layers: m.Config.Layers,
+			tracer: func(b model.Backend, p v4.Precision, prompts []trace.Prompt, tok *tokenizer.Tokenizer) v4Tracer {
+				m.SetBackend(b)
+				return trace.NewV4(m, p, prompts, tok, slog.Default())
+			}}, nil
+	})
 }
 
 // buildTraceV41 is trace/ for a DeepSeek-V4.1 checkpoint: V4's files,
 // with the layers' carried pre_mix, candidate masks and Engram hash ids
 // and gates. DSpark stages (mtp.*) are listed in trace.json, not run.
 func buildTraceV41(s *Set, prompts []trace.Prompt, user bool) (Built, error) {
+	return buildTraceV4Family(s, prompts, user, []string{"inference/config.json", "tokenizer.json"}, func(files map[string][]byte) (v4Opened, error) {
+		m, err := v4.Open41(s.Cat, files["inference/config.json"], files["tokenizer.json"])
+		if err != nil {
+			return v4Opened{}, err
+		}
+		return v4Opened{model: m, vocab: m.Config.Vocab, layers: m.Config.Layers,
+			tracer: func(b model.Backend, p v4.Precision, prompts []trace.Prompt, tok *tokenizer.Tokenizer) v4Tracer {
+				m.SetBackend(b)
+				return trace.NewV41(m, p, prompts, tok, slog.Default())
+			}}, nil
+	})
+}
+
+// v4Opened is a V4 or V4.1 model opened from the checkpoint's files, with
+// what trace/ needs of it: tracer runs its layers on backend b (nil: the
+// host engine).
+type v4Opened struct {
+	model         v4Model
+	vocab, layers int
+	tracer        func(b model.Backend, p v4.Precision, prompts []trace.Prompt, tok *tokenizer.Tokenizer) v4Tracer
+}
+
+// buildTraceV4Family reads the named checkpoint files, opens the model
+// from them and lays out its trace/ at the precision --trace-precision
+// names, on the backend --device chooses.
+func buildTraceV4Family(s *Set, prompts []trace.Prompt, user bool, names []string, open func(files map[string][]byte) (v4Opened, error)) (Built, error) {
 	prec, err := tracePrecision(s.Opt.TracePrecision)
 	if err != nil {
 		return Built{}, err
 	}
-	files, failed := readCatalogFiles(s, "inference/config.json", "tokenizer.json")
+	files, failed := readCatalogFiles(s, names...)
 	if failed != nil {
 		return *failed, nil
 	}
-	m, err := v4.Open41(s.Cat, files["inference/config.json"], files["tokenizer.json"])
+	m, err := open(files)
 	if err != nil {
 		return traceError("cannot read the model", err.Error()), nil
 	}
 	var out Built
-	tok, problems, failed, err := v4Prompts(s, &prompts, user, m.Config.Vocab)
+	tok, problems, failed, err := v4Prompts(s, &prompts, user, m.vocab)
 	if failed != nil || err != nil {
 		return *failed, err
 	}
@@ -74,12 +84,11 @@ func buildTraceV41(s *Set, prompts []trace.Prompt, user bool) (Built, error) {
 	if err != nil {
 		return out, err
 	}
-	m.SetBackend(backend)
-	tr := trace.NewV41(m, prec, prompts, tok, slog.Default())
+	tr := m.tracer(backend, prec, prompts, tok)
 	out.Stats = func() any {
 		return map[string]any{"layer_forwards": tr.Forwards(), "backend": tr.BackendName(), "precision": string(prec)}
 	}
-	return s.v4Tree(out, tr, m, m.Config.Layers, problems)
+	return s.v4Tree(out, tr, m.model, m.layers, problems)
 }
 
 // readCatalogFiles reads the named files of the checkpoint that exist;
@@ -166,6 +175,8 @@ type v4Tracer interface {
 	Activations(l int) []trace.V4Activation
 	LogitActivations() []trace.V4Activation
 	ReadActivation(ctx context.Context, l int, a trace.V4Activation, r0, r1 int, dst []byte) error
+	Forwards() int64
+	BackendName() string
 }
 
 // v4Tree lays out trace/ of a V4-family model of layers layers: prompts,
