@@ -68,10 +68,7 @@ func readGolden(t *testing.T, dir string) []goldenSeq {
 
 // readSafetensors reads a safetensors file with os.ReadFile (through the
 // mount) and returns its tensors' raw bytes with their headers.
-func readSafetensors(t *testing.T, path string) map[string]struct {
-	meta safetensors.Tensor
-	data []byte
-} {
+func readSafetensors(t *testing.T, path string) map[string]readTensor {
 	t.Helper()
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -81,17 +78,17 @@ func readSafetensors(t *testing.T, path string) map[string]struct {
 	if err != nil {
 		t.Fatalf("%s: %v", path, err)
 	}
-	out := make(map[string]struct {
-		meta safetensors.Tensor
-		data []byte
-	})
+	out := make(map[string]readTensor)
 	for _, ts := range h.Tensors {
-		out[ts.Name] = struct {
-			meta safetensors.Tensor
-			data []byte
-		}{ts, b[h.DataStart+ts.Begin : h.DataStart+ts.End]}
+		out[ts.Name] = readTensor{ts, b[h.DataStart+ts.Begin : h.DataStart+ts.End]}
 	}
 	return out
+}
+
+// readTensor is one tensor of a file readSafetensors read.
+type readTensor struct {
+	meta safetensors.Tensor
+	data []byte
 }
 
 // viewStat reads a trace counter from .dsfs/stats.json.
@@ -222,7 +219,16 @@ func TestTraceGolden(t *testing.T) {
 	}
 }
 
+// compare is the V2/V3 goldens' tolerance: max |Δ| ≤ 1e-4 × the golden's
+// largest magnitude.
 func compare(t *testing.T, what string, got, want []float32) {
+	t.Helper()
+	compareWithin(t, what, got, want, 1e-4)
+}
+
+// compareWithin fails t unless got has want's length and max |Δ| ≤ rel ×
+// want's largest magnitude.
+func compareWithin(t *testing.T, what string, got, want []float32, rel float64) {
 	t.Helper()
 	if len(got) != len(want) {
 		t.Fatalf("%s: %d values, want %d", what, len(got), len(want))
@@ -232,8 +238,8 @@ func compare(t *testing.T, what string, got, want []float32) {
 		scale = math.Max(scale, math.Abs(float64(want[i])))
 		worst = math.Max(worst, math.Abs(float64(got[i]-want[i])))
 	}
-	if !(worst <= 1e-4*scale) {
-		t.Errorf("%s: max |Δ| %.3g exceeds 1e-4 × %.3g", what, worst, scale)
+	if !(worst <= rel*scale) {
+		t.Errorf("%s: max |Δ| %.3g exceeds %g × %.3g", what, worst, rel, scale)
 	}
 }
 

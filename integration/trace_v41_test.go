@@ -23,21 +23,7 @@ import (
 // once, carrying the CSA2 shared state from layer to layer.
 func TestTraceV41Golden(t *testing.T) {
 	dir := filepath.Join(testdata.Dir(t), "trace", "v41-tiny")
-	raw, err := os.ReadFile(filepath.Join(dir, "golden.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var g struct {
-		Sequences []v4GoldenSeq `json:"sequences"`
-	}
-	if err := json.Unmarshal(raw, &g); err != nil {
-		t.Fatal(err)
-	}
-	var prompts []map[string]any
-	for i, s := range g.Sequences {
-		prompts = append(prompts, map[string]any{"id": fmt.Sprintf("seq%d", i), "label": "golden", "token_ids": s.TokenIDs})
-	}
-	pfile := writePrompts(t, prompts)
+	seqs, pfile := v4Golden(t, dir)
 	const d, hc = 64, 4
 	for _, mode := range []string{"a8", "fp32"} {
 		t.Run(mode, func(t *testing.T) {
@@ -52,7 +38,7 @@ func TestTraceV41Golden(t *testing.T) {
 						t.Fatalf("reading layer 5 ran %d layer forwards, want 6\n%s", n, m.log)
 					}
 				}
-				for i, s := range g.Sequences {
+				for i, s := range seqs {
 					gl := s.Modes[mode].Layers[l]
 					arr := func(raw json.RawMessage, what string) *goldenArray {
 						var a goldenArray
@@ -62,15 +48,7 @@ func TestTraceV41Golden(t *testing.T) {
 						return &a
 					}
 					tensor := func(kind string, dt safetensors.DType, shape ...int64) []byte {
-						name := fmt.Sprintf("seq%d.%s", i, kind)
-						ts, ok := got[name]
-						if !ok {
-							t.Fatalf("layer %d: no tensor %s", l, name)
-						}
-						if ts.meta.DType != dt || !slices.Equal(ts.meta.Shape, shape) {
-							t.Fatalf("layer %d: %s is %s %v, want %s %v", l, name, ts.meta.DType, ts.meta.Shape, dt, shape)
-						}
-						return ts.data
+						return v4LayerTensor(t, got, l, i, kind, dt, shape...)
 					}
 					where := fmt.Sprintf("layer %d seq%d", l, i)
 					T := int64(len(s.TokenIDs))
@@ -134,15 +112,7 @@ func TestTraceV41Golden(t *testing.T) {
 					compareRoutes(t, where, tensor("topk_ids", safetensors.I32, T, 4), tensor("topk_weights", safetensors.F32, T, 4), route.IDs.Data, route.Weights.f32(), 4)
 				}
 			}
-			logits := readSafetensors(t, m.path("trace", "logits.safetensors"))
-			for i, s := range g.Sequences {
-				ts := logits[fmt.Sprintf("seq%d.logits", i)]
-				if !slices.Equal(ts.meta.Shape, []int64{int64(len(s.TokenIDs)), 768}) {
-					t.Fatalf("seq%d.logits shape %v", i, ts.meta.Shape)
-				}
-				want := s.Modes[mode].Final.Logits
-				compareV4(t, fmt.Sprintf("seq%d logits", i), (&goldenArray{Data: ts.data}).f32(), want.f32())
-			}
+			checkV4Logits(t, m, seqs, mode, 768)
 			// trace.json lists the roles and the Engram layout; jq-free:
 			// grep reads it as any tool would.
 			out, err := exec.Command("grep", "-c", `"role": "reindex"`, m.path("trace", "trace.json")).CombinedOutput()

@@ -3,7 +3,6 @@ package integration
 import (
 	"encoding/json"
 	"fmt"
-	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -28,16 +27,57 @@ type v4GoldenSeq struct {
 // largest magnitude.
 func compareV4(t *testing.T, what string, got, want []float32) {
 	t.Helper()
-	if len(got) != len(want) {
-		t.Fatalf("%s: %d values, want %d", what, len(got), len(want))
+	compareWithin(t, what, got, want, 1e-5)
+}
+
+// v4Golden reads dir's golden.json and writes its sequences as a
+// --trace-prompts file of token ids named seq0, seq1, ...
+func v4Golden(t *testing.T, dir string) (seqs []v4GoldenSeq, prompts string) {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(dir, "golden.json"))
+	if err != nil {
+		t.Fatal(err)
 	}
-	var scale, worst float64
-	for i := range want {
-		scale = math.Max(scale, math.Abs(float64(want[i])))
-		worst = math.Max(worst, math.Abs(float64(got[i]-want[i])))
+	var g struct {
+		Sequences []v4GoldenSeq `json:"sequences"`
 	}
-	if !(worst <= 1e-5*scale) {
-		t.Errorf("%s: max |Δ|/max %.3g exceeds 1e-5", what, worst/scale)
+	if err := json.Unmarshal(raw, &g); err != nil {
+		t.Fatal(err)
+	}
+	var ps []map[string]any
+	for i, s := range g.Sequences {
+		ps = append(ps, map[string]any{"id": fmt.Sprintf("seq%d", i), "label": "golden", "token_ids": s.TokenIDs})
+	}
+	return g.Sequences, writePrompts(t, ps)
+}
+
+// v4LayerTensor returns the bytes of tensor seq<i>.<kind> of layer l's
+// file, read as got; it must have type dt and the shape given.
+func v4LayerTensor(t *testing.T, got map[string]readTensor, l, i int, kind string, dt safetensors.DType, shape ...int64) []byte {
+	t.Helper()
+	name := fmt.Sprintf("seq%d.%s", i, kind)
+	ts, ok := got[name]
+	if !ok {
+		t.Fatalf("layer %d: no tensor %s", l, name)
+	}
+	if ts.meta.DType != dt || !slices.Equal(ts.meta.Shape, shape) {
+		t.Fatalf("layer %d: %s is %s %v, want %s %v", l, name, ts.meta.DType, ts.meta.Shape, dt, shape)
+	}
+	return ts.data
+}
+
+// checkV4Logits compares the mount's trace/logits.safetensors, vocab ids
+// wide, with the golden logits of each sequence in mode.
+func checkV4Logits(t *testing.T, m *mount, seqs []v4GoldenSeq, mode string, vocab int64) {
+	t.Helper()
+	logits := readSafetensors(t, m.path("trace", "logits.safetensors"))
+	for i, s := range seqs {
+		ts := logits[fmt.Sprintf("seq%d.logits", i)]
+		if !slices.Equal(ts.meta.Shape, []int64{int64(len(s.TokenIDs)), vocab}) {
+			t.Fatalf("seq%d.logits shape %v", i, ts.meta.Shape)
+		}
+		want := s.Modes[mode].Final.Logits
+		compareV4(t, fmt.Sprintf("seq%d logits", i), (&goldenArray{Data: ts.data}).f32(), want.f32())
 	}
 }
 
@@ -49,21 +89,7 @@ func compareV4(t *testing.T, what string, got, want []float32) {
 // first runs the five layers once; the logits then need no forward.
 func TestTraceV4Golden(t *testing.T) {
 	dir := filepath.Join(testdata.Dir(t), "trace", "v4-tiny")
-	raw, err := os.ReadFile(filepath.Join(dir, "golden.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var g struct {
-		Sequences []v4GoldenSeq `json:"sequences"`
-	}
-	if err := json.Unmarshal(raw, &g); err != nil {
-		t.Fatal(err)
-	}
-	var prompts []map[string]any
-	for i, s := range g.Sequences {
-		prompts = append(prompts, map[string]any{"id": fmt.Sprintf("seq%d", i), "label": "golden", "token_ids": s.TokenIDs})
-	}
-	pfile := writePrompts(t, prompts)
+	seqs, pfile := v4Golden(t, dir)
 	for _, mode := range []string{"a8", "fp32"} {
 		t.Run(mode, func(t *testing.T) {
 			m := startMount(t, dir, "--views", "trace", "--device", "cpu", "--trace-prompts", pfile, "--trace-precision", mode)
@@ -77,7 +103,7 @@ func TestTraceV4Golden(t *testing.T) {
 						t.Fatalf("reading layer 4 ran %d layer forwards, want 5\n%s", n, m.log)
 					}
 				}
-				for i, s := range g.Sequences {
+				for i, s := range seqs {
 					gl := s.Modes[mode].Layers[l]
 					arr := func(kind string) *goldenArray {
 						var a goldenArray
@@ -87,15 +113,7 @@ func TestTraceV4Golden(t *testing.T) {
 						return &a
 					}
 					tensor := func(kind string, dt safetensors.DType, shape ...int64) []byte {
-						name := fmt.Sprintf("seq%d.%s", i, kind)
-						ts, ok := got[name]
-						if !ok {
-							t.Fatalf("layer %d: no tensor %s", l, name)
-						}
-						if ts.meta.DType != dt || !slices.Equal(ts.meta.Shape, shape) {
-							t.Fatalf("layer %d: %s is %s %v, want %s %v", l, name, ts.meta.DType, ts.meta.Shape, dt, shape)
-						}
-						return ts.data
+						return v4LayerTensor(t, got, l, i, kind, dt, shape...)
 					}
 					T := int64(len(s.TokenIDs))
 					for _, kind := range []string{"attn_out", "ffn_out"} {
@@ -141,15 +159,7 @@ func TestTraceV4Golden(t *testing.T) {
 					compareRoutes(t, fmt.Sprintf("layer %d seq%d", l, i), ids, w, route.IDs.Data, route.Weights.f32(), 4)
 				}
 			}
-			logits := readSafetensors(t, m.path("trace", "logits.safetensors"))
-			for i, s := range g.Sequences {
-				ts := logits[fmt.Sprintf("seq%d.logits", i)]
-				if !slices.Equal(ts.meta.Shape, []int64{int64(len(s.TokenIDs)), 512}) {
-					t.Fatalf("seq%d.logits shape %v", i, ts.meta.Shape)
-				}
-				want := s.Modes[mode].Final.Logits
-				compareV4(t, fmt.Sprintf("seq%d logits", i), (&goldenArray{Data: ts.data}).f32(), want.f32())
-			}
+			checkV4Logits(t, m, seqs, mode, 512)
 			var rec struct {
 				Attention string `json:"attention"`
 				Precision string `json:"precision"`
