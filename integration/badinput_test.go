@@ -12,7 +12,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/dsfs/dsfs/internal/badinput"
 	"github.com/dsfs/dsfs/synth"
@@ -298,42 +297,15 @@ func TestMountAsNormalUser(t *testing.T) {
 	src := filepath.Join(filepath.Dir(mnt), "src")
 	run(t, "cp", "-a", tinySrc, src)
 	run(t, "chmod", "-R", "a+rX", src)
-	cmd := exec.Command(setpriv, append(as, dsfsBin, "mount", src, mnt)...)
-	log := newLogFile(t)
-	cmd.Stdout, cmd.Stderr = log.f, log.f
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	t.Cleanup(func() {
-		select {
-		case <-done:
-		default:
-			cmd.Process.Kill()
-			syscall.Unmount(mnt, syscall.MNT_DETACH)
-		}
-	})
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if exec.Command(setpriv, append(as, "test", "-e", filepath.Join(mnt, ".dsfs/stats.json"))...).Run() == nil {
-			break
-		}
-		select {
-		case err := <-done:
-			t.Fatalf("mount as nobody exited: %v\n%s", err, log.String())
-		case <-time.After(50 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("mount as nobody not ready\n%s", log.String())
-		}
-	}
+	unmountAtEnd(t, mnt)
+	p := startProc(t, exec.Command(setpriv, append(as, dsfsBin, "mount", src, mnt)...))
+	p.waitReadyAs(t, mnt, nb)
 	out := run(t, setpriv, append(as, "sha256sum", filepath.Join(mnt, "nvfp4", goodShard))...)
 	if len(strings.Fields(out)) == 0 {
 		t.Fatal("no hash read as nobody")
 	}
 	run(t, setpriv, append(as, dsfsBin, "umount", mnt)...)
-	if err := <-done; err != nil {
-		t.Fatalf("mount as nobody exited with %v\n%s", err, log.String())
+	if <-p.done; p.exited != nil {
+		t.Fatalf("mount as nobody exited with %v\n%s", p.exited, p.log)
 	}
 }

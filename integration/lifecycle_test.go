@@ -84,9 +84,25 @@ func startProc(t *testing.T, cmd *exec.Cmd) *proc {
 // exits.
 func (p *proc) waitReady(t *testing.T, dir string) {
 	t.Helper()
+	p.waitReadyAs(t, dir, nil)
+}
+
+// waitReadyAs is waitReady for a mount that only another user may look
+// into: as is the command prefix that runs as that user (from nobody),
+// nil for this process's user.
+func (p *proc) waitReadyAs(t *testing.T, dir string, as []string) {
+	t.Helper()
+	stats := filepath.Join(dir, ".dsfs", "stats.json")
+	ready := func() bool {
+		if as == nil {
+			_, err := os.Stat(stats)
+			return err == nil
+		}
+		return exec.Command(as[0], append(as[1:], "test", "-e", stats)...).Run() == nil
+	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		if _, err := os.Stat(filepath.Join(dir, ".dsfs", "stats.json")); err == nil {
+		if ready() {
 			return
 		}
 		select {
@@ -715,9 +731,7 @@ func TestNormalUserMounts(t *testing.T) {
 	unmountAtEnd(t, dir)
 	p := startProc(t, exec.Command(as[0], append(as[1:], dsfsBin, "mount", tinySrc, dir)...))
 	// Root may not look into another user's mount without allow_other.
-	if err := exec.Command(as[0], append(as[1:], "sh", "-c", "for i in $(seq 600); do test -e "+dir+"/.dsfs/stats.json && exit 0; sleep 0.05; done; exit 1")...).Run(); err != nil {
-		t.Fatalf("mount as nobody not ready: %v\n%s", err, p.log)
-	}
+	p.waitReadyAs(t, dir, as)
 	if e := mountAt(t, dir); e.fsType != "fuse.dsfs" || e.source != tinySrc {
 		t.Fatalf("mountinfo of a fusermount3 mount: type %q source %q; want fuse.dsfs %s", e.fsType, e.source, tinySrc)
 	}
