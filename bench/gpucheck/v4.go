@@ -3,14 +3,11 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"time"
 
-	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/cuda"
-	"github.com/dsfs/dsfs/trace/v4"
+	v4 "github.com/dsfs/dsfs/trace/v4"
 )
 
 // v4Tiny runs every layer of the v4-tiny reference checkpoint and its
@@ -22,15 +19,11 @@ import (
 // layer's forward on each.
 func (c *checker) v4Tiny(dir string) error {
 	open := func() (*v4.Model, error) {
-		cat, err := checkpoint.Open(dir)
+		cat, files, err := readCheckpoint(dir, "inference/config.json")
 		if err != nil {
 			return nil, err
 		}
-		inf, err := os.ReadFile(filepath.Join(dir, "inference", "config.json"))
-		if err != nil {
-			return nil, err
-		}
-		return v4.Open(cat, inf)
+		return v4.Open(cat, files[0])
 	}
 	host, err := open()
 	if err != nil {
@@ -57,7 +50,7 @@ func (c *checker) v4Tiny(dir string) error {
 	fmt.Printf("%-5s %9s %9s %10s %9s %9s %9s %11s %11s\n", "prec", "attn_out", "ffn_out", "stream_out", "logits", "routes", "picks", "host ms/l", "cuda ms/l")
 	for _, p := range []v4.Precision{v4.FP32, v4.A8} {
 		var errs [4]float64
-		var agree, routed, pAgree, picked int
+		var routes, picks agreement
 		var th, tg []time.Duration
 		for rep := range c.reps {
 			stream := in
@@ -81,27 +74,9 @@ func (c *checker) v4Tiny(dir string) error {
 				for i, pr := range [][2][]float32{{got.AttnOut, want.AttnOut}, {got.FFNOut, want.FFNOut}, {got.StreamOut, want.StreamOut}} {
 					errs[i] = max(errs[i], relErr(pr[0], pr[1], nil))
 				}
-				k := want.Routes.K
-				for tok, m := range want.Routes.Margin {
-					if m <= minMargin {
-						continue
-					}
-					routed++
-					if slices.Equal(slices.Sorted(slices.Values(got.Routes.IDs[tok*k:(tok+1)*k])), slices.Sorted(slices.Values(want.Routes.IDs[tok*k:(tok+1)*k]))) {
-						agree++
-					}
-				}
+				tally(&routes, got.Routes.IDs, want.Routes.IDs, want.Routes.Margin, want.Routes.K, sameSet)
 				for i, s := range want.Seqs {
-					for tok, m := range s.IndexMargin {
-						if m <= minMargin {
-							continue
-						}
-						picked++
-						k := s.IndexK
-						if slices.Equal(got.Seqs[i].IndexTopK[tok*k:(tok+1)*k], s.IndexTopK[tok*k:(tok+1)*k]) {
-							pAgree++
-						}
-					}
+					tally(&picks, got.Seqs[i].IndexTopK, s.IndexTopK, s.IndexMargin, s.IndexK, slices.Equal)
 				}
 			}
 			if rep == 0 {
@@ -117,8 +92,8 @@ func (c *checker) v4Tiny(dir string) error {
 			}
 		}
 		fmt.Printf("%-5s %9.2e %9.2e %10.2e %9.2e %4d/%-4d %4d/%-4d %11.2f %11.2f\n", p, errs[0], errs[1], errs[2], errs[3],
-			agree, routed, pAgree, picked, median(th), median(tg))
-		if slices.Max(errs[:]) > tolerance || agree != routed || pAgree != picked {
+			routes.agree, routes.decided, picks.agree, picks.decided, median(th), median(tg))
+		if slices.Max(errs[:]) > tolerance || !routes.ok() || !picks.ok() {
 			c.failed = true
 		}
 	}

@@ -3,14 +3,11 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"time"
 
-	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/cuda"
-	"github.com/dsfs/dsfs/trace/v4"
+	v4 "github.com/dsfs/dsfs/trace/v4"
 )
 
 // v41Tiny runs every layer of the v41-tiny reference checkpoint (every
@@ -24,19 +21,11 @@ import (
 // layer's forward on each.
 func (c *checker) v41Tiny(dir string) error {
 	open := func() (*v4.Model41, error) {
-		cat, err := checkpoint.Open(dir)
+		cat, files, err := readCheckpoint(dir, "inference/config.json", "tokenizer.json")
 		if err != nil {
 			return nil, err
 		}
-		inf, err := os.ReadFile(filepath.Join(dir, "inference", "config.json"))
-		if err != nil {
-			return nil, err
-		}
-		tj, err := os.ReadFile(filepath.Join(dir, "tokenizer.json"))
-		if err != nil {
-			return nil, err
-		}
-		return v4.Open41(cat, inf, tj)
+		return v4.Open41(cat, files[0], files[1])
 	}
 	host, err := open()
 	if err != nil {
@@ -60,7 +49,7 @@ func (c *checker) v41Tiny(dir string) error {
 		"routes", "picks", "cands", "engram", "host ms/l", "cuda ms/l")
 	for _, p := range []v4.Precision{v4.FP32, v4.A8} {
 		var errs [4]float64
-		var agree, routed, pAgree, picked, cAgree, cands int
+		var routes, picks, cands agreement
 		engram := "same"
 		var th, tg []time.Duration
 		for rep := range c.reps {
@@ -88,38 +77,12 @@ func (c *checker) v41Tiny(dir string) error {
 				if want.Engram != nil && !slices.Equal(got.Engram.HashIDs, want.Engram.HashIDs) {
 					engram = "DIFFER"
 				}
-				k := want.Routes.K
-				for tok, m := range want.Routes.Margin {
-					if m <= minMargin {
-						continue
-					}
-					routed++
-					if slices.Equal(slices.Sorted(slices.Values(got.Routes.IDs[tok*k:(tok+1)*k])), slices.Sorted(slices.Values(want.Routes.IDs[tok*k:(tok+1)*k]))) {
-						agree++
-					}
-				}
+				tally(&routes, got.Routes.IDs, want.Routes.IDs, want.Routes.Margin, want.Routes.K, sameSet)
 				for i, s := range want.Seqs {
 					g := got.Seqs[i]
-					for tok, m := range s.IndexMargin {
-						if m <= minMargin {
-							continue
-						}
-						picked++
-						k := s.IndexK
-						if slices.Equal(g.IndexTopK[tok*k:(tok+1)*k], s.IndexTopK[tok*k:(tok+1)*k]) {
-							pAgree++
-						}
-					}
+					tally(&picks, g.IndexTopK, s.IndexTopK, s.IndexMargin, s.IndexK, slices.Equal)
 					nc := len(s.Candidates) / max(len(s.CandMargin), 1)
-					for tok, m := range s.CandMargin {
-						if m <= minMargin {
-							continue
-						}
-						cands++
-						if slices.Equal(g.Candidates[tok*nc:(tok+1)*nc], s.Candidates[tok*nc:(tok+1)*nc]) {
-							cAgree++
-						}
-					}
+					tally(&cands, g.Candidates, s.Candidates, s.CandMargin, nc, slices.Equal)
 				}
 			}
 			if rep == 0 {
@@ -135,8 +98,8 @@ func (c *checker) v41Tiny(dir string) error {
 			}
 		}
 		fmt.Printf("%-5s %9.2e %9.2e %10.2e %9.2e %4d/%-4d %4d/%-4d %4d/%-4d %7s %11.2f %11.2f\n", p, errs[0], errs[1], errs[2], errs[3],
-			agree, routed, pAgree, picked, cAgree, cands, engram, median(th), median(tg))
-		if slices.Max(errs[:]) > tolerance || agree != routed || pAgree != picked || cAgree != cands || engram != "same" {
+			routes.agree, routes.decided, picks.agree, picks.decided, cands.agree, cands.decided, engram, median(th), median(tg))
+		if slices.Max(errs[:]) > tolerance || !routes.ok() || !picks.ok() || !cands.ok() || engram != "same" {
 			c.failed = true
 		}
 	}
