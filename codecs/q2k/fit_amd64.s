@@ -16,9 +16,9 @@ DATA fitConsts<>+24(SB)/4, $0x7fffffff
 DATA fitConsts<>+28(SB)/4, $0x80000000
 GLOBL fitConsts<>(SB), RODATA|NOPTR, $32
 
-// LEVEL turns the products in reg into levels max(0, min(3,
-// nearest_int(v))) as float32, using tmp.
-#define LEVEL(reg, tmp) \
+// LEVELINT turns the products in reg into levels max(0, min(3,
+// nearest_int(v))) as int32, using tmp.
+#define LEVELINT(reg, tmp) \
 	VBROADCASTSS fitConsts<>+8(SB), tmp; \
 	VADDPS       tmp, reg, reg; \
 	VPBROADCASTD fitConsts<>+12(SB), tmp; \
@@ -28,8 +28,23 @@ GLOBL fitConsts<>(SB), RODATA|NOPTR, $32
 	VPXOR        tmp, tmp, tmp; \
 	VPMAXSD      tmp, reg, reg; \
 	VPBROADCASTD fitConsts<>+20(SB), tmp; \
-	VPMINSD      tmp, reg, reg; \
-	VCVTDQ2PS    reg, reg
+	VPMINSD      tmp, reg, reg
+
+// LEVEL is LEVELINT with the levels converted back to float32.
+#define LEVEL(reg, tmp) \
+	LEVELINT(reg, tmp); \
+	VCVTDQ2PS reg, reg
+
+// ADDERROR adds to acc the error terms w*|scale*l + min - x| of the row
+// of weights at offset AX: levels l at (levels), x at (SI), w at (DX);
+// mask clears the sign bit. It uses Y1.
+#define ADDERROR(levels, scale, min, mask, acc) \
+	VMULPS (levels)(AX*1), scale, Y1; \
+	VADDPS min, Y1, Y1; \
+	VSUBPS (SI)(AX*1), Y1, Y1; \
+	VANDPS mask, Y1, Y1; \
+	VMULPS (DX)(AX*1), Y1, Y1; \
+	VADDPS Y1, acc, acc
 
 // func fitRangeMADAVX2(x, w *[16][8]float32, steps *float32, nsteps int, scale, negMin *[8]float32, levels *[16][8]float32)
 //
@@ -89,15 +104,10 @@ firstLevels:
 	XORQ         AX, AX
 
 firstError:
-	VMULPS  (DI)(AX*1), Y12, Y1
-	VADDPS  Y10, Y1, Y1
-	VSUBPS  (SI)(AX*1), Y1, Y1
-	VANDPS  Y15, Y1, Y1
-	VMULPS  (DX)(AX*1), Y1, Y1
-	VADDPS  Y1, Y13, Y13
-	ADDQ    $32, AX
-	CMPQ    AX, $512
-	JLT     firstError
+	ADDERROR(DI, Y12, Y10, Y15, Y13)
+	ADDQ $32, AX
+	CMPQ AX, $512
+	JLT  firstError
 
 	MOVQ steps+16(FP), R8
 	MOVQ nsteps+24(FP), R9
@@ -158,15 +168,10 @@ trialLevels:
 	XORQ         AX, AX
 
 trialError:
-	VMULPS  (SP)(AX*1), Y5, Y1
-	VADDPS  Y6, Y1, Y1
-	VSUBPS  (SI)(AX*1), Y1, Y1
-	VANDPS  Y7, Y1, Y1
-	VMULPS  (DX)(AX*1), Y1, Y1
-	VADDPS  Y1, Y0, Y0
-	ADDQ    $32, AX
-	CMPQ    AX, $512
-	JLT     trialError
+	ADDERROR(SP, Y5, Y6, Y7, Y0)
+	ADDQ $32, AX
+	CMPQ AX, $512
+	JLT  trialError
 
 	// Y1: lanes that fit, with det > 0 and a smaller error, take the trial.
 	VCMPPS    $0x11, Y13, Y0, Y1
@@ -219,19 +224,6 @@ DATA levelShifts<>+20(SB)/4, $10
 DATA levelShifts<>+24(SB)/4, $12
 DATA levelShifts<>+28(SB)/4, $14
 GLOBL levelShifts<>(SB), RODATA|NOPTR, $32
-
-// LEVELINT is LEVEL without the conversion back to float32.
-#define LEVELINT(reg, tmp) \
-	VBROADCASTSS fitConsts<>+8(SB), tmp; \
-	VADDPS       tmp, reg, reg; \
-	VPBROADCASTD fitConsts<>+12(SB), tmp; \
-	VPAND        tmp, reg, reg; \
-	VPBROADCASTD fitConsts<>+16(SB), tmp; \
-	VPSUBD       tmp, reg, reg; \
-	VPXOR        tmp, tmp, tmp; \
-	VPMAXSD      tmp, reg, reg; \
-	VPBROADCASTD fitConsts<>+20(SB), tmp; \
-	VPMINSD      tmp, reg, reg
 
 // func requantizeAVX2(x *[256]float32, dm, dd *[16]float32, codes *[16]uint32)
 //
