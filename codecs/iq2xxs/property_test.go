@@ -2,12 +2,13 @@ package iq2xxs
 
 import (
 	"bytes"
-	"encoding/binary"
 	"math"
 	"math/rand/v2"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/dsfs/dsfs/internal/fuzzcheck"
 )
 
 // newRand returns a generator with a fresh seed, logged so that a failure can
@@ -232,24 +233,19 @@ func TestEdgeInputs(t *testing.T) {
 const fp16Safe = 2e6
 
 func FuzzQuantize(f *testing.F) {
-	seed := make([]byte, 4*BlockWeights)
-	for i := range BlockWeights {
-		binary.LittleEndian.PutUint32(seed[4*i:], math.Float32bits(float32(i%7)-3))
-	}
-	f.Add(seed)
+	f.Add(fuzzcheck.Float32Seed(BlockWeights))
 	f.Add(make([]byte, 4*BlockWeights))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		n := (len(data)/4 + BlockWeights - 1) / BlockWeights * BlockWeights
-		if n == 0 {
-			n = BlockWeights
+		x := fuzzcheck.Float32s(data, BlockWeights)
+		if len(x) == 0 {
+			x = make([]float32, BlockWeights)
 		}
-		x := make([]float32, n)
-		for i := range len(data) / 4 {
-			x[i] = math.Float32frombits(binary.LittleEndian.Uint32(data[4*i:]))
-			if math.IsNaN(float64(x[i])) || math.IsInf(float64(x[i]), 0) {
+		for i, v := range x {
+			if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
 				x[i] = 0
 			}
 		}
+		n := len(x)
 		enc := make([]byte, RowBytes(n))
 		Quantize(enc, x, nil)
 		y := make([]float32, n)

@@ -2,10 +2,11 @@ package iq2xxs
 
 import (
 	"bytes"
-	"encoding/binary"
 	"math"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/dsfs/dsfs/internal/fuzzcheck"
 )
 
 // TestVectorProjectionMatchesPortable compares the vector projection with
@@ -230,19 +231,12 @@ func TestVectorWeightsMatchPortable(t *testing.T) {
 // FuzzVectorMatchesPortable quantises arbitrary float32 bits, non-finite
 // values included, through both paths and expects the same bytes.
 func FuzzVectorMatchesPortable(f *testing.F) {
-	seed := make([]byte, 4*BlockWeights)
-	for i := range BlockWeights {
-		binary.LittleEndian.PutUint32(seed[4*i:], math.Float32bits(float32(i%7)-3))
-	}
-	f.Add(seed)
+	f.Add(fuzzcheck.Float32Seed(BlockWeights))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if !haveVectorSearch {
 			t.Skip("no vector kernels on this CPU")
 		}
-		x := make([]float32, (len(data)/4+BlockWeights-1)/BlockWeights*BlockWeights)
-		for i := range len(data) / 4 {
-			x[i] = math.Float32frombits(binary.LittleEndian.Uint32(data[4*i:]))
-		}
+		x := fuzzcheck.Float32s(data, BlockWeights)
 		got, want := make([]byte, RowBytes(len(x))), make([]byte, RowBytes(len(x)))
 		quantize(got, x, nil, true)
 		quantize(want, x, nil, false)

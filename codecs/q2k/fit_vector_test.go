@@ -1,9 +1,10 @@
 package q2k
 
 import (
-	"encoding/binary"
 	"math"
 	"testing"
+
+	"github.com/dsfs/dsfs/internal/fuzzcheck"
 )
 
 // TestVectorFitMatchesPortable compares the side-by-side fit of eight
@@ -156,16 +157,9 @@ func TestVectorRequantizeMatchesPortable(t *testing.T) {
 // FuzzVectorRefMatchesPortable quantises arbitrary float32 bits, non-finite
 // values included, through both reference paths and expects the same bytes.
 func FuzzVectorRefMatchesPortable(f *testing.F) {
-	seed := make([]byte, 4*BlockWeights)
-	for i := range BlockWeights {
-		binary.LittleEndian.PutUint32(seed[4*i:], math.Float32bits(float32(i%7)-3))
-	}
-	f.Add(seed)
+	f.Add(fuzzcheck.Float32Seed(BlockWeights))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		x := make([]float32, (len(data)/4+BlockWeights-1)/BlockWeights*BlockWeights)
-		for i := range len(data) / 4 {
-			x[i] = math.Float32frombits(binary.LittleEndian.Uint32(data[4*i:]))
-		}
+		x := fuzzcheck.Float32s(data, BlockWeights)
 		got, want := make([]byte, RowBytes(len(x))), make([]byte, RowBytes(len(x)))
 		quantizeRef(got, x, true)
 		quantizeRef(want, x, false)

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/dsfs/dsfs/internal/fuzzcheck"
 )
 
 func TestRowBytes(t *testing.T) {
@@ -272,22 +274,17 @@ func TestRoundTripError(t *testing.T) {
 // FuzzQuantize feeds arbitrary finite weights to both quantisers and the
 // dequantiser: they must not panic, and must match the literal port.
 func FuzzQuantize(f *testing.F) {
-	seed := make([]byte, 4*BlockWeights)
-	for i := range BlockWeights {
-		binary.LittleEndian.PutUint32(seed[4*i:], math.Float32bits(float32(i%7)-3))
-	}
-	f.Add(seed)
+	f.Add(fuzzcheck.Float32Seed(BlockWeights))
 	f.Add(make([]byte, 8))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		n := (len(data)/4 + BlockWeights - 1) / BlockWeights * BlockWeights
+		x := fuzzcheck.Float32s(data, BlockWeights)
+		n := len(x)
 		if n == 0 || n > 8*BlockWeights {
 			return
 		}
-		x := make([]float32, n)
-		for i := range len(data) / 4 {
-			v := math.Float32frombits(binary.LittleEndian.Uint32(data[4*i:]))
-			if !math.IsNaN(float64(v)) && !math.IsInf(float64(v), 0) {
-				x[i] = v
+		for i, v := range x {
+			if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+				x[i] = 0
 			}
 		}
 		got, want := make([]byte, RowBytes(n)), make([]byte, RowBytes(n))
