@@ -72,11 +72,83 @@ func needMount(t *testing.T) {
 
 // mount is a running `dsfs mount` process.
 type mount struct {
-	dir    string
+	*proc
+	dir string
+}
+
+// proc is a dsfs process started by a test, its output in a file.
+type proc struct {
 	cmd    *exec.Cmd
 	log    *logFile
 	done   chan struct{}
 	exited error
+}
+
+func startProc(t *testing.T, cmd *exec.Cmd) *proc {
+	t.Helper()
+	p := &proc{cmd: cmd, log: newLogFile(t), done: make(chan struct{})}
+	if cmd.Stdout == nil {
+		cmd.Stdout, cmd.Stderr = p.log.f, p.log.f
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { p.exited = cmd.Wait(); close(p.done) }()
+	t.Cleanup(func() {
+		select {
+		case <-p.done:
+		default:
+			cmd.Process.Kill()
+			<-p.done
+		}
+	})
+	return p
+}
+
+// waitReady waits until dir/.dsfs/stats.json can be read, or the process
+// exits.
+func (p *proc) waitReady(t *testing.T, dir string) {
+	t.Helper()
+	p.waitReadyAs(t, dir, nil)
+}
+
+// waitReadyAs is waitReady for a mount that only another user may look
+// into: as is the command prefix that runs as that user (from nobody),
+// nil for this process's user.
+func (p *proc) waitReadyAs(t *testing.T, dir string, as []string) {
+	t.Helper()
+	stats := filepath.Join(dir, ".dsfs", "stats.json")
+	ready := func() bool {
+		if as == nil {
+			_, err := os.Stat(stats)
+			return err == nil
+		}
+		return exec.Command(as[0], append(as[1:], "test", "-e", stats)...).Run() == nil
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if ready() {
+			return
+		}
+		select {
+		case <-p.done:
+			t.Fatalf("dsfs exited before the mount was ready: %v\n%s", p.exited, p.log)
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("mount not ready after 30 s\n%s", p.log)
+		}
+	}
+}
+
+// waitExit waits up to d for the process to exit.
+func (p *proc) waitExit(t *testing.T, d time.Duration, what string) {
+	t.Helper()
+	select {
+	case <-p.done:
+	case <-time.After(d):
+		t.Fatalf("dsfs did not exit within %v %s\n%s", d, what, p.log)
+	}
 }
 
 // logFile is a child's stdout and stderr in a file: the child writes it
@@ -104,28 +176,11 @@ func (l *logFile) String() string {
 func startMount(t *testing.T, src string, args ...string) *mount {
 	t.Helper()
 	needMount(t)
-	m := &mount{dir: t.TempDir(), log: newLogFile(t), done: make(chan struct{})}
-	m.cmd = exec.Command(dsfsBin, append(append([]string{"mount"}, args...), src, m.dir)...)
-	m.cmd.Stdout, m.cmd.Stderr = m.log.f, m.log.f
-	if err := m.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { m.exited = m.cmd.Wait(); close(m.done) }()
+	m := &mount{dir: t.TempDir()}
+	m.proc = startProc(t, exec.Command(dsfsBin, append(append([]string{"mount"}, args...), src, m.dir)...))
 	t.Cleanup(func() { m.stop(t) })
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if _, err := os.Stat(filepath.Join(m.dir, ".dsfs", "stats.json")); err == nil {
-			return m
-		}
-		select {
-		case <-m.done:
-			t.Fatalf("dsfs mount exited before it was ready: %v\n%s", m.exited, m.log)
-		case <-time.After(20 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("mount not ready after 30 s\n%s", m.log)
-		}
-	}
+	m.waitReady(t, m.dir)
+	return m
 }
 
 // stop unmounts with SIGTERM, as a service manager would, and checks that
