@@ -60,12 +60,7 @@ func TestBadInput(t *testing.T) {
 				t.Fatal(err)
 			}
 			m := startMount(t, src)
-			var lines []string
-			for _, l := range strings.Split(m.log.String(), "\n") {
-				if strings.Contains(l, "bad input") {
-					lines = append(lines, l)
-				}
-			}
+			lines := m.log.linesWith("bad input")
 			if len(lines) != 1 || !strings.Contains(lines[0], tt.File) || !strings.Contains(lines[0], tt.Reason) {
 				t.Fatalf("want one line naming %s and %q, got:\n%s", tt.File, tt.Reason, strings.Join(lines, "\n"))
 			}

@@ -81,12 +81,7 @@ func TestSourceFilesChangedUnderTheMount(t *testing.T) {
 						t.Errorf("nvfp4/TRANSCODE.json: %v", err)
 					}
 				}
-				var lines []string
-				for _, l := range strings.Split(m.log.String(), "\n") {
-					if strings.Contains(l, "source file changed") {
-						lines = append(lines, l)
-					}
-				}
+				lines := m.log.linesWith("source file changed")
 				if len(lines) != 1 || !strings.Contains(lines[0], file.name) || !strings.Contains(lines[0], change.how) {
 					t.Errorf("want one log line naming %s and %q, got:\n%s", file.name, change.how, strings.Join(lines, "\n"))
 				}

@@ -171,6 +171,17 @@ func (l *logFile) String() string {
 	return string(b)
 }
 
+// linesWith returns the lines of the log that contain s.
+func (l *logFile) linesWith(s string) []string {
+	var lines []string
+	for _, line := range strings.Split(l.String(), "\n") {
+		if strings.Contains(line, s) {
+			lines = append(lines, line)
+		}
+	}
+	return lines
+}
+
 // startMount mounts src with `dsfs mount` and waits until .dsfs/stats.json
 // can be read; the mount is undone when the test ends.
 func startMount(t *testing.T, src string, args ...string) *mount {
