@@ -532,52 +532,30 @@ func within(d time.Duration, fn func() error) error {
 // goodShard reads a good shard of nvfp4/ and manifest/summary.json (from
 // the headers and config, so cheap) whole.
 func goodShard(_ *env, mnt string) error {
-	for _, f := range []string{"nvfp4/" + badinput.GoodShard, "manifest/summary.json"} {
-		b, err := os.ReadFile(filepath.Join(mnt, f))
-		if err == nil && len(b) == 0 {
-			err = errors.New("empty")
-		}
-		if err != nil {
-			return fmt.Errorf("%s: %w", f, err)
-		}
-	}
-	return nil
+	return readWhole(mnt, "nvfp4/"+badinput.GoodShard, "manifest/summary.json")
 }
 
 // goodV2 reads what a v2lite-tiny mount serves from its config and
 // tokenizer: the manifest summary, trace/'s prompts (encoded with the
 // tokenizer) and a shard of nvfp4/.
 func goodV2(_ *env, mnt string) error {
-	shards, _ := filepath.Glob(filepath.Join(mnt, "nvfp4", "*.safetensors"))
-	if len(shards) == 0 {
-		return errors.New("nvfp4/ holds no shard")
+	shard, err := firstShard(mnt)
+	if err != nil {
+		return err
 	}
-	for _, p := range []string{filepath.Join(mnt, "manifest", "summary.json"), filepath.Join(mnt, "trace", "prompts.json"), shards[0]} {
-		b, err := os.ReadFile(p)
-		if err == nil && len(b) == 0 {
-			err = errors.New("empty")
-		}
-		if err != nil {
-			rel, _ := filepath.Rel(mnt, p)
-			return fmt.Errorf("%s: %w", rel, err)
-		}
-	}
-	return nil
+	return readWhole(mnt, "manifest/summary.json", "trace/prompts.json", shard)
 }
 
 // refusedTokenizer checks a v2lite-tiny mount whose tokenizer.json is
 // refused: the manifest summary and a shard of nvfp4/ are served, and
 // trace/ERROR.txt says the prompts cannot be encoded, naming the file.
 func refusedTokenizer(_ *env, mnt string) error {
-	shards, _ := filepath.Glob(filepath.Join(mnt, "nvfp4", "*.safetensors"))
-	if len(shards) == 0 {
-		return errors.New("nvfp4/ holds no shard")
+	shard, err := firstShard(mnt)
+	if err != nil {
+		return err
 	}
-	for _, p := range []string{filepath.Join(mnt, "manifest", "summary.json"), shards[0]} {
-		if b, err := os.ReadFile(p); err != nil || len(b) == 0 {
-			rel, _ := filepath.Rel(mnt, p)
-			return fmt.Errorf("%s: %v (%d bytes)", rel, err, len(b))
-		}
+	if err := readWhole(mnt, "manifest/summary.json", shard); err != nil {
+		return err
 	}
 	b, err := os.ReadFile(filepath.Join(mnt, "trace", "ERROR.txt"))
 	if err != nil {
@@ -587,6 +565,30 @@ func refusedTokenizer(_ *env, mnt string) error {
 		return fmt.Errorf("trace/ERROR.txt does not name tokenizer.json:\n%s", b)
 	}
 	return nil
+}
+
+// readWhole reads each of the files, relative to mnt, whole; an empty
+// one is an error.
+func readWhole(mnt string, rels ...string) error {
+	for _, rel := range rels {
+		b, err := os.ReadFile(filepath.Join(mnt, rel))
+		if err == nil && len(b) == 0 {
+			err = errors.New("empty")
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", rel, err)
+		}
+	}
+	return nil
+}
+
+// firstShard is the path, relative to mnt, of the first shard of nvfp4/.
+func firstShard(mnt string) (string, error) {
+	shards, _ := filepath.Glob(filepath.Join(mnt, "nvfp4", "*.safetensors"))
+	if len(shards) == 0 {
+		return "", errors.New("nvfp4/ holds no shard")
+	}
+	return filepath.Rel(mnt, shards[0])
 }
 
 // sameQ2 compares every file of q2/ with the export made without a cache.
