@@ -35,6 +35,7 @@ var registry = []View{
 	{"nvfp4+engram-fp4", "both transcodes at once (the seed script's default output)", safetensorsView(nvfp4Rewriter, engramRewriter)},
 	{"trace", "DeepSeek MLA + MoE decoder-layer forwards on prompts, run when read: activations, routes, statistics", buildTrace},
 	{"q2", "routed experts -> ggml IQ2_XXS (w1, w3) and Q2_K (w2), with plan, manifests and README", buildQ2},
+	{"gguf", "GGUF files for llama.cpp, LM Studio and ollama (deepseek2 BF16 and Q8_0), single and split", buildGGUF},
 	{"manifest", "the inventory of every tensor: formats, bytes, sha256, value checks, where each view's tensors come from", buildManifest},
 }
 
@@ -75,6 +76,9 @@ type Options struct {
 	// TP is the tensor-parallel degree whose cuts manifest/ reports: 0
 	// means inventory.DefaultTP, 1 none.
 	TP int
+	// GGUFSplitBytes is the most tensor data a gguf/ split shard holds
+	// (0: DefaultGGUFSplitBytes).
+	GGUFSplitBytes int64
 	// NoHash makes manifest/ read headers only: no digests, no value
 	// checks.
 	NoHash bool

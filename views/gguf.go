@@ -1,0 +1,91 @@
+package views
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/dsfs/dsfs/gguf"
+)
+
+// DefaultGGUFSplitBytes is the most tensor data a gguf/ split shard holds:
+// under Hugging Face's 50 GB file limit, as published GGUF shards are.
+const DefaultGGUFSplitBytes = 46 << 30
+
+// buildGGUF is the gguf/ view: a directory per recipe that applies to the
+// checkpoint, each with the model as one GGUF file (for ollama, which
+// cannot import split files) and as gguf-split shards under split/, and a
+// README.md saying which recipes apply and why the others do not. The
+// tensors' blocks are shared by both layouts (same block keys), so a
+// block computed for one is served to the other from the cache.
+func buildGGUF(s *Set, _ string) (*Node, error) {
+	files := make(map[string]*Node)
+	var readme strings.Builder
+	readme.WriteString("# gguf/\n\nGGUF files for llama.cpp and the tools built on it, computed lazily from the checkpoint.\n\n")
+	split := s.Opt.GGUFSplitBytes
+	if split <= 0 {
+		split = DefaultGGUFSplitBytes
+	}
+	for _, r := range gguf.Recipes() {
+		m, err := r.Plan(s.Cat)
+		if err != nil {
+			fmt.Fprintf(&readme, "- `%s/`: not made for this checkpoint: %v\n", r.Name, err)
+			continue
+		}
+		fmt.Fprintf(&readme, "- `%s/`: %s\n", r.Name, r.About)
+		for _, layout := range []struct {
+			dir   string
+			split int64
+		}{{"", 0}, {"split/", split}} {
+			gfs, err := m.Files(layout.split)
+			if err != nil {
+				return nil, fmt.Errorf("recipe %s: %w", r.Name, err)
+			}
+			for _, gf := range gfs {
+				f, err := ggufFile(r.Name, gf)
+				if err != nil {
+					return nil, fmt.Errorf("recipe %s: %s: %w", r.Name, gf.Name, err)
+				}
+				files[r.Name+"/"+layout.dir+gf.Name] = &Node{File: f}
+			}
+		}
+	}
+	files["README.md"] = &Node{Doc: StaticDoc([]byte(readme.String()))}
+	return tree("", files), nil
+}
+
+// ggufFile turns a laid-out GGUF file into segments: the header, then each
+// tensor's parts (source bytes served unchanged, or blocks of whole rows
+// computed through the block cache) and its zero padding.
+func ggufFile(recipe string, gf gguf.File) (*File, error) {
+	f := NewFile(Bytes(gf.Layout.Header))
+	for i, t := range gf.Tensors {
+		if f.Size() != int64(len(gf.Layout.Header))+gf.Layout.Offsets[i] {
+			return nil, fmt.Errorf("tensor %s lands at %d, its info says %d", t.Name, f.Size()-int64(len(gf.Layout.Header)), gf.Layout.Offsets[i])
+		}
+		rb := t.RowBytes()
+		var n int64
+		for j, p := range t.Parts {
+			switch {
+			case p.Decode == nil:
+				if p.Src.Size != p.Rows*rb {
+					return nil, fmt.Errorf("tensor %s: source %s is %d bytes, %d rows of %d needed", t.Name, p.Src.Name, p.Src.Size, p.Rows, rb)
+				}
+				f.Append(Range{R: p.Src.Shard, Off: p.Src.Offset, N: p.Src.Size})
+			default:
+				t, p := t, p
+				f.Append(rowBlocks(fmt.Sprintf("gguf/%s/%s#%d", recipe, t.Name, j), p.Rows, rb,
+					func(ctx context.Context, lo, hi int64, dst []byte) error { return t.Fill(ctx, p, lo, hi, dst) }))
+			}
+			n += p.Rows * rb
+		}
+		if n != t.Bytes() {
+			return nil, fmt.Errorf("tensor %s: parts hold %d bytes, %s %v needs %d", t.Name, n, t.Type.Name, t.Ne, t.Bytes())
+		}
+		f.Append(Bytes(make([]byte, gf.Layout.Pad(n))))
+	}
+	if f.Size() != gf.Layout.Size {
+		return nil, fmt.Errorf("file is %d bytes, its layout %d", f.Size(), gf.Layout.Size)
+	}
+	return f, nil
+}
