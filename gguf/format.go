@@ -308,4 +308,3 @@ func SplitKVs(kvs []KV, i, n, totalTensors int) []KV {
 		KV{"split.count", uint16(n)},
 		KV{"split.tensors.count", int32(totalTensors)})
 }
-

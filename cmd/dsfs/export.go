@@ -128,6 +128,9 @@ func exportIdentity(view string, opt views.Options, cat *manifest.Catalog) (stri
 	h := sha256.New()
 	fmt.Fprintf(h, "dsfs export\n%s\ncodec %s\nview %s\nrevision %q\ndevice %q\ntp %d no-hash %v\n",
 		version(), codecs.Version, view, opt.Revision, opt.Device, opt.TP, opt.NoHash)
+	if view == "gguf" {
+		fmt.Fprintf(h, "gguf split %d\n", opt.GGUFSplitBytes)
+	}
 	if opt.TracePrompts != "" {
 		b, err := os.ReadFile(opt.TracePrompts)
 		if err != nil {

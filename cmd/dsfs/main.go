@@ -242,13 +242,14 @@ func argCount(min, max int) string {
 // flag name, so that each command rejects a bad value before it does
 // anything.
 var flagChecks = map[string]func(string) error{
-	"cache-mb":     intIn(1, 1<<30, "want a number of MiB from 1 to 1073741824"),
-	"cache-dir-gb": floatIn(0, 1<<32, "want a number of GiB from 0 (no cap) to 4294967296"),
-	"tp":           intIn(1, 1<<16, "want a tensor-parallel degree from 1 (no cuts) to 65536"),
-	"sample":       intIn(0, math.MaxInt64, "want 0 (all) or a positive count"),
-	"device":       trace.CheckDevice,
-	"views":        checkViews,
-	"preset":       checkPreset,
+	"cache-mb":      intIn(1, 1<<30, "want a number of MiB from 1 to 1073741824"),
+	"cache-dir-gb":  floatIn(0, 1<<32, "want a number of GiB from 0 (no cap) to 4294967296"),
+	"tp":            intIn(1, 1<<16, "want a tensor-parallel degree from 1 (no cuts) to 65536"),
+	"gguf-split-mb": intIn(1, 1<<30, "want a number of MiB from 1 to 1073741824"),
+	"sample":        intIn(0, math.MaxInt64, "want 0 (all) or a positive count"),
+	"device":        trace.CheckDevice,
+	"views":         checkViews,
+	"preset":        checkPreset,
 }
 
 // intIn accepts an integer in [lo, hi].

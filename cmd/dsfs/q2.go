@@ -20,20 +20,23 @@ type q2Flags struct {
 	cacheDir string
 	cacheGB  float64
 	revision string
+	splitMB  int64
 }
 
-// addQ2Flags registers --cache-dir, --cache-dir-gb and --revision.
+// addQ2Flags registers --cache-dir, --cache-dir-gb, --revision and
+// --gguf-split-mb.
 func addQ2Flags(fs *flag.FlagSet) *q2Flags {
 	f := &q2Flags{}
 	fs.StringVar(&f.cacheDir, "cache-dir", "", "keep computed q2/ blocks and manifest/ digests in this directory across mounts (may be shared by several mounts or hosts)")
 	fs.Float64Var(&f.cacheGB, "cache-dir-gb", 200, "cap of --cache-dir in GiB; least recently used blocks are removed past it (0: no cap)")
 	fs.StringVar(&f.revision, "revision", "", "source revision q2/ records (default: the Hugging Face snapshot name, else unknown)")
+	fs.Int64Var(&f.splitMB, "gguf-split-mb", views.DefaultGGUFSplitBytes>>20, "most tensor data in one gguf/*/split/ shard, MiB")
 	return f
 }
 
 // options returns views options carrying the flags, opening the disk cache.
 func (f *q2Flags) options(viewNames []string) (views.Options, error) {
-	opt := views.Options{Views: viewNames, Revision: f.revision}
+	opt := views.Options{Views: viewNames, Revision: f.revision, GGUFSplitBytes: f.splitMB << 20}
 	if f.cacheDir != "" {
 		c, err := diskcache.Open(f.cacheDir, int64(f.cacheGB*(1<<30)), nil)
 		if err != nil {
