@@ -1,7 +1,10 @@
 package integration
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
+	"fmt"
 	"encoding/json"
 	"math"
 	"os"
@@ -11,10 +14,13 @@ import (
 	"testing"
 
 	"github.com/dsfs/dsfs/gguf"
+	"github.com/dsfs/dsfs/internal/ggufread"
 	"github.com/dsfs/dsfs/internal/testdata"
 	"github.com/dsfs/dsfs/manifest"
+	"github.com/dsfs/dsfs/safetensors"
 	"github.com/dsfs/dsfs/synth"
 	"github.com/dsfs/dsfs/trace/model"
+	"github.com/x448/float16"
 )
 
 // llamaCppDir returns where node-llama-cpp is installed ($DSFS_NODE_LLAMA_CPP,
@@ -95,24 +101,25 @@ func copyFile(t *testing.T, from, to string) {
 	}
 }
 
-// routeMarginFloor is the routing margin (selection score of the k-th
-// expert minus the (k+1)-th, or of the last allowed group minus the next)
-// below which a token's experts may differ between llama.cpp and an exact
-// float32 forward: llama.cpp rounds matmul inputs to the weights' type, so
-// the router sees a hidden state a few 1e-3 off. v3-tiny has a decision
-// at 0.0007 that llama.cpp takes the other way (prompt 1, token 2, layer
-// 1); the next smallest margins of the golden prompts (0.0019 and up)
-// agree. A flipped route changes that token's output and, through
-// attention, every later position, so logits are compared up to the first
-// such token.
-const routeMarginFloor = 0.001
+// routeMarginFloor is, by recipe, the routing margin (selection score of
+// the k-th expert minus the (k+1)-th, or of the last allowed group minus
+// the next) below which a token's experts may differ between llama.cpp
+// and an exact float32 forward: llama.cpp rounds matmul inputs to the
+// weights' dot-product type, so the router sees a hidden state slightly
+// off. With BF16 inputs v3-tiny has a decision at 0.0007 that llama.cpp
+// takes the other way (prompt 1, token 2, layer 1) while every margin of
+// 0.0019 and up agrees; Q8_0 inputs are coarser and flipped one at 0.0020
+// (token 4, layer 3). A flipped route changes that token's output and,
+// through attention, every later position, so logits are compared up to
+// the first token with a margin below the floor.
+var routeMarginFloor = map[string]float32{"BF16": 0.001, "Q8_0": 0.005}
 
 // traceLogits is dsfs's own forward of the checkpoint (trace/model, the
 // engine trace/ runs, checked against DeepSeek's reference in its golden
 // tests) through every layer, then the final RMSNorm and the head in
 // float64. firm[i] is the number of leading positions of prompt i whose
-// routes, in every layer, are decided by more than routeMarginFloor.
-func traceLogits(t *testing.T, dir string, prompts [][]int) (logits [][][]float64, firm []int) {
+// routes, in every layer, are decided by more than floor.
+func traceLogits(t *testing.T, dir string, prompts [][]int, floor float32) (logits [][][]float64, firm []int) {
 	t.Helper()
 	cat, err := manifest.Open(dir)
 	if err != nil {
@@ -146,7 +153,7 @@ func traceLogits(t *testing.T, dir string, prompts [][]int) (logits [][][]float6
 			hidden = out.HiddenOut
 			if out.Routes != nil {
 				for p, mg := range out.Routes.Margin {
-					if mg < routeMarginFloor {
+					if mg < floor {
 						n = min(n, p)
 					}
 				}
@@ -221,42 +228,53 @@ func logitAgreement(t *testing.T, got, want [][][]float64, firm []int, tie float
 }
 
 // ggufTolerance bounds the largest logit difference between llama.cpp on
-// a gguf/ file and dsfs's float32 forward of the same checkpoint, relative
-// to the largest |logit|. See TestGGUFLlamaCppLogits for where the
-// figures come from.
-var ggufTolerance = map[string]float64{"BF16": 0.02}
+// a gguf/ file and dsfs's float32 forward of the values the file holds,
+// relative to the largest |logit|, at the positions routed firmly (see
+// routeMarginFloor). llama.cpp's CPU matmuls round their inputs to the
+// weights' dot-product type: BF16 (8 significant bits) for BF16 weights,
+// Q8_0 blocks (int8 with a per-32 scale) for Q8_0 weights; over four
+// layers that moved the logits of the tiny checkpoints by 0.6-0.7% (BF16)
+// and 1.8-2.2% (Q8_0) of the largest logit. The bounds are two to three
+// times that; a wrong tensor (order, transpose, scale) moves them by tens
+// of percent (TestGGUFLlamaCppExpertOrder).
+var ggufTolerance = map[string]float64{"BF16": 0.02, "Q8_0": 0.05}
 
 // TestGGUFLlamaCppLogits loads gguf/ files of the reference V2-Lite and V3
 // checkpoints through the mount with real llama.cpp, as one file and as
 // split shards, evaluates the golden prompts and compares the logits at
-// every position with dsfs's own forward.
+// every position with dsfs's own forward of the values the file holds
+// (decoded by an independent strict reader and written back as a float32
+// checkpoint). For BF16, which is lossless on these BF16 checkpoints, that
+// forward must equal the forward of the source exactly.
 func TestGGUFLlamaCppLogits(t *testing.T) {
 	needMount(t)
 	llama := llamaCppDir(t)
 	for _, name := range []string{"v2lite-tiny", "v3-tiny"} {
 		t.Run(name, func(t *testing.T) {
 			src, prompts := ggufCheckpoint(t, name)
-			want, firm := traceLogits(t, src, prompts)
+			source, _ := traceLogits(t, src, prompts, 0)
 			m := startMount(t, src, "--views", "gguf", "--gguf-split-mb", "1")
-			for _, recipe := range []string{"BF16"} {
+			for _, recipe := range []string{"BF16", "Q8_0"} {
 				single := m.path("gguf", recipe, name+"-"+recipe+".gguf")
 				shards, _ := filepath.Glob(m.path("gguf", recipe, "split", "*.gguf"))
 				if len(shards) < 2 {
 					t.Fatalf("%s: %d split shards at 1 MiB, want several", recipe, len(shards))
 				}
+				want, firm := traceLogits(t, ggufAsCheckpoint(t, single, src), prompts, routeMarginFloor[recipe])
+				if recipe == "BF16" {
+					if d, _, _, _ := logitAgreement(t, want, source, lens(prompts), math.Inf(1)); d != 0 {
+						t.Errorf("BF16: the values of the file are not the source's: logits differ by %g", d)
+					}
+				}
 				for _, file := range []string{single, shards[0]} {
 					got := llamaLogits(t, llama, file, prompts)
-					all := make([]int, len(prompts))
-					for i, p := range prompts {
-						all[i] = len(p)
-					}
-					d, s, _, n := logitAgreement(t, got, want, all, math.Inf(1))
+					d, s, _, n := logitAgreement(t, got, want, lens(prompts), math.Inf(1))
 					t.Logf("%s %s: all %d positions: max |Δlogit| %.3g (largest |logit| %.3g)", recipe, filepath.Base(file), n, d, s)
-					diff, scale, _, _ := logitAgreement(t, got, want, firm, 0)
-					diff, scale, differ, n := logitAgreement(t, got, want, firm, ggufTolerance[recipe]*scale)
+					_, scale, _, _ := logitAgreement(t, got, want, firm, 0)
+					diff, _, differ, n := logitAgreement(t, got, want, firm, ggufTolerance[recipe]*scale)
 					rel := diff / scale
 					t.Logf("%s %s: %d positions before a route within %g of a tie: max |Δlogit| %.3g (relative %.3g), argmax differs at %d",
-						recipe, filepath.Base(file), n, routeMarginFloor, diff, rel, differ)
+						recipe, filepath.Base(file), n, routeMarginFloor[recipe], diff, rel, differ)
 					if differ != 0 || rel > ggufTolerance[recipe] {
 						t.Errorf("%s %s: llama.cpp disagrees with dsfs's forward: relative %.3g (tolerance %g), argmax differs at %d of %d",
 							recipe, filepath.Base(file), rel, ggufTolerance[recipe], differ, n)
@@ -265,4 +283,169 @@ func TestGGUFLlamaCppLogits(t *testing.T) {
 			}
 		})
 	}
+}
+
+// lens is every position of every prompt.
+func lens(prompts [][]int) []int {
+	n := make([]int, len(prompts))
+	for i, p := range prompts {
+		n[i] = len(p)
+	}
+	return n
+}
+
+// ggufTensorValues decodes a tensor of a GGUF file read by the strict
+// reader into float32, ggml order (row after row of Ne[0] values).
+func ggufTensorValues(t *testing.T, f *ggufread.File, data []byte, ti ggufread.Tensor) []float32 {
+	t.Helper()
+	b := data[f.DataStart+ti.Offset : f.DataStart+ti.Offset+ti.Size]
+	n := int64(1)
+	for _, d := range ti.Ne {
+		n *= d
+	}
+	v := make([]float32, n)
+	switch ti.Type {
+	case 0:
+		for i := range v {
+			v[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
+		}
+	case 30:
+		for i := range v {
+			v[i] = math.Float32frombits(uint32(binary.LittleEndian.Uint16(b[2*i:])) << 16)
+		}
+	case 1:
+		for i := range v {
+			v[i] = float16.Frombits(binary.LittleEndian.Uint16(b[2*i:])).Float32()
+		}
+	case 8: // Q8_0: a binary16 d then 32 int8 codes, value q·d
+		for blk := range n / 32 {
+			d := float16.Frombits(binary.LittleEndian.Uint16(b[34*blk:])).Float32()
+			for j := range int64(32) {
+				v[32*blk+j] = float32(int8(b[34*blk+2+j])) * d
+			}
+		}
+	default:
+		t.Fatalf("tensor %s: type %d", ti.Name, ti.Type)
+	}
+	return v
+}
+
+// ggufAsCheckpoint reads a deepseek2 GGUF file (through the mount) with
+// the strict reader, decodes every tensor and writes it back as a float32
+// Hugging Face checkpoint beside config.json of src: experts unstacked,
+// attn_k_b and attn_v_b joined back into kv_b_proj. dsfs's forward of it
+// is what llama.cpp should compute from the file, so the values every
+// mounted byte stands for are checked, whatever the recipe.
+func ggufAsCheckpoint(t *testing.T, path, src string) string {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := ggufread.Read(bytes.NewReader(data), int64(len(data)))
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	hf := map[string]string{
+		"attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm",
+		"attn_q": "self_attn.q_proj", "attn_q_a": "self_attn.q_a_proj", "attn_q_a_norm": "self_attn.q_a_layernorm",
+		"attn_q_b": "self_attn.q_b_proj", "attn_kv_a_mqa": "self_attn.kv_a_proj_with_mqa",
+		"attn_kv_a_norm": "self_attn.kv_a_layernorm", "attn_output": "self_attn.o_proj",
+		"ffn_gate": "mlp.gate_proj", "ffn_down": "mlp.down_proj", "ffn_up": "mlp.up_proj",
+		"ffn_gate_inp": "mlp.gate", "exp_probs_b": "mlp.gate.e_score_correction_bias",
+		"ffn_gate_shexp": "mlp.shared_experts.gate_proj", "ffn_down_shexp": "mlp.shared_experts.down_proj",
+		"ffn_up_shexp": "mlp.shared_experts.up_proj",
+	}
+	out := make(map[string][]float32)
+	shapes := make(map[string][]int64)
+	put := func(name string, v []float32, shape ...int64) { out[name], shapes[name] = v, shape }
+	kb := make(map[string]ggufread.Tensor)
+	for _, ti := range f.Tensors {
+		v := ggufTensorValues(t, f, data, ti)
+		switch ti.Name {
+		case "token_embd.weight":
+			put("model.embed_tokens.weight", v, ti.Ne[1], ti.Ne[0])
+			continue
+		case "output_norm.weight":
+			put("model.norm.weight", v, ti.Ne[0])
+			continue
+		case "output.weight":
+			put("lm_head.weight", v, ti.Ne[1], ti.Ne[0])
+			continue
+		}
+		var l int
+		var rest string
+		if _, err := fmt.Sscanf(ti.Name, "blk.%d.%s", &l, &rest); err != nil {
+			t.Fatalf("tensor %s: %v", ti.Name, err)
+		}
+		base, suffix, _ := strings.Cut(rest, ".")
+		prefix := fmt.Sprintf("model.layers.%d.", l)
+		switch base {
+		case "ffn_gate_exps", "ffn_down_exps", "ffn_up_exps":
+			proj := map[string]string{"ffn_gate_exps": "gate_proj", "ffn_down_exps": "down_proj", "ffn_up_exps": "up_proj"}[base]
+			per := ti.Ne[0] * ti.Ne[1]
+			for e := range ti.Ne[2] {
+				put(fmt.Sprintf("%smlp.experts.%d.%s.weight", prefix, e, proj), v[e*per:(e+1)*per], ti.Ne[1], ti.Ne[0])
+			}
+		case "attn_k_b", "attn_v_b":
+			kb[fmt.Sprintf("%d.%s", l, base)] = ti
+			out[fmt.Sprintf("%d.%s", l, base)] = v
+		default:
+			name, ok := hf[base]
+			if !ok {
+				t.Fatalf("tensor %s: no Hugging Face name", ti.Name)
+			}
+			shape := []int64{ti.Ne[0]}
+			if len(ti.Ne) == 2 {
+				shape = []int64{ti.Ne[1], ti.Ne[0]}
+			}
+			if base == "exp_probs_b" {
+				put(prefix+name, v, shape...)
+			} else {
+				put(prefix+name+"."+suffix, v, shape...)
+			}
+		}
+	}
+	for key, k := range kb {
+		l, isK := strings.CutSuffix(key, ".attn_k_b")
+		if !isK {
+			continue
+		}
+		kv, vb := out[key], out[l+".attn_v_b"]
+		vt := kb[l+".attn_v_b"]
+		nope, kvr, heads, vdim := k.Ne[0], k.Ne[1], k.Ne[2], vt.Ne[1]
+		w := make([]float32, heads*(nope+vdim)*kvr)
+		for h := range heads {
+			for j := range nope {
+				for c := range kvr {
+					w[(h*(nope+vdim)+j)*kvr+c] = kv[(h*kvr+c)*nope+j] // k_b[h][c][j]
+				}
+			}
+			copy(w[(h*(nope+vdim)+nope)*kvr:(h+1)*(nope+vdim)*kvr], vb[h*vdim*kvr:(h+1)*vdim*kvr])
+		}
+		put("model.layers."+l+".self_attn.kv_b_proj.weight", w, heads*(nope+vdim), kvr)
+		delete(out, key)
+		delete(out, l+".attn_v_b")
+	}
+	var specs []safetensors.Spec
+	for name := range out {
+		specs = append(specs, safetensors.Spec{Name: name, DType: safetensors.F32, Shape: shapes[name]})
+	}
+	lay, err := safetensors.NewLayout(nil, specs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := bytes.NewBuffer(lay.Header)
+	for _, ti := range lay.Tensors {
+		binary.Write(file, binary.LittleEndian, out[ti.Name])
+	}
+	dir := filepath.Join(t.TempDir(), "from-gguf")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	copyFile(t, filepath.Join(src, "config.json"), filepath.Join(dir, "config.json"))
+	if err := os.WriteFile(filepath.Join(dir, "model.safetensors"), file.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }
