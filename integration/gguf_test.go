@@ -449,3 +449,128 @@ func ggufAsCheckpoint(t *testing.T, path, src string) string {
 	}
 	return dir
 }
+
+// TestGGUFLlamaCppExpertOrder is the negative control of the logit
+// comparison: the same BF16 file with each layer's stacked experts in
+// reverse order still loads in llama.cpp (the shapes are right), and only
+// the comparison catches it, so it must.
+func TestGGUFLlamaCppExpertOrder(t *testing.T) {
+	needMount(t)
+	llama := llamaCppDir(t)
+	src, prompts := ggufCheckpoint(t, "v3-tiny")
+	m := startMount(t, src, "--views", "gguf")
+	data, err := os.ReadFile(m.path("gguf", "BF16", "v3-tiny-BF16.gguf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := ggufread.Read(bytes.NewReader(data), int64(len(data)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reversed := 0
+	for _, ti := range f.Tensors {
+		if !strings.HasSuffix(ti.Name, "_exps.weight") {
+			continue
+		}
+		b := data[f.DataStart+ti.Offset : f.DataStart+ti.Offset+ti.Size]
+		per := ti.Size / ti.Ne[2]
+		orig := bytes.Clone(b)
+		for e := range ti.Ne[2] {
+			copy(b[e*per:(e+1)*per], orig[(ti.Ne[2]-1-e)*per:(ti.Ne[2]-e)*per])
+		}
+		reversed++
+	}
+	if reversed == 0 {
+		t.Fatal("no stacked expert tensors in the file")
+	}
+	bad := filepath.Join(t.TempDir(), "reversed.gguf")
+	if err := os.WriteFile(bad, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	want, firm := traceLogits(t, src, prompts, routeMarginFloor["BF16"])
+	got := llamaLogits(t, llama, bad, prompts)
+	_, scale, _, _ := logitAgreement(t, got, want, firm, 0)
+	diff, _, differ, n := logitAgreement(t, got, want, firm, ggufTolerance["BF16"]*scale)
+	t.Logf("experts reversed in %d tensors: max |Δlogit| %.3g (relative %.3g), argmax differs at %d of %d", reversed, diff, diff/scale, differ, n)
+	if differ == 0 && diff/scale <= ggufTolerance["BF16"] {
+		t.Errorf("the logit comparison passes a file whose experts are stacked in reverse (relative %.3g, tolerance %g)", diff/scale, ggufTolerance["BF16"])
+	}
+}
+
+// TestGGUFFiles checks the files of gguf/ through the mount: sizes exact
+// from the first stat, before any read; every file parses with the strict
+// reader; each split shard's tensors hold the same bytes as the single
+// file's; and dsfs export writes the same bytes.
+func TestGGUFFiles(t *testing.T) {
+	needMount(t)
+	src, _ := ggufCheckpoint(t, "v3-tiny")
+	m := startMount(t, src, "--views", "gguf", "--gguf-split-mb", "1")
+	sizes := make(map[string]int64)
+	for _, rel := range files(t, m.path("gguf")) {
+		fi, err := os.Stat(m.path("gguf", rel))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sizes[rel] = fi.Size()
+	}
+	if len(sizes) < 5 {
+		t.Fatalf("gguf/ holds %v", sizes)
+	}
+	out := t.TempDir()
+	run(t, dsfsBin, "export", "--gguf-split-mb", "1", "gguf", src, out)
+	for _, recipe := range []string{"BF16", "Q8_0"} {
+		single := filepath.Join(recipe, "v3-tiny-"+recipe+".gguf")
+		tensors := make(map[string][]byte)
+		read := func(rel string) *ggufread.File {
+			data, err := os.ReadFile(m.path("gguf", rel))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if int64(len(data)) != sizes[rel] {
+				t.Errorf("%s: stat said %d bytes before the read, read %d", rel, sizes[rel], len(data))
+			}
+			if exp, err := os.ReadFile(filepath.Join(out, rel)); err != nil || !bytes.Equal(exp, data) {
+				t.Errorf("%s: export differs from the mount (%v)", rel, err)
+			}
+			f, err := ggufread.Read(bytes.NewReader(data), int64(len(data)))
+			if err != nil {
+				t.Fatalf("%s: %v", rel, err)
+			}
+			for _, ti := range f.Tensors {
+				b := data[f.DataStart+ti.Offset : f.DataStart+ti.Offset+ti.Size]
+				if prev, ok := tensors[ti.Name]; ok && !bytes.Equal(prev, b) {
+					t.Errorf("%s: tensor %s differs from the single file's", rel, ti.Name)
+				}
+				tensors[ti.Name] = b
+			}
+			return f
+		}
+		whole := read(single)
+		n := len(tensors)
+		if whole.KV["general.architecture"] != "deepseek2" || whole.KV["general.alignment"] != uint32(gguf.DefaultAlignment) {
+			t.Errorf("%s: architecture %v, alignment %v", single, whole.KV["general.architecture"], whole.KV["general.alignment"])
+		}
+		shards, _ := filepath.Glob(m.path("gguf", recipe, "split", "*.gguf"))
+		if len(shards) < 2 {
+			t.Fatalf("%s: %d shards", recipe, len(shards))
+		}
+		count := 0
+		for i, sh := range shards {
+			rel, _ := filepath.Rel(m.path("gguf"), sh)
+			if want := gguf.SplitName("v3-tiny-"+recipe, i, len(shards)); filepath.Base(sh) != want {
+				t.Errorf("shard %d is %s, want %s", i, filepath.Base(sh), want)
+			}
+			f := read(rel)
+			count += len(f.Tensors)
+			if f.KV["split.no"] != uint16(i) || f.KV["split.count"] != uint16(len(shards)) || f.KV["split.tensors.count"] != int32(n) {
+				t.Errorf("%s: split keys %v %v %v", rel, f.KV["split.no"], f.KV["split.count"], f.KV["split.tensors.count"])
+			}
+			if _, ok := f.KV["general.architecture"]; ok != (i == 0) {
+				t.Errorf("%s: model metadata present %v, want only in the first shard", rel, ok)
+			}
+		}
+		if count != n || len(tensors) != n {
+			t.Errorf("%s: shards hold %d tensors (%d names), the single file %d", recipe, count, len(tensors), n)
+		}
+	}
+}
