@@ -26,8 +26,9 @@ func Quantize(dst []byte, src []float32) {
 		y := dst[b*BlockBytes : (b+1)*BlockBytes]
 		var amax float32
 		for _, v := range x {
-			// ggml's MAX(amax, fabsf(v)): a NaN never replaces amax.
-			if a := float32(math.Abs(float64(v))); a > amax {
+			// ggml's MAX(amax, fabsf(v)), (a) > (b) ? (a) : (b), to the
+			// letter: a NaN |v| replaces amax.
+			if a := float32(math.Abs(float64(v))); !(amax > a) {
 				amax = a
 			}
 		}
