@@ -14,7 +14,9 @@ import (
 // with every matrix stored as mat (BF16 or Q8_0), as convert_hf_to_gguf.py
 // --outtype bf16 / q8_0 writes it: norms, the router and its bias F32,
 // routed experts stacked per layer, kv_b split into attn_k_b (transposed
-// per head) and attn_v_b, MTP layers left out.
+// per head) and attn_v_b, MTP layers left out. With mat IQ2_XXS the
+// matrices are BF16 but for the routed experts: IQ2_XXS for gate and up,
+// Q2_K for down (q2/'s recipe), BF16 where a row is not whole 256-blocks.
 func planDeepseek2(mat Type) func(cat *manifest.Catalog) (*Model, error) {
 	return func(cat *manifest.Catalog) (*Model, error) {
 		if cat.ConfigBytes == nil {
@@ -77,6 +79,14 @@ func (p *ds2) typeFor(name string, ne []int64) Type {
 	switch {
 	case len(ne) == 1, path.Ext(name) != ".weight", strings.HasSuffix(name, "_norm.weight"), strings.HasSuffix(name, "ffn_gate_inp.weight"):
 		return F32
+	case p.mat == IQ2_XXS:
+		switch {
+		case !strings.HasSuffix(name, "_exps.weight") || ne[0]%IQ2_XXS.BlockWeights != 0:
+			return BF16
+		case strings.HasSuffix(name, "ffn_down_exps.weight"):
+			return Q2_K
+		}
+		return IQ2_XXS
 	case ne[0]%p.mat.BlockWeights != 0:
 		return F16
 	}
@@ -253,8 +263,11 @@ func (p *ds2) kvs() ([]KV, error) {
 	raw := p.cat.Config.Raw
 	const a = "deepseek2."
 	ftype := uint32(FileTypeMostlyBF16)
-	if p.mat == Q8_0 {
+	switch p.mat {
+	case Q8_0:
 		ftype = FileTypeMostlyQ8_0
+	case IQ2_XXS:
+		ftype = FileTypeMostlyIQ2_XXS
 	}
 	ctx, ok := rawInt(raw, "max_position_embeddings")
 	if !ok {

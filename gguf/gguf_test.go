@@ -12,6 +12,8 @@ import (
 	"testing"
 
 	"github.com/dsfs/dsfs/codecs"
+	"github.com/dsfs/dsfs/codecs/iq2xxs"
+	"github.com/dsfs/dsfs/codecs/q2k"
 	"github.com/dsfs/dsfs/codecs/q8_0"
 	"github.com/dsfs/dsfs/gguf"
 	"github.com/dsfs/dsfs/internal/fp8ckpt"
@@ -420,4 +422,63 @@ func (z *zeroTail) ReadAt(p []byte, off int64) (int, error) {
 		}
 	}
 	return len(p), nil
+}
+
+// wideV3 is a V3-shaped checkpoint whose expert rows are whole 256-weight
+// blocks (hidden and expert width 256), so that the IQ2_XXS recipe
+// quantises its experts.
+func wideV3(t testing.TB) string {
+	spec := synth.V3TinySpec()
+	spec.Hidden, spec.MoEInter, spec.MaxShardBytes = 256, 256, 4<<20
+	dir := filepath.Join(t.TempDir(), "v3-wide")
+	if err := synth.WriteMLA(spec, dir); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// TestIQ2XXSRecipe checks the IQ2_XXS recipe: routed experts gate/up are
+// IQ2_XXS and down Q2_K, the codecs' bytes (bit-identical to ggml's) of
+// the converter's float values stacked in expert order; everything else
+// is the BF16 recipe's.
+func TestIQ2XXSRecipe(t *testing.T) {
+	cat, err := manifest.Open(wideV3(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cat.Close()
+	m, err := recipe(t, "IQ2_XXS").Plan(cat)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bf, err := recipe(t, "BF16").Plan(cat)
+	if err != nil {
+		t.Fatal(err)
+	}
+	quantised := 0
+	for i, ten := range m.Tensors {
+		got := tensorBytes(t, ten)
+		var want []byte
+		switch {
+		case strings.HasSuffix(ten.Name, "ffn_down_exps.weight"):
+			want = make([]byte, ten.Bytes())
+			q2k.QuantizeRef(want, refTensor(t, cat, ten.Name, ten.Ne))
+			quantised++
+		case strings.HasSuffix(ten.Name, "_exps.weight"):
+			want = make([]byte, ten.Bytes())
+			iq2xxs.Quantize(want, refTensor(t, cat, ten.Name, ten.Ne), nil)
+			quantised++
+		default:
+			if bf.Tensors[i].Name != ten.Name || bf.Tensors[i].Type != ten.Type {
+				t.Fatalf("tensor %d: %s %s, the BF16 recipe has %s %s", i, ten.Name, ten.Type.Name, bf.Tensors[i].Name, bf.Tensors[i].Type.Name)
+			}
+			want = tensorBytes(t, bf.Tensors[i])
+		}
+		if !bytes.Equal(got, want) {
+			t.Errorf("%s (%s): bytes differ", ten.Name, ten.Type.Name)
+		}
+	}
+	if quantised != 9 {
+		t.Errorf("%d quantised expert tensors, want 9 (3 MoE layers x 3)", quantised)
+	}
 }

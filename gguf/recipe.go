@@ -68,6 +68,7 @@ func Recipes() []Recipe {
 	return []Recipe{
 		{"BF16", "deepseek2 (V2, V2-Lite, V3, R1): every matrix BF16 (FP8 dequantised, rounded to nearest even), norms, router and bias F32", planDeepseek2(BF16)},
 		{"Q8_0", "deepseek2: every matrix ggml Q8_0 (bit-exact with ggml's reference quantiser), norms, router and bias F32", planDeepseek2(Q8_0)},
+		{"IQ2_XXS", "deepseek2: routed experts ggml IQ2_XXS (gate, up) and Q2_K (down) as q2/ quantises them, everything else as BF16/", planDeepseek2(IQ2_XXS)},
 	}
 }
 

@@ -6,6 +6,8 @@ import (
 	"math"
 
 	"github.com/dsfs/dsfs/codecs"
+	"github.com/dsfs/dsfs/codecs/iq2xxs"
+	"github.com/dsfs/dsfs/codecs/q2k"
 	"github.com/dsfs/dsfs/codecs/q8_0"
 	"github.com/dsfs/dsfs/manifest"
 	"github.com/dsfs/dsfs/safetensors"
@@ -95,7 +97,8 @@ func decodeFP8(out []float32, b []byte, t *manifest.Tensor, lo, hi int64) error 
 
 // Encode writes float32 values as typ: F32 bits, F16 and BF16 rounded to
 // nearest even (BF16 as gguf-py's quants and ggml_compute_fp32_to_bf16 do,
-// NaN made quiet), Q8_0 as ggml's reference quantiser.
+// NaN made quiet), Q8_0 and Q2_K as ggml's reference quantisers, IQ2_XXS
+// as ggml's with a unit importance vector (q2/'s recipe).
 func Encode(dst []byte, src []float32, typ Type) error {
 	switch typ {
 	case F32:
@@ -112,6 +115,10 @@ func Encode(dst []byte, src []float32, typ Type) error {
 		}
 	case Q8_0:
 		q8_0.Quantize(dst, src)
+	case IQ2_XXS:
+		iq2xxs.Quantize(dst, src, nil) // unit importance, as q2/
+	case Q2_K:
+		q2k.QuantizeRef(dst, src)
 	default:
 		return fmt.Errorf("gguf: no float encoder for %s", typ.Name)
 	}
@@ -131,3 +138,29 @@ func sameBytes(t *manifest.Tensor, typ Type) bool {
 	}
 	return false
 }
+
+// SourceBytes returns the source bytes rows [lo, hi) of a part are made
+// from, when they are rows [lo, hi) of Src (and, for FP8, the rows of its
+// scale that cover them): the content a cached block of them is keyed by.
+func (p Part) SourceBytes(lo, hi int64) ([]byte, error) {
+	s := p.Src
+	rb := cols(s) * int64(s.DType.Bits()) / 8
+	b := make([]byte, (hi-lo)*rb)
+	if err := readSource(s, b, lo*rb); err != nil {
+		return nil, err
+	}
+	if sc := s.Scale; sc != nil && s.Block[0] > 0 {
+		srb := cols(sc) * int64(sc.DType.Bits()) / 8
+		first, last := lo/s.Block[0], (hi-1)/s.Block[0]
+		sb := make([]byte, (last-first+1)*srb)
+		if err := readSource(sc, sb, first*srb); err != nil {
+			return nil, err
+		}
+		b = append(b, sb...)
+	}
+	return b, nil
+}
+
+// Costly reports whether a type's encoder is a real quantisation search,
+// worth keeping in a disk cache, rather than a rounding.
+func (t Type) Costly() bool { return t == IQ2_XXS || t == Q2_K }

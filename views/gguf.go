@@ -2,8 +2,13 @@ package views
 
 import (
 	"context"
+	"crypto/sha256"
 	"fmt"
+	"log/slog"
 	"strings"
+
+	"github.com/dsfs/dsfs/codecs"
+	"github.com/dsfs/dsfs/diskcache"
 
 	"github.com/dsfs/dsfs/gguf"
 )
@@ -42,7 +47,7 @@ func buildGGUF(s *Set, _ string) (*Node, error) {
 				return nil, fmt.Errorf("recipe %s: %w", r.Name, err)
 			}
 			for _, gf := range gfs {
-				f, err := ggufFile(r.Name, gf)
+				f, err := ggufFile(s.Opt.DiskCache, r.Name, gf)
 				if err != nil {
 					return nil, fmt.Errorf("recipe %s: %s: %w", r.Name, gf.Name, err)
 				}
@@ -56,8 +61,9 @@ func buildGGUF(s *Set, _ string) (*Node, error) {
 
 // ggufFile turns a laid-out GGUF file into segments: the header, then each
 // tensor's parts (source bytes served unchanged, or blocks of whole rows
-// computed through the block cache) and its zero padding.
-func ggufFile(recipe string, gf gguf.File) (*File, error) {
+// computed through the block cache) and its zero padding. Blocks of a
+// costly type (IQ2_XXS, Q2_K) also go through disk, when there is one.
+func ggufFile(disk *diskcache.Cache, recipe string, gf gguf.File) (*File, error) {
 	f := NewFile(Bytes(gf.Layout.Header))
 	for i, t := range gf.Tensors {
 		if f.Size() != int64(len(gf.Layout.Header))+gf.Layout.Offsets[i] {
@@ -74,8 +80,11 @@ func ggufFile(recipe string, gf gguf.File) (*File, error) {
 				f.Append(Range{R: p.Src.Shard, Off: p.Src.Offset, N: p.Src.Size})
 			default:
 				t, p := t, p
-				f.Append(rowBlocks(fmt.Sprintf("gguf/%s/%s#%d", recipe, t.Name, j), p.Rows, rb,
-					func(ctx context.Context, lo, hi int64, dst []byte) error { return t.Fill(ctx, p, lo, hi, dst) }))
+				compute := func(ctx context.Context, lo, hi int64, dst []byte) error { return t.Fill(ctx, p, lo, hi, dst) }
+				if disk != nil && t.Type.Costly() {
+					compute = diskCached(disk, t, p, compute)
+				}
+				f.Append(rowBlocks(fmt.Sprintf("gguf/%s/%s#%d", recipe, t.Name, j), p.Rows, rb, compute))
 			}
 			n += p.Rows * rb
 		}
@@ -88,4 +97,30 @@ func ggufFile(recipe string, gf gguf.File) (*File, error) {
 		return nil, fmt.Errorf("file is %d bytes, its layout %d", f.Size(), gf.Layout.Size)
 	}
 	return f, nil
+}
+
+// diskCached keeps the rows compute makes in disk, keyed (as q2/'s blocks)
+// by the SHA-256 of the codec version, the type, the geometry and the
+// source bytes the rows are made from.
+func diskCached(disk *diskcache.Cache, t gguf.Tensor, p gguf.Part, compute func(ctx context.Context, lo, hi int64, dst []byte) error) func(ctx context.Context, lo, hi int64, dst []byte) error {
+	return func(ctx context.Context, lo, hi int64, dst []byte) error {
+		src, err := p.SourceBytes(lo, hi)
+		if err != nil {
+			return err
+		}
+		h := sha256.New()
+		fmt.Fprintf(h, "dsfs gguf block\x00codec %s\x00%s\x00%d rows x %d weights\x00%s\x00", codecs.Version, t.Type.Name, hi-lo, t.Ne[0], p.Src.DType)
+		h.Write(src)
+		k := diskcache.Key(h.Sum(nil))
+		if disk.Get(k, dst) {
+			return nil
+		}
+		if err := compute(ctx, lo, hi, dst); err != nil {
+			return err
+		}
+		if err := disk.Put(k, dst); err != nil {
+			slog.Warn("disk cache: cannot store a gguf/ block; it will be recomputed", "err", err)
+		}
+		return nil
+	}
 }
