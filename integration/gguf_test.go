@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dsfs/dsfs/codecs/iq2xxs"
+	"github.com/dsfs/dsfs/codecs/q2k"
 	"github.com/dsfs/dsfs/gguf"
 	"github.com/dsfs/dsfs/internal/fp8ckpt"
 	"github.com/dsfs/dsfs/internal/ggufread"
@@ -116,7 +118,7 @@ func copyFile(t *testing.T, from, to string) {
 // softmax probabilities (V2). A flipped route changes that token's output
 // and, through attention, every later position, so logits are compared up
 // to the first token with a margin below the floor.
-var routeMarginFloor = map[string]float32{"BF16": 0.001, "Q8_0": 0.02}
+var routeMarginFloor = map[string]float32{"BF16": 0.001, "Q8_0": 0.02, "IQ2_XXS": 0.02}
 
 // traceLogits is dsfs's own forward of the checkpoint (trace/model, the
 // engine trace/ runs, checked against DeepSeek's reference in its golden
@@ -243,10 +245,12 @@ func logitAgreement(t *testing.T, got, want [][][]float64, firm []int, tie float
 // weights' dot-product type: BF16 (8 significant bits) for BF16 weights,
 // Q8_0 blocks (int8 with a per-32 scale) for Q8_0 weights; over four
 // layers that moved the logits of the tiny checkpoints by 0.58-0.85% (BF16)
-// and 1.8-3.1% (Q8_0) of the largest logit. The bounds are about 2.5 times
-// the largest; experts stacked in the wrong order move them by 86%
-// (TestGGUFLlamaCppExpertOrder).
-var ggufTolerance = map[string]float64{"BF16": 0.02, "Q8_0": 0.08}
+// and 1.8-3.1% (Q8_0) of the largest logit, and 1.6% for IQ2_XXS/Q2_K
+// experts (inputs in Q8_K) over BF16 (the quantisation itself is in the
+// reference: its forward runs on the decoded blocks). The bounds are about
+// 2.5-3 times the largest; experts stacked in the wrong order move them by
+// 86% (TestGGUFLlamaCppExpertOrder).
+var ggufTolerance = map[string]float64{"BF16": 0.02, "Q8_0": 0.08, "IQ2_XXS": 0.05}
 
 // TestGGUFLlamaCppLogits loads gguf/ files of the reference V2-Lite and V3
 // checkpoints through the mount with real llama.cpp, as one file and as
@@ -369,6 +373,10 @@ func ggufTensorValues(t *testing.T, f *ggufread.File, data []byte, ti ggufread.T
 		for i := range v {
 			v[i] = float16.Frombits(binary.LittleEndian.Uint16(b[2*i:])).Float32()
 		}
+	case 16: // IQ2_XXS and Q2_K: ggml's to_float, which the codecs match bit for bit
+		iq2xxs.Dequantize(v, b)
+	case 10:
+		q2k.Dequantize(v, b)
 	case 8: // Q8_0: a binary16 d then 32 int8 codes, value q·d
 		for blk := range n / 32 {
 			d := float16.Frombits(binary.LittleEndian.Uint16(b[34*blk:])).Float32()
@@ -624,5 +632,51 @@ func TestGGUFFiles(t *testing.T) {
 		if count != n || len(tensors) != n {
 			t.Errorf("%s: shards hold %d tensors (%d names), the single file %d", recipe, count, len(tensors), n)
 		}
+	}
+}
+
+// TestGGUFLlamaCppIQ2XXS loads the IQ2_XXS recipe of a V3-shaped checkpoint
+// whose experts are whole 256-blocks wide through a mount with a disk
+// cache, compares llama.cpp's logits with dsfs's forward of the values the
+// file holds (ggml's IQ2_XXS and Q2_K decode), then mounts again on the
+// same cache and checks that the file is served from it, byte for byte.
+func TestGGUFLlamaCppIQ2XXS(t *testing.T) {
+	needMount(t)
+	llama := llamaCppDir(t)
+	spec := synth.V3TinySpec()
+	spec.Hidden, spec.MoEInter, spec.MaxShardBytes = 256, 256, 4<<20
+	src := filepath.Join(t.TempDir(), "v3-wide")
+	if err := synth.WriteMLA(spec, src); err != nil {
+		t.Fatal(err)
+	}
+	cacheDir := t.TempDir()
+	m := startMount(t, src, "--views", "gguf", "--cache-dir", cacheDir)
+	file := m.path("gguf", "IQ2_XXS", "v3-wide-IQ2_XXS.gguf")
+	first, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := ggufAsCheckpoint(t, file, src)
+	prompts := firmPrompts(t, ref, 3, 6)
+	want, firm := traceLogits(t, ref, prompts, routeMarginFloor["IQ2_XXS"])
+	got := llamaLogits(t, llama, file, prompts)
+	_, scale, _, _ := logitAgreement(t, got, want, firm, 0)
+	diff, _, differ, n := logitAgreement(t, got, want, firm, ggufTolerance["IQ2_XXS"]*scale)
+	t.Logf("IQ2_XXS: %d positions routed firmly: max |Δlogit| %.3g (relative %.3g), argmax differs at %d", n, diff, diff/scale, differ)
+	if n < 7 || differ != 0 || diff/scale > ggufTolerance["IQ2_XXS"] {
+		t.Errorf("IQ2_XXS: llama.cpp disagrees with dsfs's forward at %d positions: relative %.3g (tolerance %g), argmax differs at %d",
+			n, diff/scale, ggufTolerance["IQ2_XXS"], differ)
+	}
+	s1, _ := readStats(t, m)
+	m.stop(t)
+	m2 := startMount(t, src, "--views", "gguf", "--cache-dir", cacheDir)
+	second, err := os.ReadFile(m2.path("gguf", "IQ2_XXS", "v3-wide-IQ2_XXS.gguf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s2, raw := readStats(t, m2)
+	if !bytes.Equal(first, second) || s1.DiskCache.Writes == 0 || s2.DiskCache.Hits < s1.DiskCache.Writes || s2.DiskCache.Writes != 0 {
+		t.Errorf("remount on the cache: same bytes %v, first mount wrote %d entries, second hit %d and wrote %d\n%s",
+			bytes.Equal(first, second), s1.DiskCache.Writes, s2.DiskCache.Hits, s2.DiskCache.Writes, raw)
 	}
 }
