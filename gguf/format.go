@@ -29,9 +29,7 @@ var (
 	Q8_0    = Type{"Q8_0", 8, 32, 34}
 	Q2_K    = Type{"Q2_K", 10, 256, 84}
 	IQ2_XXS = Type{"IQ2_XXS", 16, 256, 66}
-	I32     = Type{"I32", 26, 1, 4}
 	BF16    = Type{"BF16", 30, 1, 2}
-	MXFP4   = Type{"MXFP4", 39, 32, 17}
 )
 
 // RowBytes is the size of a row of n weights, which must be a multiple of
@@ -40,10 +38,8 @@ func (t Type) RowBytes(n int64) int64 { return n / t.BlockWeights * t.BlockBytes
 
 // general.file_type values (llama_ftype).
 const (
-	FileTypeAllF32        = 0
 	FileTypeMostlyQ8_0    = 7
 	FileTypeMostlyBF16    = 32
-	FileTypeMostlyMXFP4   = 38
 	FileTypeMostlyIQ2_XXS = 19
 )
 
