@@ -45,7 +45,7 @@ func TestManifestFiles(t *testing.T) {
 	for _, sh := range s.Cat.Shards {
 		want = append(want, "shards/"+sh.Name+".json")
 	}
-	want = append(want, "summary.json", "views/engram-fp4.json", "views/nvfp4+engram-fp4.json", "views/nvfp4.json", "views/q2.json")
+	want = append(want, "summary.json", "views/engram-fp4.json", "views/gguf.json", "views/nvfp4+engram-fp4.json", "views/nvfp4.json", "views/q2.json")
 	if strings.Join(names, " ") != strings.Join(want, " ") {
 		t.Fatalf("manifest/ holds %v, want %v", names, want)
 	}

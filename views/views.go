@@ -14,6 +14,7 @@ import (
 	"path"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/dsfs/dsfs/checkpoint"
@@ -84,6 +85,8 @@ var registry = []View{
 	{Name: "nvfp4+engram-fp4", About: "both transcodes at once (the seed script's default output)", build: safetensorsView(nvfp4Rewriter, engramRewriter)},
 	{Name: "trace", About: "DeepSeek MLA + MoE decoder-layer forwards on prompts, run when read: activations, routes, statistics", build: buildTrace},
 	{Name: "q2", About: "routed experts -> ggml IQ2_XXS (w1, w3) and Q2_K (w2), with plan, manifests and README", build: buildQ2},
+	{Name: "gguf", About: "GGUF files for llama.cpp, LM Studio and ollama (deepseek2 BF16, Q8_0 and IQ2_XXS), single and split", build: buildGGUF,
+		Options: []Option{{Name: "gguf-split-mb", Usage: "most tensor data in one gguf/*/split/ shard, MiB", Default: strconv.Itoa(defaultGGUFSplitMB)}}},
 	{Name: "manifest", About: "the inventory of every tensor: formats, bytes, sha256, value checks, where each view's tensors come from", build: buildManifest},
 }
 

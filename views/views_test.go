@@ -334,7 +334,7 @@ func TestNVFP4CountsReadOnlyWhatTheyNeed(t *testing.T) {
 // views listed and no other, and manifest/views/ describes every
 // checkpoint view, served or not, and trace/ when it is served.
 func TestBuildServesExactlyTheListedViews(t *testing.T) {
-	checkpointViews := []string{"engram-fp4.json", "nvfp4+engram-fp4.json", "nvfp4.json", "q2.json"}
+	checkpointViews := []string{"engram-fp4.json", "gguf.json", "nvfp4+engram-fp4.json", "nvfp4.json", "q2.json"}
 	cat, err := checkpoint.Open(tinyDir)
 	if err != nil {
 		t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 	"hash"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"path"
 	"path/filepath"
@@ -131,6 +132,9 @@ func exportIdentity(view string, opt views.Options, cat *checkpoint.Catalog) (st
 	h := sha256.New()
 	fmt.Fprintf(h, "dsfs export\n%s\ncodec %s\nview %s\nrevision %q\ndevice %q\ntp %d no-hash %v\n",
 		version(), codecs.Version, view, opt.Revision, opt.Device, opt.TP, opt.NoHash)
+	for _, name := range slices.Sorted(maps.Keys(opt.Values)) {
+		fmt.Fprintf(h, "option %s %q\n", name, opt.Values[name])
+	}
 	if opt.TracePrompts != "" {
 		b, err := os.ReadFile(opt.TracePrompts)
 		if err != nil {

@@ -1,0 +1,59 @@
+// Package q8_0 is ggml's Q8_0 block format: 32 weights as a binary16 scale
+// d and 32 int8 codes q, the value of code q being q·d. Quantize is
+// quantize_row_q8_0_ref (and gguf-py's quants.Q8_0, which is bit-exact with
+// it): d = max|x| / 127 in float32, codes round(x · (1/d)) with halves away
+// from zero, d stored rounded to binary16 by GGML_FP32_TO_FP16.
+package q8_0
+
+import (
+	"encoding/binary"
+	"math"
+
+	"github.com/dsfs/dsfs/codecs/internal/ggmlfp16"
+)
+
+// Block geometry.
+const (
+	BlockWeights = 32
+	BlockBytes   = 2 + BlockWeights
+)
+
+// Quantize encodes src, whose length is a multiple of BlockWeights, into
+// dst (len(src)/32·34 bytes).
+func Quantize(dst []byte, src []float32) {
+	for b := 0; b < len(src)/BlockWeights; b++ {
+		x := src[b*BlockWeights : (b+1)*BlockWeights]
+		y := dst[b*BlockBytes : (b+1)*BlockBytes]
+		var amax float32
+		for _, v := range x {
+			// ggml's MAX(amax, fabsf(v)), (a) > (b) ? (a) : (b), to the
+			// letter: a NaN |v| replaces amax.
+			if a := float32(math.Abs(float64(v))); !(amax > a) {
+				amax = a
+			}
+		}
+		d := amax / 127
+		var id float32
+		if d != 0 {
+			id = 1 / d
+		}
+		binary.LittleEndian.PutUint16(y, ggmlfp16.Bits(d))
+		for j, v := range x {
+			y[2+j] = byte(int8(roundf(v * id)))
+		}
+	}
+}
+
+// roundf is C's roundf: to nearest, halves away from zero.
+func roundf(f float32) float32 { return float32(math.Round(float64(f))) }
+
+// Dequantize decodes blocks back to float32, as ggml's dequantize_row_q8_0.
+func Dequantize(dst []float32, src []byte) {
+	for b := 0; b < len(src)/BlockBytes; b++ {
+		y := src[b*BlockBytes:]
+		d := ggmlfp16.Float32(binary.LittleEndian.Uint16(y))
+		for j := range BlockWeights {
+			dst[b*BlockWeights+j] = float32(int8(y[2+j])) * d
+		}
+	}
+}

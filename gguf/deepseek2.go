@@ -1,0 +1,377 @@
+package gguf
+
+import (
+	"encoding/json"
+	"fmt"
+	"path"
+	"strings"
+
+	"github.com/dsfs/dsfs/checkpoint"
+	"github.com/dsfs/dsfs/trace/model"
+)
+
+// planDeepseek2 is the deepseek2 recipe (DeepSeek-V2, V2-Lite, V3, R1)
+// with every matrix stored as mat (BF16 or Q8_0), as convert_hf_to_gguf.py
+// --outtype bf16 / q8_0 writes it: norms, the router and its bias F32,
+// routed experts stacked per layer, kv_b split into attn_k_b (transposed
+// per head) and attn_v_b, MTP layers left out. With mat IQ2_XXS the
+// matrices are BF16 but for the routed experts: IQ2_XXS for gate and up,
+// Q2_K for down (q2/'s recipe), BF16 where a row is not whole 256-blocks.
+func planDeepseek2(mat Type) func(cat *checkpoint.Catalog) (*Model, error) {
+	return func(cat *checkpoint.Catalog) (*Model, error) {
+		if cat.ConfigBytes == nil {
+			return nil, fmt.Errorf("config.json: missing")
+		}
+		cfg, err := model.ParseConfig(cat.ConfigBytes)
+		if err != nil {
+			return nil, fmt.Errorf("config.json: %w", err)
+		}
+		if cfg.ModelType != "deepseek_v2" && cfg.ModelType != "deepseek_v3" {
+			return nil, fmt.Errorf("config.json: model_type %q is not deepseek_v2 or deepseek_v3", cfg.ModelType)
+		}
+		p := &ds2{cat: cat, cfg: cfg, mat: mat}
+		switch {
+		case cat.Tensor("model.embed_tokens.weight") != nil:
+			p.naming = model.NamingHF
+		case cat.Tensor("embed.weight") != nil:
+			p.naming = model.NamingFlat
+		default:
+			return nil, fmt.Errorf("no embedding table (model.embed_tokens.weight or embed.weight)")
+		}
+		kvs, err := p.kvs()
+		if err != nil {
+			return nil, err
+		}
+		if err := p.tensors(); err != nil {
+			return nil, err
+		}
+		return &Model{Name: modelName(cat.Dir) + "-" + mat.Name, KVs: kvs, Tensors: p.out}, nil
+	}
+}
+
+// ds2 is the state of planning one deepseek2 model.
+type ds2 struct {
+	cat    *checkpoint.Catalog
+	cfg    *model.Config
+	naming model.Naming
+	mat    Type
+	out    []Tensor
+}
+
+// src finds the source tensor of a flat name.
+func (p *ds2) src(flat string) (*checkpoint.Tensor, error) {
+	name := p.naming.Name(flat)
+	if flat == "head.weight" && p.naming == model.NamingHF {
+		name = "lm_head.weight"
+	}
+	t := p.cat.Tensor(name)
+	if t == nil {
+		return nil, fmt.Errorf("tensor %s: missing", name)
+	}
+	return t, nil
+}
+
+// typeFor is the converter's output type of a tensor: F32 for vectors,
+// norms, the router and anything not a .weight; otherwise the recipe's
+// matrix type, or F16 when a row is not a whole number of its blocks (the
+// converter's fallback for Q8_0).
+func (p *ds2) typeFor(name string, ne []int64) Type {
+	switch {
+	case len(ne) == 1, path.Ext(name) != ".weight", strings.HasSuffix(name, "_norm.weight"), strings.HasSuffix(name, "ffn_gate_inp.weight"):
+		return F32
+	case p.mat == IQ2_XXS:
+		switch {
+		case !strings.HasSuffix(name, "_exps.weight") || ne[0]%IQ2_XXS.BlockWeights != 0:
+			return BF16
+		case strings.HasSuffix(name, "ffn_down_exps.weight"):
+			return Q2_K
+		}
+		return IQ2_XXS
+	case ne[0]%p.mat.BlockWeights != 0:
+		return F16
+	}
+	return p.mat
+}
+
+// add appends a tensor made of whole source tensors, row for row.
+func (p *ds2) add(name string, ne []int64, srcs ...*checkpoint.Tensor) {
+	t := Tensor{TensorInfo: TensorInfo{Name: name, Ne: ne}}
+	t.Type = p.typeFor(name, ne)
+	for _, s := range srcs {
+		rows := s.Size / (int64(s.DType.Bits()) * cols(s) / 8)
+		if s.Format != checkpoint.FormatFP8 && sameBytes(s, t.Type) {
+			t.Parts = append(t.Parts, Part{Rows: rows, Src: s})
+			continue
+		}
+		t.Parts = append(t.Parts, Part{Rows: rows, Src: s, Decode: func(lo, hi int64) ([]float32, error) { return DecodeRows(s, lo, hi) }})
+	}
+	p.out = append(p.out, t)
+}
+
+// addFlat adds the tensor of a flat source name under a GGUF name; the
+// shape is the source's, reversed.
+func (p *ds2) addFlat(gguf, flat string) error {
+	s, err := p.src(flat)
+	if err != nil {
+		return err
+	}
+	p.add(gguf, reversed(s.Shape), s)
+	return nil
+}
+
+func reversed(shape []int64) []int64 {
+	ne := make([]int64, len(shape))
+	for i, n := range shape {
+		ne[len(shape)-1-i] = n
+	}
+	return ne
+}
+
+func (p *ds2) tensors() error {
+	c := p.cfg
+	if err := p.addFlat("token_embd.weight", "embed.weight"); err != nil {
+		return err
+	}
+	if err := p.addFlat("output_norm.weight", "norm.weight"); err != nil {
+		return err
+	}
+	if tied, _ := p.cat.Config.Raw["tie_word_embeddings"].(bool); !tied {
+		if err := p.addFlat("output.weight", "head.weight"); err != nil {
+			return err
+		}
+	}
+	for l := range c.Layers {
+		blk := fmt.Sprintf("blk.%d.", l)
+		lay := fmt.Sprintf("layers.%d.", l)
+		pairs := [][2]string{
+			{"attn_norm.weight", "attn_norm.weight"},
+			{"ffn_norm.weight", "ffn_norm.weight"},
+			{"attn_kv_a_mqa.weight", "attn.wkv_a.weight"},
+			{"attn_kv_a_norm.weight", "attn.kv_norm.weight"},
+			{"attn_output.weight", "attn.wo.weight"},
+		}
+		if c.QLoRA > 0 {
+			pairs = append(pairs, [][2]string{{"attn_q_a.weight", "attn.wq_a.weight"}, {"attn_q_a_norm.weight", "attn.q_norm.weight"}, {"attn_q_b.weight", "attn.wq_b.weight"}}...)
+		} else {
+			pairs = append(pairs, [2]string{"attn_q.weight", "attn.wq.weight"})
+		}
+		if !c.IsMoE(l) {
+			pairs = append(pairs, [][2]string{{"ffn_gate.weight", "ffn.w1.weight"}, {"ffn_down.weight", "ffn.w2.weight"}, {"ffn_up.weight", "ffn.w3.weight"}}...)
+		} else {
+			pairs = append(pairs, [2]string{"ffn_gate_inp.weight", "ffn.gate.weight"})
+			if c.SharedExperts > 0 {
+				pairs = append(pairs, [][2]string{{"ffn_gate_shexp.weight", "ffn.shared_experts.w1.weight"}, {"ffn_down_shexp.weight", "ffn.shared_experts.w2.weight"}, {"ffn_up_shexp.weight", "ffn.shared_experts.w3.weight"}}...)
+			}
+		}
+		for _, pr := range pairs {
+			if err := p.addFlat(blk+pr[0], lay+pr[1]); err != nil {
+				return err
+			}
+		}
+		if c.IsMoE(l) {
+			if t, _ := p.src(lay + "ffn.gate.bias"); t != nil {
+				p.add(blk+"exp_probs_b.bias", reversed(t.Shape), t)
+			}
+			if err := p.experts(l); err != nil {
+				return err
+			}
+		}
+		if err := p.kvB(l); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// experts stacks the routed experts of layer l in expert order: the
+// stacked tensor's rows are expert 0's rows, then expert 1's, ...
+func (p *ds2) experts(l int) error {
+	c := p.cfg
+	for _, pr := range [][2]string{{"ffn_gate_exps", "w1"}, {"ffn_down_exps", "w2"}, {"ffn_up_exps", "w3"}} {
+		srcs := make([]*checkpoint.Tensor, c.RoutedExperts)
+		for e := range srcs {
+			s, err := p.src(fmt.Sprintf("layers.%d.ffn.experts.%d.%s.weight", l, e, pr[1]))
+			if err != nil {
+				return err
+			}
+			if len(s.Shape) != 2 || (e > 0 && (s.Shape[0] != srcs[0].Shape[0] || s.Shape[1] != srcs[0].Shape[1])) {
+				return fmt.Errorf("tensor %s: shape %v does not stack with expert 0's %v", s.Name, s.Shape, srcs[0].Shape)
+			}
+			srcs[e] = s
+		}
+		p.add(fmt.Sprintf("blk.%d.%s.weight", l, pr[0]), []int64{srcs[0].Shape[1], srcs[0].Shape[0], int64(c.RoutedExperts)}, srcs...)
+	}
+	return nil
+}
+
+// kvB splits kv_b_proj [H·(nope+v), kvr] as the converter does:
+// k_b[h] = W[h·(nope+v) : h·(nope+v)+nope, :]ᵀ, numpy [H, kvr, nope] (ne
+// {nope, kvr, H}), and v_b[h] = W[h·(nope+v)+nope : (h+1)·(nope+v), :],
+// numpy [H, v, kvr] (ne {kvr, v, H}).
+func (p *ds2) kvB(l int) error {
+	c := p.cfg
+	w, err := p.src(fmt.Sprintf("layers.%d.attn.wkv_b.weight", l))
+	if err != nil {
+		return err
+	}
+	H, nope, v, kvr := int64(c.Heads), int64(c.QKNope), int64(c.VHead), int64(c.KVLoRA)
+	if len(w.Shape) != 2 || w.Shape[0] != H*(nope+v) || w.Shape[1] != kvr {
+		return fmt.Errorf("tensor %s: shape %v, want [%d, %d]", w.Name, w.Shape, H*(nope+v), kvr)
+	}
+	kb := Tensor{TensorInfo: TensorInfo{Name: fmt.Sprintf("blk.%d.attn_k_b.weight", l), Ne: []int64{nope, kvr, H}}}
+	kb.Type = p.typeFor(kb.Name, kb.Ne)
+	kb.Parts = []Part{{Rows: H * kvr, Src: w, Decode: func(lo, hi int64) ([]float32, error) {
+		// Output row r is column r%kvr of head r/kvr's nope rows.
+		out := make([]float32, 0, (hi-lo)*nope)
+		for h := lo / kvr; h*kvr < hi; h++ {
+			rows, err := DecodeRows(w, h*(nope+v), h*(nope+v)+nope)
+			if err != nil {
+				return nil, err
+			}
+			for col := max(lo-h*kvr, 0); col < min(hi-h*kvr, kvr); col++ {
+				for j := range nope {
+					out = append(out, rows[j*kvr+col])
+				}
+			}
+		}
+		return out, nil
+	}}}
+	vb := Tensor{TensorInfo: TensorInfo{Name: fmt.Sprintf("blk.%d.attn_v_b.weight", l), Ne: []int64{kvr, v, H}}}
+	vb.Type = p.typeFor(vb.Name, vb.Ne)
+	vb.Parts = []Part{{Rows: H * v, Src: w, Decode: func(lo, hi int64) ([]float32, error) {
+		out := make([]float32, 0, (hi-lo)*kvr)
+		for r := lo; r < hi; {
+			h, j := r/v, r%v
+			end := min(hi, (h+1)*v) // rows of this head
+			rows, err := DecodeRows(w, h*(nope+v)+nope+j, h*(nope+v)+nope+j+(end-r))
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, rows...)
+			r = end
+		}
+		return out, nil
+	}}}
+	p.out = append(p.out, kb, vb)
+	return nil
+}
+
+// kvs is the deepseek2 metadata convert_hf_to_gguf.py writes, with
+// general.alignment set to a page.
+func (p *ds2) kvs() ([]KV, error) {
+	c := p.cfg
+	raw := p.cat.Config.Raw
+	const a = "deepseek2."
+	ftype := uint32(FileTypeMostlyBF16)
+	switch p.mat {
+	case Q8_0:
+		ftype = FileTypeMostlyQ8_0
+	case IQ2_XXS:
+		ftype = FileTypeMostlyIQ2_XXS
+	}
+	ctx, ok := rawInt(raw, "max_position_embeddings")
+	if !ok {
+		return nil, fmt.Errorf("config.json: max_position_embeddings missing or not a positive integer")
+	}
+	kvs := []KV{
+		{"general.architecture", "deepseek2"},
+		{"general.type", "model"},
+		{"general.name", modelName(p.cat.Dir)},
+		{"general.alignment", uint32(DefaultAlignment)},
+		{"general.file_type", ftype},
+		{"general.quantization_version", uint32(QuantizationVersion)},
+		{a + "block_count", uint32(c.Layers)},
+		{a + "context_length", uint32(ctx)},
+		{a + "embedding_length", uint32(c.Hidden)},
+		{a + "feed_forward_length", uint32(c.Inter)},
+		{a + "attention.head_count", uint32(c.Heads)},
+		{a + "attention.head_count_kv", uint32(1)},
+		{a + "rope.freq_base", float32(c.RopeTheta)},
+		{a + "attention.layer_norm_rms_epsilon", float32(c.RMSNormEps)},
+		{a + "expert_used_count", uint32(c.TopK)},
+		{a + "expert_group_count", uint32(max(c.Groups, 1))},
+		{a + "expert_group_used_count", uint32(max(c.TopKGroups, 1))},
+	}
+	switch c.ScoringFunc {
+	case "sigmoid":
+		kvs = append(kvs, KV{a + "expert_gating_func", uint32(2)})
+	case "softmax":
+		kvs = append(kvs, KV{a + "expert_gating_func", uint32(1)})
+	default:
+		return nil, fmt.Errorf("config.json: scoring_func %q has no llama.cpp gating function", c.ScoringFunc)
+	}
+	kvs = append(kvs,
+		KV{a + "leading_dense_block_count", uint32(c.DenseLayers)},
+		KV{a + "vocab_size", uint32(c.Vocab)},
+		// Written as 0 when null (V2-Lite): llama.cpp requires the key
+		// unless the layer count is V2-Lite's 26/27, and 0 selects attn_q.
+		KV{a + "attention.q_lora_rank", uint32(c.QLoRA)},
+		KV{a + "attention.kv_lora_rank", uint32(c.KVLoRA)},
+		KV{a + "attention.key_length", uint32(c.KVLoRA + c.QKRope)},
+		KV{a + "attention.value_length", uint32(c.KVLoRA)},
+		KV{a + "attention.key_length_mla", uint32(c.QKNope + c.QKRope)},
+		KV{a + "attention.value_length_mla", uint32(c.VHead)},
+		KV{a + "expert_feed_forward_length", uint32(c.MoEInter)},
+		KV{a + "expert_count", uint32(c.RoutedExperts)},
+		KV{a + "expert_shared_count", uint32(c.SharedExperts)},
+		KV{a + "expert_weights_scale", float32(c.RoutedScale)},
+	)
+	if c.NormTopKProb {
+		kvs = append(kvs, KV{a + "expert_weights_norm", true})
+	}
+	kvs = append(kvs, KV{a + "rope.dimension_count", uint32(c.QKRope)})
+	if y := c.YaRN; y != nil {
+		kvs = append(kvs,
+			KV{a + "rope.scaling.type", "yarn"},
+			KV{a + "rope.scaling.factor", float32(y.Factor)},
+			KV{a + "rope.scaling.original_context_length", uint32(y.OrigMaxPos)},
+			KV{a + "rope.scaling.yarn_beta_fast", float32(y.BetaFast)},
+			KV{a + "rope.scaling.yarn_beta_slow", float32(y.BetaSlow)},
+			// The converter writes 0.1 x mscale_all_dim and llama.cpp
+			// divides by 0.1 again (TAG_DEEPSEEK2_YARN_LOG_MUL_FIX).
+			KV{a + "rope.scaling.yarn_log_multiplier", float32(0.1 * y.MScaleAllDim)},
+		)
+	}
+	tok, err := p.tokenizer(raw)
+	if err != nil {
+		return nil, err
+	}
+	return append(kvs, tok...), nil
+}
+
+// tokenizer reads the tokenizer metadata: pre-tokenizer deepseek-v3 for
+// V3/R1, deepseek-llm for V2 (the names the converter's hash check picks
+// for DeepSeek's tokenizers).
+func (p *ds2) tokenizer(raw map[string]any) ([]KV, error) {
+	var tokJSON, tokConfig []byte
+	for _, f := range p.cat.Files {
+		var err error
+		switch f.Name {
+		case "tokenizer.json":
+			tokJSON, err = readBounded(f.Path, maxTokenizerFile)
+		case "tokenizer_config.json":
+			tokConfig, err = readBounded(f.Path, maxTokenizerFile)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", f.Name, err)
+		}
+	}
+	if tokJSON == nil {
+		return nil, fmt.Errorf("tokenizer.json: missing (llama.cpp needs the vocabulary)")
+	}
+	pre := "deepseek-v3"
+	if p.cfg.ModelType == "deepseek_v2" {
+		pre = "deepseek-llm"
+	}
+	return TokenizerKVs(tokJSON, tokConfig, pre, p.cfg.Vocab, raw)
+}
+
+// rawInt reads a positive integer of config.json.
+func rawInt(raw map[string]any, key string) (int64, bool) {
+	n, ok := raw[key].(json.Number)
+	if !ok {
+		return 0, false
+	}
+	v, err := n.Int64()
+	return v, err == nil && v > 0 && v <= 1<<32-1
+}

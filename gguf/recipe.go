@@ -1,0 +1,132 @@
+package gguf
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+
+	"github.com/dsfs/dsfs/checkpoint"
+)
+
+// Part is a run of consecutive rows of a tensor and how to get them: the
+// bytes of Src unchanged when Decode is nil, else Decode's float32 values
+// encoded as the tensor's type.
+type Part struct {
+	Rows int64
+	Src  *checkpoint.Tensor
+	// Decode returns rows [lo, hi) of the part (relative to it) as float32,
+	// Ne[0] values a row.
+	Decode func(lo, hi int64) ([]float32, error)
+}
+
+// Tensor is one tensor of a recipe's model: its info and its parts, whose
+// rows add up to the tensor's rows.
+type Tensor struct {
+	TensorInfo
+	Parts []Part
+}
+
+// Fill writes rows [lo, hi) of part p, which has no Src bytes to serve,
+// into dst.
+func (t *Tensor) Fill(ctx context.Context, p Part, lo, hi int64, dst []byte) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	v, err := p.Decode(lo, hi)
+	if err != nil {
+		return err
+	}
+	if int64(len(v)) != (hi-lo)*t.Ne[0] {
+		return fmt.Errorf("gguf: tensor %s: %d values for rows %d-%d of %d", t.Name, len(v), lo, hi, t.Ne[0])
+	}
+	return Encode(dst, v, t.Type)
+}
+
+// Model is what a recipe makes of a checkpoint: the metadata and the
+// tensors of one GGUF model, before it is laid out as one file or split.
+type Model struct {
+	Name    string // the files' base name
+	KVs     []KV
+	Tensors []Tensor
+}
+
+// Recipe turns a checkpoint into a GGUF model.
+type Recipe struct {
+	// Name is the recipe's directory under gguf/.
+	Name string
+	// About is one line for the README.
+	About string
+	// Plan lays out the model from the catalog's headers, config.json and
+	// the tokenizer files, reading no tensor values. It returns an error
+	// when the recipe does not apply to the checkpoint.
+	Plan func(cat *checkpoint.Catalog) (*Model, error)
+}
+
+// Recipes lists the recipes in the order gguf/ shows them.
+func Recipes() []Recipe {
+	return []Recipe{
+		{"BF16", "deepseek2 (V2, V2-Lite, V3, R1): every matrix BF16 (FP8 dequantised, rounded to nearest even), norms, router and bias F32", planDeepseek2(BF16)},
+		{"Q8_0", "deepseek2: every matrix ggml Q8_0 (bit-exact with ggml's reference quantiser), norms, router and bias F32", planDeepseek2(Q8_0)},
+		{"IQ2_XXS", "deepseek2: routed experts ggml IQ2_XXS (gate, up) and Q2_K (down) as q2/ quantises them, everything else as BF16/", planDeepseek2(IQ2_XXS)},
+	}
+}
+
+// File is one GGUF file of a model: its layout and its tensors in data
+// order.
+type File struct {
+	Name    string
+	Layout  *Layout
+	Tensors []Tensor
+}
+
+// Files lays out a model as one file NAME.gguf, or, when splitBytes > 0 and
+// its data is larger, as gguf-split shards NAME-0000i-of-0000N.gguf of at
+// most splitBytes of tensor data each.
+func (m *Model) Files(splitBytes int64) ([]File, error) {
+	infos := make([]TensorInfo, len(m.Tensors))
+	byName := make(map[string]Tensor, len(m.Tensors))
+	for i, t := range m.Tensors {
+		infos[i] = t.TensorInfo
+		byName[t.Name] = t
+	}
+	if splitBytes <= 0 {
+		l, err := NewLayout(m.KVs, infos)
+		if err != nil {
+			return nil, err
+		}
+		return []File{{Name: m.Name + ".gguf", Layout: l, Tensors: m.Tensors}}, nil
+	}
+	groups := SplitGroups(infos, splitBytes)
+	files := make([]File, len(groups))
+	for i, g := range groups {
+		align := KV{"general.alignment", uint32(DefaultAlignment)}
+		kvs := SplitKVs(m.KVs, i, len(groups), len(infos))
+		if i > 0 {
+			kvs = append([]KV{align}, kvs...)
+		}
+		l, err := NewLayout(kvs, g)
+		if err != nil {
+			return nil, err
+		}
+		ts := make([]Tensor, len(g))
+		for j, ti := range g {
+			ts[j] = byName[ti.Name]
+		}
+		files[i] = File{Name: SplitName(m.Name, i, len(groups)), Layout: l, Tensors: ts}
+	}
+	return files, nil
+}
+
+// modelName is the base name of a checkpoint's files: its directory's
+// name, or for a Hugging Face cache snapshot the repository's name.
+func modelName(dir string) string {
+	snap, parent := filepath.Base(dir), filepath.Dir(dir)
+	if filepath.Base(parent) == "snapshots" {
+		repo := filepath.Base(filepath.Dir(parent))
+		if i := strings.LastIndex(repo, "--"); i >= 0 {
+			return repo[i+2:]
+		}
+	}
+	return snap
+}

@@ -1,0 +1,130 @@
+package views
+
+import (
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+
+	"github.com/dsfs/dsfs/codecs"
+	"github.com/dsfs/dsfs/diskcache"
+	"github.com/dsfs/dsfs/gguf"
+	"github.com/dsfs/dsfs/tensorfile"
+	"github.com/dsfs/dsfs/vfile"
+)
+
+// defaultGGUFSplitMB is the most tensor data a gguf/ split shard holds by
+// default, in MiB: under Hugging Face's 50 GB file limit, as published
+// GGUF shards are.
+const defaultGGUFSplitMB = 46 << 10
+
+// buildGGUF is the gguf/ view: a directory per recipe that applies to the
+// checkpoint, each with the model as one GGUF file (for ollama, which
+// cannot import split files) and as gguf-split shards under split/, and a
+// README.md saying which recipes apply and why the others do not. The
+// tensors' blocks are shared by both layouts (same block keys), so a
+// block computed for one is served to the other from the cache.
+func buildGGUF(s *Set, _ string) (Built, error) {
+	files := make(map[string]*vfile.Node)
+	var readme strings.Builder
+	readme.WriteString("# gguf/\n\nGGUF files for llama.cpp and the tools built on it, computed lazily from the checkpoint.\n\n")
+	mb, err := strconv.ParseInt(s.option("gguf", "gguf-split-mb"), 10, 64)
+	if err != nil || mb < 1 {
+		return Built{}, fmt.Errorf("--gguf-split-mb: want a number of MiB from 1, got %q", s.option("gguf", "gguf-split-mb"))
+	}
+	split := mb << 20
+	for _, r := range gguf.Recipes() {
+		m, err := r.Plan(s.Cat)
+		if err != nil {
+			fmt.Fprintf(&readme, "- `%s/`: not made for this checkpoint: %v\n", r.Name, err)
+			continue
+		}
+		fmt.Fprintf(&readme, "- `%s/`: %s\n", r.Name, r.About)
+		for _, layout := range []struct {
+			dir   string
+			split int64
+		}{{"", 0}, {"split/", split}} {
+			gfs, err := m.Files(layout.split)
+			if err != nil {
+				return Built{}, fmt.Errorf("recipe %s: %w", r.Name, err)
+			}
+			for _, gf := range gfs {
+				f, err := ggufFile(s.Opt.DiskCache, r.Name, gf)
+				if err != nil {
+					return Built{}, fmt.Errorf("recipe %s: %s: %w", r.Name, gf.Name, err)
+				}
+				files[r.Name+"/"+layout.dir+gf.Name] = &vfile.Node{File: f}
+			}
+		}
+	}
+	files["README.md"] = &vfile.Node{File: vfile.NewFile(vfile.Bytes(readme.String()))}
+	return Built{Root: tree("", files)}, nil
+}
+
+// ggufFile turns a laid-out GGUF file into segments: the header, then each
+// tensor's parts (source bytes served unchanged, or blocks of whole rows
+// computed through the block cache) and its zero padding. Blocks of a
+// costly type (IQ2_XXS, Q2_K) also go through disk, when there is one.
+func ggufFile(disk *diskcache.Cache, recipe string, gf gguf.File) (*vfile.File, error) {
+	f := vfile.NewFile(vfile.Bytes(gf.Layout.Header))
+	for i, t := range gf.Tensors {
+		if f.Size() != int64(len(gf.Layout.Header))+gf.Layout.Offsets[i] {
+			return nil, fmt.Errorf("tensor %s lands at %d, its info says %d", t.Name, f.Size()-int64(len(gf.Layout.Header)), gf.Layout.Offsets[i])
+		}
+		rb := t.RowBytes()
+		var n int64
+		for j, p := range t.Parts {
+			switch {
+			case p.Decode == nil:
+				if p.Src.Size != p.Rows*rb {
+					return nil, fmt.Errorf("tensor %s: source %s is %d bytes, %d rows of %d needed", t.Name, p.Src.Name, p.Src.Size, p.Rows, rb)
+				}
+				f.Append(vfile.Range{R: p.Src, Off: 0, N: p.Src.Size})
+			default:
+				t, p := t, p
+				compute := func(ctx context.Context, lo, hi int64, dst []byte) error { return t.Fill(ctx, p, lo, hi, dst) }
+				if disk != nil && t.Type.Costly() {
+					compute = diskCached(disk, t, p, compute)
+				}
+				f.Append(tensorfile.RowBlocks(fmt.Sprintf("gguf/%s/%s#%d", recipe, t.Name, j), p.Rows, rb, compute))
+			}
+			n += p.Rows * rb
+		}
+		if n != t.Bytes() {
+			return nil, fmt.Errorf("tensor %s: parts hold %d bytes, %s %v needs %d", t.Name, n, t.Type.Name, t.Ne, t.Bytes())
+		}
+		f.Append(vfile.Bytes(make([]byte, gf.Layout.Pad(n))))
+	}
+	if f.Size() != gf.Layout.Size {
+		return nil, fmt.Errorf("file is %d bytes, its layout %d", f.Size(), gf.Layout.Size)
+	}
+	return f, nil
+}
+
+// diskCached keeps the rows compute makes in disk, keyed (as q2/'s blocks)
+// by the SHA-256 of the codec version, the type, the geometry and the
+// source bytes the rows are made from.
+func diskCached(disk *diskcache.Cache, t gguf.Tensor, p gguf.Part, compute func(ctx context.Context, lo, hi int64, dst []byte) error) func(ctx context.Context, lo, hi int64, dst []byte) error {
+	return func(ctx context.Context, lo, hi int64, dst []byte) error {
+		src, err := p.SourceBytes(lo, hi)
+		if err != nil {
+			return err
+		}
+		h := sha256.New()
+		fmt.Fprintf(h, "dsfs gguf block\x00codec %s\x00%s\x00%d rows x %d weights\x00%s\x00", codecs.Version, t.Type.Name, hi-lo, t.Ne[0], p.Src.DType)
+		h.Write(src)
+		k := diskcache.Key(h.Sum(nil))
+		if disk.Get(k, dst) {
+			return nil
+		}
+		if err := compute(ctx, lo, hi, dst); err != nil {
+			return err
+		}
+		if err := disk.Put(k, dst); err != nil {
+			slog.Warn("disk cache: cannot store a gguf/ block; it will be recomputed", "err", err)
+		}
+		return nil
+	}
+}
