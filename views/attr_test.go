@@ -1,7 +1,6 @@
 package views
 
 import (
-	"io"
 	"os"
 	"path/filepath"
 	"testing"
@@ -39,33 +38,13 @@ func TestCombine(t *testing.T) {
 	}
 }
 
-// copyDir copies the regular files of src into a new directory.
+// copyDir copies the checkpoint in src (inference/ included) into a new
+// directory.
 func copyDir(t *testing.T, src string) string {
 	t.Helper()
 	dst := filepath.Join(t.TempDir(), "ckpt")
-	if err := os.Mkdir(dst, 0o755); err != nil {
+	if err := os.CopyFS(dst, os.DirFS(src)); err != nil {
 		t.Fatal(err)
-	}
-	ents, err := os.ReadDir(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range ents {
-		in, err := os.Open(filepath.Join(src, e.Name()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		out, err := os.Create(filepath.Join(dst, e.Name()))
-		if err == nil {
-			_, err = io.Copy(out, in)
-			if cerr := out.Close(); err == nil {
-				err = cerr
-			}
-		}
-		in.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
 	}
 	return dst
 }
