@@ -29,18 +29,35 @@ type Role string
 // The roles a tensor can have.
 const (
 	RoleRoutedExpert Role = "routed_expert"
-	RoleMTPExpert    Role = "mtp_expert"
+	RoleMTPExpert    Role = "mtp_expert" // a routed expert of an MTP block or DSpark stage
 	RoleSharedExpert Role = "shared_expert"
 	RoleDense        Role = "dense" // the FFN projections of a dense (non-MoE) layer
 	RoleAttention    Role = "attention"
 	RoleRouter       Role = "router"
-	RoleEngram       Role = "engram"
-	RoleNorm         Role = "norm"
-	RoleEmbed        Role = "embed"
-	RoleHead         Role = "head"
-	RoleVision       Role = "vision"
-	RoleMHC          Role = "mhc"
-	RoleOther        Role = "other"
+	// RoleEngram is an Engram table (engram.embed: the n-gram hash rows
+	// and their scales); RoleEngramProj the rest of the Engram block (its
+	// key/value projection wkv and the gate weights q_weight, k_weight).
+	RoleEngram     Role = "engram"
+	RoleEngramProj Role = "engram_proj"
+	RoleNorm       Role = "norm"
+	RoleEmbed      Role = "embed"
+	RoleHead       Role = "head"
+	// RoleMTPProj is the input projection of an MTP block or DSpark stage
+	// (V4's e_proj and h_proj, V3's eh_proj, V4.1's main_proj).
+	RoleMTPProj Role = "mtp_proj"
+	// RoleDraftHead is a head of a DSpark draft stage: the Markov head
+	// (markov_head.embed, markov_head.head, of rank dspark_markov_rank,
+	// not vocabulary by hidden size) and the acceptance confidence head.
+	RoleDraftHead Role = "draft_head"
+	RoleVision    Role = "vision" // the vision tower
+	// RoleVisionProjector maps the vision tower's output into the language
+	// model (V4.1's aligner, a multi_modal_projector).
+	RoleVisionProjector Role = "vision_projector"
+	// RoleImageToken is a learned embedding that marks an image span
+	// (image_start, image_end, image_newline).
+	RoleImageToken Role = "image_token"
+	RoleMHC        Role = "mhc"
+	RoleOther      Role = "other"
 )
 
 // Format is the official storage format of a tensor, scale tensors included.

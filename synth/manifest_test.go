@@ -27,10 +27,17 @@ func TestTinyCatalogs(t *testing.T) {
 		roles[tt.Role]++
 	}
 	for role, want := range map[manifest.Role]int{
-		manifest.RoleRoutedExpert: 3 * 8 * 6,
-		manifest.RoleMTPExpert:    8 * 6,
-		manifest.RoleEngram:       4,
-		manifest.RoleEmbed:        1,
+		manifest.RoleRoutedExpert:    6 * 8 * 6,
+		manifest.RoleMTPExpert:       3 * 8 * 6,
+		manifest.RoleEngram:          4,
+		manifest.RoleEngramProj:      8,
+		manifest.RoleEmbed:           1,
+		manifest.RoleHead:            1,
+		manifest.RoleDraftHead:       3,
+		manifest.RoleMTPProj:         2,
+		manifest.RoleVisionProjector: 4,
+		manifest.RoleImageToken:      3,
+		manifest.RoleOther:           0,
 	} {
 		if roles[role] != want {
 			t.Errorf("%d tensors of role %s, want %d", roles[role], role, want)
