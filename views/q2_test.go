@@ -331,7 +331,7 @@ func TestQ2DiskCache(t *testing.T) {
 		s, cache := q2Set(t, tinyDir, Options{DiskCache: dc})
 		return s, cache, dc
 	}
-	const shard = "quant-00002-of-00004.safetensors"
+	const shard = "quant-00004-of-00014.safetensors"
 	s1, c1, _ := open()
 	first := readAll(t, s1.Root.Child("q2").Child(shard), c1)
 	st1 := s1.Stats()["q2"].(Q2Stats)
