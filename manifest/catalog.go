@@ -149,6 +149,9 @@ func (p Problem) String() string {
 // Names of the files the catalog reads itself.
 const (
 	ConfigName = "config.json"
+	// InferenceConfigName is DeepSeek's inference/config.json: ModelArgs'
+	// settings, which its reference code builds the model from.
+	InferenceConfigName = "inference/config.json"
 	IndexName  = "model.safetensors.index.json"
 	singleName = "model.safetensors"
 	shardExt   = ".safetensors"
@@ -162,6 +165,8 @@ type Catalog struct {
 	// config.json is absent or does not parse.
 	Config      *Config
 	ConfigBytes []byte // config.json as read; nil when absent
+	// InferenceConfigBytes is inference/config.json as read; nil when absent.
+	InferenceConfigBytes []byte
 	IndexBytes  []byte // the index as read; nil when absent
 	Shards      []*Shard
 	Tensors     []*Tensor // sorted by name, each name once
@@ -225,7 +230,7 @@ func Open(dir string) (*Catalog, error) {
 			top[f.Name] = true
 		}
 	}
-	c.readConfig(top[ConfigName])
+	c.readConfig(top[ConfigName], slices.ContainsFunc(files, func(f File) bool { return f.Name == InferenceConfigName }))
 	names, idx := c.shardNames(top, files)
 	if !top[ConfigName] && !top[IndexName] && len(names) == 0 {
 		return nil, fmt.Errorf("%s: no %s and no safetensors files", abs, ConfigName)
@@ -405,20 +410,35 @@ func (c *Catalog) walk() (files []File, broken, outside []string, err error) {
 	return files, broken, outside, nil
 }
 
-func (c *Catalog) readConfig(present bool) {
-	if !present {
-		return
+func (c *Catalog) readConfig(present, inference bool) {
+	if inference {
+		b, err := c.readJSONFile(filepath.Join(c.Dir, filepath.FromSlash(InferenceConfigName)), maxConfigSize)
+		if err != nil {
+			c.problem(InferenceConfigName, "", "unreadable: "+pathErrReason(err))
+		} else {
+			c.InferenceConfigBytes = b
+		}
 	}
-	b, err := c.readJSONFile(filepath.Join(c.Dir, ConfigName), maxConfigSize)
-	if err != nil {
-		c.problem(ConfigName, "", "unreadable: "+pathErrReason(err))
+	var b []byte
+	if present {
+		var err error
+		if b, err = c.readJSONFile(filepath.Join(c.Dir, ConfigName), maxConfigSize); err != nil {
+			c.problem(ConfigName, "", "unreadable: "+pathErrReason(err))
+			return
+		}
+	}
+	if b == nil && c.InferenceConfigBytes == nil {
 		return
 	}
 	c.ConfigBytes = b
-	cfg, errs := parseConfig(b)
+	cfg, errs := parseConfigs(b, c.InferenceConfigBytes)
 	c.Config = cfg
 	for _, e := range errs {
-		c.problem(ConfigName, "", e.Error())
+		file := ConfigName
+		if strings.HasPrefix(e.Error(), InferenceConfigName+": ") {
+			file = InferenceConfigName
+		}
+		c.problem(file, "", strings.TrimPrefix(e.Error(), file+": "))
 	}
 }
 

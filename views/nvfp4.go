@@ -152,8 +152,23 @@ func (n *nvfp4) Rewrite(t *manifest.Tensor) ([]Out, bool) {
 	}, true
 }
 
+// ConfigPatch sets quantization_config.expert_dtype, and the top-level
+// expert_dtype where DeepSeek-V4 writes one, so config.json says one thing.
 func (n *nvfp4) ConfigPatch() map[string]any {
-	return quantConfigPatch(n.set.Cat.Config, len(n.experts), "expert_dtype", "nvfp4")
+	p := quantConfigPatch(n.set.Cat.Config, len(n.experts), "expert_dtype", "nvfp4")
+	if _, ok := n.set.Cat.Config.Raw["expert_dtype"]; ok && p != nil {
+		p["expert_dtype"] = "nvfp4"
+	}
+	return p
+}
+
+// InferencePatch says the experts are NVFP4 in inference/config.json too,
+// whenever config.json says so.
+func (n *nvfp4) InferencePatch() map[string]string {
+	if n.ConfigPatch() == nil {
+		return nil
+	}
+	return map[string]string{"expert_dtype": "nvfp4"}
 }
 
 // Files are the report and, when the view holds NVFP4 experts, their
