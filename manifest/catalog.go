@@ -152,9 +152,9 @@ const (
 	// InferenceConfigName is DeepSeek's inference/config.json: ModelArgs'
 	// settings, which its reference code builds the model from.
 	InferenceConfigName = "inference/config.json"
-	IndexName  = "model.safetensors.index.json"
-	singleName = "model.safetensors"
-	shardExt   = ".safetensors"
+	IndexName           = "model.safetensors.index.json"
+	singleName          = "model.safetensors"
+	shardExt            = ".safetensors"
 )
 
 // Catalog is an opened checkpoint directory. It does not change after
@@ -167,9 +167,9 @@ type Catalog struct {
 	ConfigBytes []byte // config.json as read; nil when absent
 	// InferenceConfigBytes is inference/config.json as read; nil when absent.
 	InferenceConfigBytes []byte
-	IndexBytes  []byte // the index as read; nil when absent
-	Shards      []*Shard
-	Tensors     []*Tensor // sorted by name, each name once
+	IndexBytes           []byte // the index as read; nil when absent
+	Shards               []*Shard
+	Tensors              []*Tensor // sorted by name, each name once
 	// Files is every other regular file under Dir (symbolic links
 	// followed, hidden directories such as .cache skipped), config.json and
 	// the index included, sorted by name. Files the index names as shards
