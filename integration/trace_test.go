@@ -340,7 +340,7 @@ func TestTraceBadInput(t *testing.T) {
 		noFiles bool     // trace/ holds ERROR.txt alone
 	}{
 		{"unknown architecture", func(t *testing.T) string { return tinySrc },
-			[]string{"deepseek_v4", "Engram", "dense FFN layers"}, 0, true},
+			[]string{"deepseek_v41", "Engram", "CSA2"}, 0, true},
 		{"no tokenizer for the default prompts", func(t *testing.T) string { return filepath.Join(testdata.Dir(t), "trace", "v3-tiny") },
 			[]string{"no tokenizer.json", "token_ids"}, 0, true},
 		{"missing tensor", func(t *testing.T) string {
