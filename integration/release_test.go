@@ -3,6 +3,7 @@ package integration
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -177,4 +178,38 @@ func loadPerCPU(t *testing.T) float64 {
 		t.Fatal(err)
 	}
 	return l / float64(runtime.NumCPU())
+}
+
+// TestHashLayerIDTypes mounts v4-tiny with its tid2eid tables as released
+// (I64) and as I32: the catalog calls them router tensors without a
+// problem, and trace/ runs the hash-routed layer 0 on either.
+func TestHashLayerIDTypes(t *testing.T) {
+	needMount(t)
+	prompts := filepath.Join(t.TempDir(), "prompts.json")
+	if err := os.WriteFile(prompts, []byte(`[{"id": "p", "label": "p", "token_ids": [0, 5, 17, 300, 2, 9, 1000, 4]}]`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, dt := range []safetensors.DType{safetensors.I64, safetensors.I32} {
+		t.Run(string(dt), func(t *testing.T) {
+			s := synth.V4TinySpec()
+			s.HashIDType = dt
+			src := t.TempDir()
+			if err := synth.WriteSpec(s, src); err != nil {
+				t.Fatal(err)
+			}
+			m := startMount(t, src, "--views", "manifest,trace", "--trace-prompts", prompts)
+			var o inventory.Overview
+			catJSON(t, m.path("manifest", "summary.json"), &o)
+			if len(o.Problems) != 0 || o.ByDType[string(dt)].Count != 2 || o.ByRole["other"].Count != 0 {
+				t.Errorf("summary: problems %v, %d %s tensors, %d of role other", o.Problems, o.ByDType[string(dt)].Count, dt, o.ByRole["other"].Count)
+			}
+			var layer struct {
+				HashRouted bool `json:"hash_routed"`
+			}
+			catJSON(t, m.path("trace", "layers", "00.json"), &layer)
+			if !layer.HashRouted {
+				t.Error("trace/layers/00.json: layer 0 not hash-routed")
+			}
+		})
+	}
 }

@@ -185,6 +185,10 @@ func TestQ2View(t *testing.T) {
 		fmt.Sprintf("| down `w2` | Q2_K | 2.625 | %d |", quantised/3),
 		fmt.Sprintf("**%s** routed weights", commas(tot.QuantisedLogicalWeights)),
 		Q2Quantiser, "## Limits", "## Reproducibility", "not imatrix-based",
+		// No Hugging Face cache path and no --revision: the config names the model.
+		"# DeepseekV41ForCausalLM checkpoint " + filepath.Base(tinyDir) + " mixed-Q2 routed experts",
+		fmt.Sprintf("The %d MTP expert tensors (the DSpark draft stages' experts", 3*8*6),
+		"are copied native, MXFP4 codes with their scales",
 	} {
 		if !strings.Contains(readme, want) {
 			t.Errorf("README.md lacks %q", want)

@@ -208,13 +208,20 @@ func q2Importance() Q2Importance {
 	}
 }
 
-// title names the model in the documents: the repository, else the source
-// directory.
+// title names the model in the documents: the repository, else what
+// config.json calls the model and the source directory it was read from
+// (a checkpoint outside a Hugging Face cache has no repository name).
 func (q *Q2) title() string {
 	if q.Repo != "unknown" {
 		return q.Repo
 	}
-	return filepath.Base(q.cat.Dir)
+	dir := filepath.Base(q.cat.Dir)
+	if c := q.cat.Config; len(c.Architectures) > 0 {
+		return c.Architectures[0] + " checkpoint " + dir
+	} else if c.ModelType != "" {
+		return c.ModelType + " checkpoint " + dir
+	}
+	return "checkpoint " + dir
 }
 
 func (q *Q2) artifact() string { return q.title() + " mixed-Q2 routed experts" }
@@ -601,8 +608,9 @@ func (q *Q2) README() []byte {
 	w("original dtype string (%s).\n", strings.Join(dt, ", "))
 	w("Requantised expert tensors keep their original names and are stored as `U8` block bytes; the\n")
 	w("per-tensor ggml type, byte shape and block geometry are recorded in `plan.json` and in each shard\n")
-	w("manifest. The %s MTP expert tensors stay at native\n", commas(int64(mtp)))
-	w("precision.\n\n")
+	w("manifest. The %s MTP expert tensors (the DSpark draft stages' experts, `mtp.M.ffn.experts.*`)\n", commas(int64(mtp)))
+	w("are copied native, MXFP4 codes with their scales, as the seed does: it quantises the main layers'\n")
+	w("routed experts only.\n\n")
 	var ext []string
 	for _, t := range q.External {
 		if t.ScaleOf == nil {
