@@ -12,9 +12,12 @@ require (
 	golang.org/x/sync v0.25.0
 	golang.org/x/sys v0.46.0
 	golang.org/x/term v0.44.0
+	golang.org/x/text v0.44.0
 )
 
 require (
 	github.com/mitchellh/colorstring v0.0.0-20190213212951-d06e56a500db // indirect
 	github.com/rivo/uniseg v0.4.7 // indirect
 )
+
+require github.com/creack/pty v1.1.24

@@ -14,7 +14,11 @@
 #      the route kernel against the CPU backend);
 #   2. runs gpucheck: CUDA against CPU on the reference checkpoints and on a
 #      random V2-Lite-shaped layer (errors, routes), and that layer's forward
-#      times on 4 x 32 and 1 x 2048 tokens;
+#      times on 4 x 32 and 1 x 2048 tokens; then the v4-tiny layers (V4
+#      kernels and products on the GPU) against the host V4 engine;
+#   2b. times a V4-Flash-shaped layer (256 experts, 4 x 32 tokens, a8) on
+#      the CUDA backend and on the host, with the GPU's error against the
+#      host and the tokens routed differently;
 #   3. runs torch_layer.py: the same layer in PyTorch eager on the same GPU,
 #      its times beside the CUDA backend's.
 # Exit status: 0 every check passed, 1 a check failed, 2 a step could not run.
@@ -36,6 +40,7 @@ build() {
 	# matching C library headers are needed to build.
 	CGO_ENABLED=0 GOOS=linux GOARCH=amd64 go build -o "$dir/gpucheck" ./bench/gpucheck
 	CGO_ENABLED=0 GOOS=linux GOARCH=amd64 go test -c -o "$dir/cuda.test" ./cuda
+	CGO_ENABLED=0 GOOS=linux GOARCH=amd64 go test -c -o "$dir/v4.test" ./trace/v4
 	cp -r "$td" "$dir/mod/testdata/trace"
 	cp bench/gpucheck/torch_layer.py bench/gpu-check.sh "$dir/"
 	# The test binary finds testdata/ beside the nearest go.mod above its
@@ -55,7 +60,7 @@ libdirs() {
 }
 
 run() {
-	[[ -x $dir/gpucheck && -x $dir/cuda.test ]] || die "no binaries in $dir: run '$0 build' first and carry the folder"
+	[[ -x $dir/gpucheck && -x $dir/cuda.test && -x $dir/v4.test ]] || die "no binaries in $dir: run '$0 build' first and carry the folder"
 	local extra
 	extra=$(libdirs | paste -sd: -)
 	export LD_LIBRARY_PATH=${extra:+$extra:}/usr/local/nvidia/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
@@ -76,6 +81,13 @@ run() {
 	rc=$?
 	if ((rc == 2)); then die "gpucheck could not run"; fi
 	((rc != 0)) && status=1
+
+	echo; echo "== 2b. V4-Flash-shaped layer: CUDA, then the host V4 engine"
+	for device in cuda cpu; do
+		(cd "$dir/mod" && DSFS_V4_BENCH_DEVICE=$device DSFS_V4_BENCH_EXPERTS=256 ../v4.test -test.run XXX \
+			-test.bench FlashLayer -test.benchtime 1x 2>&1) | grep -E 'Benchmark|FAIL|bench_test'
+		((PIPESTATUS[0] != 0)) && status=1
+	done
 
 	echo; echo "== 3. PyTorch eager on the same GPU"
 	PYTHONUNBUFFERED=1 python3 "$dir/torch_layer.py" "$work" || { echo "torch_layer.py failed"; status=2; }

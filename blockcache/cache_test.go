@@ -7,7 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
+	"testing/synctest"
 )
 
 func fill(v byte) Compute {
@@ -20,6 +20,10 @@ func fill(v byte) Compute {
 }
 
 func TestOneComputationForConcurrentReaders(t *testing.T) {
+	synctest.Test(t, testOneComputationForConcurrentReaders)
+}
+
+func testOneComputationForConcurrentReaders(t *testing.T) {
 	c := New(1<<20, 2)
 	defer c.Close()
 	var calls atomic.Int64
@@ -41,8 +45,9 @@ func TestOneComputationForConcurrentReaders(t *testing.T) {
 			}
 		}()
 	}
-	for c.Stats().Shared < 15 {
-		time.Sleep(time.Millisecond)
+	synctest.Wait() // every reader waits: one computing, fifteen sharing
+	if n := c.Stats().Shared; n != 15 {
+		t.Fatalf("%d readers share the computation, want 15", n)
 	}
 	close(release)
 	wg.Wait()
@@ -94,6 +99,10 @@ func TestBudgetEvictsLeastRecentlyUsed(t *testing.T) {
 }
 
 func TestAbandonedComputationStops(t *testing.T) {
+	synctest.Test(t, testAbandonedComputationStops)
+}
+
+func testAbandonedComputationStops(t *testing.T) {
 	c := New(1<<20, 1)
 	defer c.Close()
 	stopped := make(chan struct{})
@@ -103,13 +112,14 @@ func TestAbandonedComputationStops(t *testing.T) {
 		return ctx.Err()
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	go func() { time.Sleep(10 * time.Millisecond); cancel() }()
+	go func() { synctest.Wait(); cancel() }() // once the reader waits
 	if _, err := c.Get(ctx, Key{"a", 0}, 8, compute); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Get = %v, want context.Canceled", err)
 	}
+	synctest.Wait()
 	select {
 	case <-stopped:
-	case <-time.After(5 * time.Second):
+	default:
 		t.Fatal("computation kept running after its only reader left")
 	}
 	// The next reader computes afresh and is not handed the canceled result.
@@ -120,6 +130,10 @@ func TestAbandonedComputationStops(t *testing.T) {
 }
 
 func TestComputationContinuesWhileAnotherWaits(t *testing.T) {
+	synctest.Test(t, testComputationContinuesWhileAnotherWaits)
+}
+
+func testComputationContinuesWhileAnotherWaits(t *testing.T) {
 	c := New(1<<20, 1)
 	defer c.Close()
 	release := make(chan struct{})
@@ -137,16 +151,15 @@ func TestComputationContinuesWhileAnotherWaits(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
 	go func() { _, err := c.Get(ctx, Key{"b", 0}, 1, compute); errc <- err }()
+	synctest.Wait() // the first reader's computation runs
 	done := make(chan []byte, 1)
 	go func() {
-		for c.Stats().InFlight == 0 {
-			time.Sleep(time.Millisecond)
-		}
 		b, _ := c.Get(context.Background(), Key{"b", 0}, 1, compute)
 		done <- b
 	}()
-	for c.Stats().Shared == 0 {
-		time.Sleep(time.Millisecond)
+	synctest.Wait()
+	if c.Stats().Shared != 1 {
+		t.Fatalf("the second reader did not join the computation: %+v", c.Stats())
 	}
 	cancel()
 	<-errc
@@ -172,6 +185,10 @@ func TestErrorsAreNotCached(t *testing.T) {
 }
 
 func TestPrefetchIsBoundedAndShared(t *testing.T) {
+	synctest.Test(t, testPrefetchIsBoundedAndShared)
+}
+
+func testPrefetchIsBoundedAndShared(t *testing.T) {
 	c := New(1<<20, 2)
 	release := make(chan struct{})
 	var calls atomic.Int64
@@ -190,9 +207,7 @@ func TestPrefetchIsBoundedAndShared(t *testing.T) {
 	if _, err := c.Get(context.Background(), Key{"p", 0}, 1, compute); err != nil {
 		t.Fatal(err)
 	}
-	for c.Stats().InFlight > 0 {
-		time.Sleep(time.Millisecond)
-	}
+	synctest.Wait() // the other read-ahead finishes
 	c.Close()
 	if n := calls.Load(); n != 2 {
 		t.Fatalf("computed %d blocks, want 2 (the reader joins the read-ahead)", n)
@@ -200,6 +215,10 @@ func TestPrefetchIsBoundedAndShared(t *testing.T) {
 }
 
 func TestComputationsAreBounded(t *testing.T) {
+	synctest.Test(t, testComputationsAreBounded)
+}
+
+func testComputationsAreBounded(t *testing.T) {
 	c := New(1<<20, 1) // at most 4 computations at once
 	defer c.Close()
 	var running, peak atomic.Int64
@@ -226,11 +245,7 @@ func TestComputationsAreBounded(t *testing.T) {
 			}
 		}()
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for peak.Load() < 4 && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
-	time.Sleep(20 * time.Millisecond) // room for a fifth to start, were it allowed
+	synctest.Wait() // every reader computes or waits: a fifth would have started by now
 	if p := peak.Load(); p != 4 {
 		t.Fatalf("%d computations ran at once, want 4", p)
 	}

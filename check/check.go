@@ -17,8 +17,8 @@ import (
 	"reflect"
 	"strings"
 
+	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/codecs"
-	"github.com/dsfs/dsfs/manifest"
 )
 
 // SameTree compares two directory trees file by file (names and SHA-256)
@@ -142,8 +142,8 @@ func NVFP4(srcDir, viewDir string) (NVFP4Result, error) {
 	defer src.Close()
 	defer view.Close()
 	for _, t := range src.Tensors {
-		if t.Format != manifest.FormatMXFP4 || t.Scale == nil ||
-			(t.Role != manifest.RoleRoutedExpert && t.Role != manifest.RoleMTPExpert) {
+		if t.Format != checkpoint.FormatMXFP4 || t.Scale == nil ||
+			(t.Role != checkpoint.RoleRoutedExpert && t.Role != checkpoint.RoleMTPExpert) {
 			continue
 		}
 		b := strings.TrimSuffix(t.Name, ".weight")
@@ -213,7 +213,7 @@ func Engram(srcDir, viewDir string) (EngramResult, error) {
 	var sum float64
 	var n int64
 	for _, t := range src.Tensors {
-		if t.Role != manifest.RoleEngram || t.Scale == nil || len(t.Shape) != 2 {
+		if t.Role != checkpoint.RoleEngram || t.Scale == nil || len(t.Shape) != 2 {
 			continue
 		}
 		w, sc, err := readPair(t, t.Scale)
@@ -255,18 +255,18 @@ func Engram(srcDir, viewDir string) (EngramResult, error) {
 }
 
 // openPair opens a source checkpoint and a view of it as catalogs.
-func openPair(srcDir, viewDir string) (src, view *manifest.Catalog, err error) {
-	if src, err = manifest.Open(srcDir); err != nil {
+func openPair(srcDir, viewDir string) (src, view *checkpoint.Catalog, err error) {
+	if src, err = checkpoint.Open(srcDir); err != nil {
 		return nil, nil, err
 	}
-	if view, err = manifest.Open(viewDir); err != nil {
+	if view, err = checkpoint.Open(viewDir); err != nil {
 		src.Close()
 		return nil, nil, err
 	}
 	return src, view, nil
 }
 
-func readPair(a, b *manifest.Tensor) ([]byte, []byte, error) {
+func readPair(a, b *checkpoint.Tensor) ([]byte, []byte, error) {
 	x, err := read(a)
 	if err != nil {
 		return nil, nil, err
@@ -275,13 +275,13 @@ func readPair(a, b *manifest.Tensor) ([]byte, []byte, error) {
 	return x, y, err
 }
 
-func read(t *manifest.Tensor) ([]byte, error) {
+func read(t *checkpoint.Tensor) ([]byte, error) {
 	if t == nil {
 		return nil, fmt.Errorf("tensor missing")
 	}
 	b := make([]byte, t.Size)
-	if _, err := t.Shard.ReadAt(b, t.Offset); err != nil {
-		return nil, fmt.Errorf("%s: %s: %w", t.Shard.Name, t.Name, err)
+	if _, err := t.ReadAt(b, 0); err != nil {
+		return nil, err
 	}
 	return b, nil
 }
@@ -298,7 +298,7 @@ func PrintExpertSample(w io.Writer, srcDir, viewDir string) error {
 	defer src.Close()
 	defer view.Close()
 	for _, t := range src.Tensors {
-		if t.Role != manifest.RoleRoutedExpert || t.Format != manifest.FormatMXFP4 || t.Scale == nil {
+		if t.Role != checkpoint.RoleRoutedExpert || t.Format != checkpoint.FormatMXFP4 || t.Scale == nil {
 			continue
 		}
 		b := strings.TrimSuffix(t.Name, ".weight")

@@ -69,11 +69,15 @@ const (
 	kGather     = "gather_rows"
 	kScatterAdd = "scatter_add_rows"
 	kRoute      = "route"
+	kActQuant   = "act_quant"
+	kHadamard   = "hadamard_rows"
+	kSparseAttn = "sparse_attn_sink"
 )
 
 // launched lists the kernel names above, for the test that checks them
 // against the sources.
-var launched = []string{kAdd, kCopy, kSiLUMul, kWiden, kNarrow, kRMSNorm, kRoPE, kSoftmax, kGather, kScatterAdd, kRoute}
+var launched = []string{kAdd, kCopy, kSiLUMul, kWiden, kNarrow, kRMSNorm, kRoPE, kSoftmax, kGather, kScatterAdd, kRoute,
+	kActQuant, kHadamard, kSparseAttn}
 
 const (
 	threads   = 256     // threads per block of every kernel

@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/codecs"
 	"github.com/dsfs/dsfs/internal/testdata"
-	"github.com/dsfs/dsfs/manifest"
 	"github.com/dsfs/dsfs/safetensors"
 	"github.com/dsfs/dsfs/trace/model"
 )
@@ -319,7 +319,7 @@ func goldenModel(t *testing.T, name string) (*model.Model, []int, []int) {
 		ids = append(ids, s...)
 		lens = append(lens, len(s))
 	}
-	cat, err := manifest.Open(dir)
+	cat, err := checkpoint.Open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -411,7 +411,7 @@ func sameExperts(t *testing.T, where string, got, want *model.Routes, minMargin 
 }
 
 // readVector reads a 1-D or 2-D BF16 or F32 tensor as float32.
-func readVector(t *testing.T, tn *manifest.Tensor) []float32 {
+func readVector(t *testing.T, tn *checkpoint.Tensor) []float32 {
 	t.Helper()
 	raw := make([]byte, tn.Size)
 	if _, err := tn.Shard.ReadAt(raw, tn.Offset); err != nil {
@@ -445,7 +445,7 @@ func TestRouteMatchesModel(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		tensor := func(flat string) *manifest.Tensor {
+		tensor := func(flat string) *checkpoint.Tensor {
 			tn := m.Catalog().Tensor(m.Naming.Name(flat))
 			if tn == nil {
 				t.Fatalf("%s: no tensor %s", name, flat)

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dsfs/dsfs/manifest"
+	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/synth"
 )
 
@@ -28,7 +28,7 @@ func TestHostileLayerCount(t *testing.T) {
 				if err := synth.Write(preset, dir); err != nil {
 					t.Fatal(err)
 				}
-				p := filepath.Join(dir, manifest.ConfigName)
+				p := filepath.Join(dir, checkpoint.ConfigName)
 				b, err := os.ReadFile(p)
 				if err != nil {
 					t.Fatal(err)
@@ -43,7 +43,7 @@ func TestHostileLayerCount(t *testing.T) {
 					if _, ok := doc[key[len(key)-1]]; !ok {
 						continue
 					}
-					if b, err = manifest.PatchConfig(b, key, json.Number(n)); err != nil {
+					if b, err = checkpoint.PatchConfig(b, key, json.Number(n)); err != nil {
 						t.Fatal(err)
 					}
 				}

@@ -8,7 +8,8 @@ import (
 	"time"
 
 	"github.com/dsfs/dsfs/blockcache"
-	"github.com/dsfs/dsfs/manifest"
+	"github.com/dsfs/dsfs/checkpoint"
+	"github.com/dsfs/dsfs/vfile"
 	"github.com/dsfs/dsfs/vfs"
 	"github.com/dsfs/dsfs/views"
 )
@@ -30,7 +31,7 @@ func TestNoLeaksAcrossUnmount(t *testing.T) {
 	runtime.GC()
 	goroutines, fds := runtime.NumGoroutine(), openFDs(t)
 
-	cat, err := manifest.Open(tinySrc)
+	cat, err := checkpoint.Open(tinySrc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +41,7 @@ func TestNoLeaksAcrossUnmount(t *testing.T) {
 	}
 	cache := blockcache.New(8<<20, 2)
 	dir := t.TempDir()
-	m, err := vfs.Serve(dir, set.Root, cache, vfs.Options{})
+	m, err := vfs.Serve(dir, set.Root, vfile.CacheOpener(cache), vfs.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

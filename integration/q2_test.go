@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/dsfs/dsfs/manifest"
+	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/safetensors"
 )
 
@@ -65,7 +65,7 @@ func TestQ2(t *testing.T) {
 		t.Fatalf("first mount computed nothing or failed:\n%s", raw)
 	}
 
-	cat, err := manifest.Open(tinySrc)
+	cat, err := checkpoint.Open(tinySrc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +98,7 @@ func TestQ2(t *testing.T) {
 // catalog tensor to the rules: main-layer routed experts become U8 ggml
 // rows, their scales and the Engram tables are gone, everything else (MTP
 // experts included) is the source's bytes with the source's dtype.
-func checkQ2Tensors(t *testing.T, cat *manifest.Catalog, dir string) {
+func checkQ2Tensors(t *testing.T, cat *checkpoint.Catalog, dir string) {
 	t.Helper()
 	var index struct {
 		Metadata  map[string]int64  `json:"metadata"`
@@ -158,15 +158,15 @@ func checkQ2Tensors(t *testing.T, cat *manifest.Catalog, dir string) {
 	}
 	for _, ct := range cat.Tensors {
 		p, ok := where[ct.Name]
-		expertScale := ct.ScaleOf != nil && ct.ScaleOf.Role == manifest.RoleRoutedExpert
+		expertScale := ct.ScaleOf != nil && ct.ScaleOf.Role == checkpoint.RoleRoutedExpert
 		switch {
-		case ct.Role == manifest.RoleRoutedExpert && !expertScale:
+		case ct.Role == checkpoint.RoleRoutedExpert && !expertScale:
 			blocks := 2 * ct.Shape[1] / 256
 			per := map[string]int64{"w1": 66, "w3": 66, "w2": 84}[ct.Proj]
 			if !ok || p.tt.DType != safetensors.U8 || fmt.Sprint(p.tt.Shape) != fmt.Sprint([]int64{ct.Shape[0], blocks * per}) {
 				t.Errorf("%s: want U8 [%d %d], got %+v", ct.Name, ct.Shape[0], blocks*per, p.tt)
 			}
-		case expertScale || ct.Role == manifest.RoleEngram:
+		case expertScale || ct.Role == checkpoint.RoleEngram:
 			if ok {
 				t.Errorf("%s (%s) is copied; it should be dropped or external", ct.Name, ct.Role)
 			}
@@ -183,21 +183,21 @@ func checkQ2Tensors(t *testing.T, cat *manifest.Catalog, dir string) {
 }
 
 // checkQ2Documents holds plan.json and manifest.json to the catalog.
-func checkQ2Documents(t *testing.T, cat *manifest.Catalog, dir string) {
+func checkQ2Documents(t *testing.T, cat *checkpoint.Catalog, dir string) {
 	t.Helper()
 	var quantised, dropped, external int
 	var quantBytes, weights, externalBytes int64
 	for _, ct := range cat.Tensors {
-		expertScale := ct.ScaleOf != nil && ct.ScaleOf.Role == manifest.RoleRoutedExpert
+		expertScale := ct.ScaleOf != nil && ct.ScaleOf.Role == checkpoint.RoleRoutedExpert
 		switch {
-		case ct.Role == manifest.RoleRoutedExpert && !expertScale:
+		case ct.Role == checkpoint.RoleRoutedExpert && !expertScale:
 			quantised++
 			in := 2 * ct.Shape[1]
 			weights += ct.Shape[0] * in
 			quantBytes += ct.Shape[0] * in / 256 * map[string]int64{"w1": 66, "w3": 66, "w2": 84}[ct.Proj]
 		case expertScale:
 			dropped++
-		case ct.Role == manifest.RoleEngram:
+		case ct.Role == checkpoint.RoleEngram:
 			external++
 			externalBytes += ct.Size
 		}

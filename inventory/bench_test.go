@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dsfs/dsfs/manifest"
+	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/synth"
 )
 
@@ -75,7 +75,7 @@ func BenchmarkManifestFullSparse(b *testing.B) {
 	stop := peakMemory()
 	var w countingWriter
 	for b.Loop() {
-		cat, err := manifest.Open(dir)
+		cat, err := checkpoint.Open(dir)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -128,7 +128,7 @@ func BenchmarkHashVsSha256sum(b *testing.B) {
 	if err := synth.WriteSpec(benchSpec(), dir); err != nil {
 		b.Fatal(err)
 	}
-	cat, err := manifest.Open(dir)
+	cat, err := checkpoint.Open(dir)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -181,7 +181,7 @@ func BenchmarkAllCores(b *testing.B) {
 	if err := synth.WriteSpec(benchSpec(), dir); err != nil {
 		b.Fatal(err)
 	}
-	cat, err := manifest.Open(dir)
+	cat, err := checkpoint.Open(dir)
 	if err != nil {
 		b.Fatal(err)
 	}

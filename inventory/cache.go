@@ -12,9 +12,9 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/codecs"
 	"github.com/dsfs/dsfs/diskcache"
-	"github.com/dsfs/dsfs/manifest"
 	"github.com/dsfs/dsfs/safetensors"
 )
 
@@ -85,7 +85,7 @@ type fileStamp struct {
 	MTimeNS int64  `json:"mtime_ns"`
 }
 
-func stampOf(s *manifest.Shard) fileStamp {
+func stampOf(s *checkpoint.Shard) fileStamp {
 	return fileStamp{Path: s.Path, Size: s.Size, MTimeNS: s.ModTime.UnixNano()}
 }
 
@@ -100,12 +100,12 @@ type cacheEntry struct {
 
 // checkOf says what a scan of t reads and checks, so that an entry made
 // under another pairing (an index that moved a scale) is not reused.
-func checkOf(t *manifest.Tensor, unfit bool) string {
+func checkOf(t *checkpoint.Tensor, unfit bool) string {
 	var b strings.Builder
 	b.WriteString(string(t.DType))
 	if t.Scale != nil {
 		fmt.Fprintf(&b, " %s with %s %s %v at %s:%d", t.Format, t.Scale.Name, t.Scale.DType, t.Scale.Shape, t.Scale.Shard.Name, t.Scale.Offset)
-		if t.Format == manifest.FormatFP8 {
+		if t.Format == checkpoint.FormatFP8 {
 			fmt.Fprintf(&b, " block %dx%d", t.Block[0], t.Block[1])
 		}
 	} else if unfit {
@@ -114,7 +114,7 @@ func checkOf(t *manifest.Tensor, unfit bool) string {
 	return b.String()
 }
 
-func (c *Cache) path(s *manifest.Shard) string {
+func (c *Cache) path(s *checkpoint.Shard) string {
 	sum := sha256.Sum256([]byte(s.Path))
 	return filepath.Join(c.dir, hex.EncodeToString(sum[:16])+".json")
 }
@@ -123,7 +123,7 @@ func (c *Cache) path(s *manifest.Shard) string {
 // shards finds the catalog's shard of a dependency's path. A file of an
 // older schema or for an older version of the shard is a plain miss; one
 // that fails its digest or is not a regular file is logged and removed.
-func (c *Cache) load(s *manifest.Shard, shards map[string]*manifest.Shard) map[string]cacheEntry {
+func (c *Cache) load(s *checkpoint.Shard, shards map[string]*checkpoint.Shard) map[string]cacheEntry {
 	p := c.path(s)
 	b, err := readCacheFile(p)
 	if err != nil {
@@ -158,7 +158,7 @@ func (c *Cache) load(s *manifest.Shard, shards map[string]*manifest.Shard) map[s
 
 // drop logs a cache file that cannot be trusted and removes it (an unlink,
 // or an empty directory's removal: never anything else).
-func (c *Cache) drop(p string, s *manifest.Shard, reason string) {
+func (c *Cache) drop(p string, s *checkpoint.Shard, reason string) {
 	c.log.Warn("manifest digest cache: bad file removed; the shard is hashed again", "shard", s.Name, "path", p, "reason", reason)
 	os.Remove(p)
 }
@@ -183,7 +183,7 @@ func readCacheFile(p string) ([]byte, error) {
 
 // store writes the entries of shard s, whose checks also read the shards
 // in deps.
-func (c *Cache) store(s *manifest.Shard, deps []*manifest.Shard, entries []cacheEntry) error {
+func (c *Cache) store(s *checkpoint.Shard, deps []*checkpoint.Shard, entries []cacheEntry) error {
 	f := cacheFile{File: stampOf(s), Tensors: entries}
 	for _, d := range deps {
 		f.Deps = append(f.Deps, stampOf(d))
@@ -215,7 +215,7 @@ func (c *Cache) store(s *manifest.Shard, deps []*manifest.Shard, entries []cache
 }
 
 // usable reports whether entry e still describes tensor t.
-func (e cacheEntry) usable(t *manifest.Tensor, unfit bool) bool {
+func (e cacheEntry) usable(t *checkpoint.Tensor, unfit bool) bool {
 	return e.Offset == t.Offset && e.NBytes == t.Size && e.Check == checkOf(t, unfit) && len(e.SHA256) == 64
 }
 

@@ -10,8 +10,8 @@ import (
 	"io"
 	"time"
 
+	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/codecs"
-	"github.com/dsfs/dsfs/manifest"
 )
 
 // Schema names the layout of a Manifest document.
@@ -34,8 +34,8 @@ type Manifest struct {
 	Summary      Summary     `json:"summary"`
 	// Problems lists every fault of the shards covered: the catalog's
 	// (headers, index, pairing) and those the records show (values).
-	Problems []manifest.Problem `json:"problems"`
-	Tensors  []Record           `json:"tensors"` // by name
+	Problems []checkpoint.Problem `json:"problems"`
+	Tensors  []Record             `json:"tensors"` // by name
 }
 
 // ShardInfo is one shard a Manifest covers.
@@ -67,7 +67,7 @@ func (inv *Inventory) Manifest(ctx context.Context, shards ...string) (*Manifest
 		names[s.Name] = true
 		m.Shards = append(m.Shards, ShardInfo{Name: s.Name, Size: s.Size, Tensors: len(s.Tensors)})
 	}
-	m.Problems = []manifest.Problem{}
+	m.Problems = []checkpoint.Problem{}
 	for _, p := range inv.cat.Problems {
 		if len(shards) == 0 || names[p.File] {
 			m.Problems = append(m.Problems, p)

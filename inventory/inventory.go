@@ -9,7 +9,7 @@ import (
 	"slices"
 	"sync"
 
-	"github.com/dsfs/dsfs/manifest"
+	"github.com/dsfs/dsfs/checkpoint"
 )
 
 // DefaultTP is the tensor-parallel degree whose cuts records show unless
@@ -35,19 +35,19 @@ type Options struct {
 // Inventory computes the records of a catalog's tensors, reading each
 // tensor's data once, on first use, and keeping the result.
 type Inventory struct {
-	cat    *manifest.Catalog
+	cat    *checkpoint.Catalog
 	opt    Options
-	byPath map[string]*manifest.Shard
+	byPath map[string]*checkpoint.Shard
 
 	mu       sync.Mutex // held by each computation, which uses every worker
-	done     map[*manifest.Tensor]scanned
-	tried    map[*manifest.Shard]bool // the cache was consulted
+	done     map[*checkpoint.Tensor]scanned
+	tried    map[*checkpoint.Shard]bool // the cache was consulted
 	scanners []*scanner
 }
 
 // New returns an inventory of cat. It reads nothing until asked for
 // records.
-func New(cat *manifest.Catalog, opt Options) *Inventory {
+func New(cat *checkpoint.Catalog, opt Options) *Inventory {
 	if opt.TP == 0 {
 		opt.TP = DefaultTP
 	}
@@ -57,8 +57,8 @@ func New(cat *manifest.Catalog, opt Options) *Inventory {
 	if opt.Progress == nil {
 		opt.Progress = new(Progress)
 	}
-	inv := &Inventory{cat: cat, opt: opt, byPath: make(map[string]*manifest.Shard),
-		done: make(map[*manifest.Tensor]scanned), tried: make(map[*manifest.Shard]bool)}
+	inv := &Inventory{cat: cat, opt: opt, byPath: make(map[string]*checkpoint.Shard),
+		done: make(map[*checkpoint.Tensor]scanned), tried: make(map[*checkpoint.Shard]bool)}
 	for _, s := range cat.Shards {
 		inv.byPath[s.Path] = s
 	}
@@ -66,7 +66,7 @@ func New(cat *manifest.Catalog, opt Options) *Inventory {
 }
 
 // Catalog is the catalog the inventory describes.
-func (inv *Inventory) Catalog() *manifest.Catalog { return inv.cat }
+func (inv *Inventory) Catalog() *checkpoint.Catalog { return inv.cat }
 
 // Progress is the inventory's progress counter.
 func (inv *Inventory) Progress() *Progress { return inv.opt.Progress }
@@ -85,7 +85,7 @@ func (inv *Inventory) Records(ctx context.Context, shards ...string) ([]Record, 
 	if err != nil {
 		return nil, err
 	}
-	in := make(map[*manifest.Shard]bool, len(want))
+	in := make(map[*checkpoint.Shard]bool, len(want))
 	for _, s := range want {
 		in[s] = true
 	}
@@ -108,11 +108,11 @@ func (inv *Inventory) Records(ctx context.Context, shards ...string) ([]Record, 
 }
 
 // shards resolves shard names; none means all.
-func (inv *Inventory) shards(names []string) ([]*manifest.Shard, error) {
+func (inv *Inventory) shards(names []string) ([]*checkpoint.Shard, error) {
 	if len(names) == 0 {
 		return inv.cat.Shards, nil
 	}
-	var out []*manifest.Shard
+	var out []*checkpoint.Shard
 	for _, n := range names {
 		s := inv.cat.Shard(n)
 		if s == nil {
@@ -125,14 +125,14 @@ func (inv *Inventory) shards(names []string) ([]*manifest.Shard, error) {
 
 // job is one tensor to read.
 type job struct {
-	t     *manifest.Tensor
+	t     *checkpoint.Tensor
 	unfit bool
 }
 
 // compute reads every tensor of shards not read yet, on all workers,
 // largest first so that the longest tensor does not start last. It
 // returns the tensors that could not be read.
-func (inv *Inventory) compute(ctx context.Context, shards []*manifest.Shard) (map[*manifest.Tensor]error, error) {
+func (inv *Inventory) compute(ctx context.Context, shards []*checkpoint.Shard) (map[*checkpoint.Tensor]error, error) {
 	if inv.opt.NoHash {
 		return nil, nil
 	}
@@ -203,8 +203,8 @@ func (inv *Inventory) compute(ctx context.Context, shards []*manifest.Shard) (ma
 	}
 	p.end(total - read)
 
-	failed := make(map[*manifest.Tensor]error)
-	dirty := make(map[*manifest.Shard]bool)
+	failed := make(map[*checkpoint.Tensor]error)
+	dirty := make(map[*checkpoint.Shard]bool)
 	for i, j := range jobs {
 		switch {
 		case errs[i] == nil:
@@ -228,7 +228,7 @@ func (inv *Inventory) compute(ctx context.Context, shards []*manifest.Shard) (ma
 
 // fromCache returns the cache's entries for shard s the first time it is
 // asked, nil after.
-func (inv *Inventory) fromCache(s *manifest.Shard) map[string]cacheEntry {
+func (inv *Inventory) fromCache(s *checkpoint.Shard) map[string]cacheEntry {
 	if inv.opt.Cache == nil || inv.tried[s] {
 		return nil
 	}
@@ -241,12 +241,12 @@ func (inv *Inventory) fromCache(s *manifest.Shard) map[string]cacheEntry {
 // is retried rather than remembered. Writing is best effort (a full disk
 // costs the next run time, not this one its result); the last failure is
 // shown in the progress counters.
-func (inv *Inventory) store(s *manifest.Shard, failed map[*manifest.Tensor]error) {
+func (inv *Inventory) store(s *checkpoint.Shard, failed map[*checkpoint.Tensor]error) {
 	if inv.opt.Cache == nil {
 		return
 	}
 	entries := make([]cacheEntry, 0, len(s.Tensors))
-	var deps []*manifest.Shard
+	var deps []*checkpoint.Shard
 	for _, t := range s.Tensors {
 		d, ok := inv.done[t]
 		if !ok || failed[t] != nil {

@@ -18,7 +18,7 @@ import (
 
 	"github.com/dsfs/dsfs/internal/tinyckpt"
 
-	"github.com/dsfs/dsfs/manifest"
+	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/safetensors"
 	"github.com/dsfs/dsfs/synth"
 )
@@ -40,9 +40,9 @@ func copyDir(t *testing.T, src string) string {
 	return dst
 }
 
-func open(t *testing.T, dir string) *manifest.Catalog {
+func open(t *testing.T, dir string) *checkpoint.Catalog {
 	t.Helper()
-	cat, err := manifest.Open(dir)
+	cat, err := checkpoint.Open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,7 +172,7 @@ func writeBad(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, manifest.ConfigName), []byte(`{"model_type": "test"}`), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, checkpoint.ConfigName), []byte(`{"model_type": "test"}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	return dir
@@ -222,9 +222,9 @@ func TestScalesThatDoNotFit(t *testing.T) {
 }
 
 func TestNBytesMismatch(t *testing.T) {
-	tn := &manifest.Tensor{Name: "x.weight", Shard: &manifest.Shard{Name: "s.safetensors"}, DType: safetensors.BF16,
+	tn := &checkpoint.Tensor{Name: "x.weight", Shard: &checkpoint.Shard{Name: "s.safetensors"}, DType: safetensors.BF16,
 		Shape: []int64{3, 4}, Offset: 100, Size: 20, Layer: -1, Expert: -1, MTP: -1}
-	cat := &manifest.Catalog{Tensors: []*manifest.Tensor{tn}}
+	cat := &checkpoint.Catalog{Tensors: []*checkpoint.Tensor{tn}}
 	r := header(cat, tn, 2)
 	if r.NBytesOK {
 		t.Fatalf("nbytes_ok for 20 bytes of BF16 [3 4]")
@@ -298,7 +298,7 @@ func TestCache(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	records := func(cat *manifest.Catalog) ([]Record, ProgressSnapshot) {
+	records := func(cat *checkpoint.Catalog) ([]Record, ProgressSnapshot) {
 		t.Helper()
 		inv := New(cat, Options{Cache: c})
 		recs, err := inv.Records(context.Background())
@@ -483,9 +483,9 @@ func TestOverview(t *testing.T) {
 // TestMarkdownProblemsGrouped: the README lists a fault repeated per
 // tensor once, with its count and first tensors; summary.json keeps each.
 func TestMarkdownProblemsGrouped(t *testing.T) {
-	o := &Overview{Problems: []manifest.Problem{{File: "model.safetensors.index.json", Reason: "missing"}}}
+	o := &Overview{Problems: []checkpoint.Problem{{File: "model.safetensors.index.json", Reason: "missing"}}}
 	for i := range 1000 {
-		o.Problems = append(o.Problems, manifest.Problem{File: "a.safetensors", Tensor: fmt.Sprintf("t%04d", i), Reason: "listed in the index but not in the shard"})
+		o.Problems = append(o.Problems, checkpoint.Problem{File: "a.safetensors", Tensor: fmt.Sprintf("t%04d", i), Reason: "listed in the index but not in the shard"})
 	}
 	md := string(o.Markdown())
 	_, problems, _ := strings.Cut(md, "## Problems\n\n")

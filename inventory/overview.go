@@ -7,7 +7,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/dsfs/dsfs/manifest"
+	"github.com/dsfs/dsfs/checkpoint"
 )
 
 // OverviewSchema names the layout of an Overview document.
@@ -31,7 +31,7 @@ type Overview struct {
 	Model    ModelFacts       `json:"model"`
 	// Problems is every fault the catalog found in the headers, index and
 	// config.
-	Problems []manifest.Problem `json:"problems"`
+	Problems []checkpoint.Problem `json:"problems"`
 }
 
 // Tally counts tensors and their bytes.
@@ -82,14 +82,14 @@ type VisionFacts struct {
 }
 
 // NewOverview describes cat from its headers.
-func NewOverview(cat *manifest.Catalog) *Overview {
+func NewOverview(cat *checkpoint.Catalog) *Overview {
 	o := &Overview{
 		Schema: OverviewSchema, Root: cat.Dir, Shards: len(cat.Shards), Tensors: len(cat.Tensors),
 		ByFormat: map[string]Tally{}, ByRole: map[string]Tally{}, ByDType: map[string]Tally{}, ByShard: map[string]Tally{},
 		Problems: cat.Problems,
 	}
 	if o.Problems == nil {
-		o.Problems = []manifest.Problem{}
+		o.Problems = []checkpoint.Problem{}
 	}
 	c := cat.Config
 	o.Config = ConfigFacts{
@@ -120,27 +120,27 @@ func NewOverview(cat *manifest.Catalog) *Overview {
 		switch {
 		case t.MTP >= 0:
 			mtp[t.MTP] = true
-			if t.Role == manifest.RoleMTPExpert {
+			if t.Role == checkpoint.RoleMTPExpert {
 				mtpExperts[[2]int{t.MTP, t.Expert}] = true
 			}
 		case t.Layer >= 0:
 			layers[t.Layer] = true
-			if t.Role == manifest.RoleRoutedExpert {
+			if t.Role == checkpoint.RoleRoutedExpert {
 				if experts[t.Layer] == nil {
 					experts[t.Layer] = map[int]bool{}
 				}
 				experts[t.Layer][t.Expert] = true
 			}
 		}
-		if t.Role == manifest.RoleEngram && t.Layer >= 0 {
+		if t.Role == checkpoint.RoleEngram && t.Layer >= 0 {
 			engram[t.Layer] = true
 		}
 		switch v := &o.Model.Vision; t.Role {
-		case manifest.RoleVision:
+		case checkpoint.RoleVision:
 			v.Tower++
-		case manifest.RoleVisionProjector:
+		case checkpoint.RoleVisionProjector:
 			v.Projector++
-		case manifest.RoleImageToken:
+		case checkpoint.RoleImageToken:
 			v.ImageTokens++
 		default:
 			continue
@@ -232,9 +232,9 @@ func (o *Overview) Markdown() []byte {
 	}
 	// summary.json lists every problem; here they are grouped, so that a
 	// fault repeated per tensor is one line.
-	groups, omitted := manifest.GroupProblems(o.Problems)
+	groups, omitted := checkpoint.GroupProblems(o.Problems)
 	for _, g := range groups {
-		p := manifest.Problem{File: g.File, Reason: g.Reason}
+		p := checkpoint.Problem{File: g.File, Reason: g.Reason}
 		if g.Count == 1 && len(g.Tensors) == 1 {
 			p.Tensor = g.Tensors[0]
 		}

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dsfs/dsfs/manifest"
+	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/safetensors"
 	"github.com/dsfs/dsfs/synth"
 )
@@ -86,7 +86,7 @@ func TestRandomTensors(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
 	rng := rand.New(rand.NewPCG(seed, seed>>1))
 	dir := randomShard(t, rng)
-	cat, err := manifest.Open(dir)
+	cat, err := checkpoint.Open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,8 +5,8 @@ import (
 	"math"
 	"math/bits"
 
+	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/codecs"
-	"github.com/dsfs/dsfs/manifest"
 	"github.com/dsfs/dsfs/simd"
 )
 
@@ -409,7 +409,7 @@ func (q *quantScan) exact(blk []byte, s float32) {
 }
 
 // checks reports the checks of weight t.
-func (q *quantScan) checks(t *manifest.Tensor) *PairChecks {
+func (q *quantScan) checks(t *checkpoint.Tensor) *PairChecks {
 	c := &PairChecks{ShapeOK: true}
 	var n, zeroCodes, nanCodes int64
 	last := t.Shape[len(t.Shape)-1]

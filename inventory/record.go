@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/dsfs/dsfs/manifest"
+	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/safetensors"
 )
 
@@ -211,11 +211,11 @@ type TPCut struct {
 }
 
 // official is the seed's name of a tensor's format.
-func official(t *manifest.Tensor) string {
+func official(t *checkpoint.Tensor) string {
 	switch t.Format {
-	case manifest.FormatMXFP4:
+	case checkpoint.FormatMXFP4:
 		return "mxfp4"
-	case manifest.FormatFP8:
+	case checkpoint.FormatFP8:
 		return "fp8"
 	}
 	if t.DType == safetensors.F8E8M0 {
@@ -225,7 +225,7 @@ func official(t *manifest.Tensor) string {
 }
 
 // header returns the record of t with everything the headers tell.
-func header(cat *manifest.Catalog, t *manifest.Tensor, tp int) Record {
+func header(cat *checkpoint.Catalog, t *checkpoint.Tensor, tp int) Record {
 	r := Record{
 		Name:      t.Name,
 		File:      t.Shard.Name,
@@ -260,7 +260,7 @@ func header(cat *manifest.Catalog, t *manifest.Tensor, tp int) Record {
 // unfitScale returns the scale tensor that a quantised weight t has by
 // name but that the catalog did not pair with it (its shape or dtype does
 // not fit), or nil.
-func unfitScale(cat *manifest.Catalog, t *manifest.Tensor) *manifest.Tensor {
+func unfitScale(cat *checkpoint.Catalog, t *checkpoint.Tensor) *checkpoint.Tensor {
 	if t.Scale != nil || !quantised(t.DType) {
 		return nil
 	}

@@ -9,8 +9,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/codecs"
-	"github.com/dsfs/dsfs/manifest"
 	"github.com/dsfs/dsfs/safetensors"
 	"github.com/x448/float16"
 )
@@ -117,10 +117,10 @@ func (a *refAcc) decoded() *Decoded {
 
 // refValues computes the checks of catalogued tensor tn from the raw bytes
 // of its data (and of its scale, for a quantised weight).
-func refValues(tn *manifest.Tensor, data, scale []byte) *Values {
+func refValues(tn *checkpoint.Tensor, data, scale []byte) *Values {
 	var a refAcc
 	switch {
-	case tn.Scale != nil && tn.Format == manifest.FormatMXFP4:
+	case tn.Scale != nil && tn.Format == checkpoint.FormatMXFP4:
 		dec := make([]float32, 2*len(data))
 		codecs.DecodeMXFP4(dec, data, scale)
 		for _, v := range dec {
@@ -134,7 +134,7 @@ func refValues(tn *manifest.Tensor, data, scale []byte) *Values {
 		rows := tn.Shape[len(tn.Shape)-2]
 		return &Values{Pair: &PairChecks{ShapeOK: true, CodeHist: hist, NegZeroCodes: hist[8],
 			PadRows: (32 - rows%32) % 32, PadCols: (32 - 2*tn.Shape[len(tn.Shape)-1]%32) % 32, Decoded: a.decoded()}}
-	case tn.Scale != nil && tn.Format == manifest.FormatFP8:
+	case tn.Scale != nil && tn.Format == checkpoint.FormatFP8:
 		rows, cols := tn.Shape[0], tn.Shape[1]
 		br, bc := tn.Block[0], tn.Block[1]
 		sc := tn.Scale.Shape[1]

@@ -4,11 +4,9 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"fmt"
-	"io"
 
+	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/codecs"
-	"github.com/dsfs/dsfs/manifest"
 	"github.com/dsfs/dsfs/safetensors"
 )
 
@@ -44,7 +42,7 @@ type scanned struct {
 
 // scan hashes t and checks its values. A tensor of a quantised dtype whose
 // scale does not fit (unfit) is hashed and reported with shape_ok false.
-func (s *scanner) scan(ctx context.Context, t *manifest.Tensor, unfit bool) (scanned, error) {
+func (s *scanner) scan(ctx context.Context, t *checkpoint.Tensor, unfit bool) (scanned, error) {
 	var (
 		v   Values
 		sha string
@@ -52,10 +50,10 @@ func (s *scanner) scan(ctx context.Context, t *manifest.Tensor, unfit bool) (sca
 		acc valueAcc
 	)
 	switch {
-	case t.Scale != nil && t.Format == manifest.FormatMXFP4:
+	case t.Scale != nil && t.Format == checkpoint.FormatMXFP4:
 		sha, err = s.scanMXFP4(ctx, t)
 		v.Pair = s.quant.checks(t)
-	case t.Scale != nil && t.Format == manifest.FormatFP8:
+	case t.Scale != nil && t.Format == checkpoint.FormatFP8:
 		sha, err = s.scanFP8(ctx, t)
 		v.Pair = s.quant.checks(t)
 	case t.DType == safetensors.F8E8M0:
@@ -95,7 +93,7 @@ func (s *scanner) scan(ctx context.Context, t *manifest.Tensor, unfit bool) (sca
 // each step of a chunk, hashes it and passes it to check. prepare, if set,
 // is called with each chunk's tensor offset and length before its steps,
 // to read what the checks need beside the data (scales).
-func (s *scanner) stream(ctx context.Context, t *manifest.Tensor, unit int64,
+func (s *scanner) stream(ctx context.Context, t *checkpoint.Tensor, unit int64,
 	prepare func(off, n int64) error, check func(p []byte)) (string, error) {
 	h := sha256.New()
 	if t.Size == 0 {
@@ -133,20 +131,14 @@ func (s *scanner) stream(ctx context.Context, t *manifest.Tensor, unit int64,
 }
 
 // readFull reads bytes [off, off+len(p)) of tensor t.
-func readFull(t *manifest.Tensor, p []byte, off int64) error {
-	n, err := t.Shard.ReadAt(p, t.Offset+off)
-	if n == len(p) {
-		return nil
-	}
-	if err == nil || err == io.EOF {
-		err = io.ErrUnexpectedEOF
-	}
-	return fmt.Errorf("%s: tensor %s: %w", t.Shard.Name, t.Name, err)
+func readFull(t *checkpoint.Tensor, p []byte, off int64) error {
+	_, err := t.ReadAt(p, off)
+	return err
 }
 
 // scanMXFP4 reads an MXFP4 weight with its scale: weight byte i belongs to
 // block i/16, whose scale is byte i/16 of the scale tensor.
-func (s *scanner) scanMXFP4(ctx context.Context, t *manifest.Tensor) (string, error) {
+func (s *scanner) scanMXFP4(ctx context.Context, t *checkpoint.Tensor) (string, error) {
 	const blockBytes = codecs.MXBlock / 2
 	q := s.quant
 	q.reset(fp4Format)
@@ -168,7 +160,7 @@ func (s *scanner) scanMXFP4(ctx context.Context, t *manifest.Tensor) (string, er
 // scanFP8 reads an FP8 weight [rows, cols] with its block scale
 // [ceil(rows/br), ceil(cols/bc)] (E8M0 or F32), a strip of br rows at a
 // time.
-func (s *scanner) scanFP8(ctx context.Context, t *manifest.Tensor) (string, error) {
+func (s *scanner) scanFP8(ctx context.Context, t *checkpoint.Tensor) (string, error) {
 	cols := t.Shape[1]
 	br, bc := t.Block[0], t.Block[1]
 	q := s.quant

@@ -5,7 +5,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/dsfs/dsfs/manifest"
+	"github.com/dsfs/dsfs/checkpoint"
 )
 
 // Summary is the seed's summary of a set of records. Fields computed from
@@ -159,10 +159,10 @@ func problemKinds(r *Record) []string {
 // with the tensor's name: wrong byte counts, unreadable data, non-finite
 // values, NaN scales or codes, scales that do not fit, and quantised
 // weights with no scale at all.
-func Problems(recs []Record) []manifest.Problem {
-	var out []manifest.Problem
+func Problems(recs []Record) []checkpoint.Problem {
+	var out []checkpoint.Problem
 	add := func(r *Record, format string, args ...any) {
-		out = append(out, manifest.Problem{File: r.File, Tensor: r.Name, Reason: fmt.Sprintf(format, args...)})
+		out = append(out, checkpoint.Problem{File: r.File, Tensor: r.Name, Reason: fmt.Sprintf(format, args...)})
 	}
 	for i := range recs {
 		r := &recs[i]
@@ -198,8 +198,8 @@ func Problems(recs []Record) []manifest.Problem {
 }
 
 // sortProblems orders problems as the catalog does: by file, then tensor.
-func sortProblems(ps []manifest.Problem) {
-	slices.SortStableFunc(ps, func(a, b manifest.Problem) int {
+func sortProblems(ps []checkpoint.Problem) {
+	slices.SortStableFunc(ps, func(a, b checkpoint.Problem) int {
 		if c := strings.Compare(a.File, b.File); c != 0 {
 			return c
 		}

@@ -3,7 +3,7 @@ package inventory
 import (
 	"strings"
 
-	"github.com/dsfs/dsfs/manifest"
+	"github.com/dsfs/dsfs/checkpoint"
 )
 
 // scaleGroup is the element count a TP share should be a multiple of so
@@ -30,7 +30,7 @@ var attentionCuts = []struct{ suffix, axis string }{
 // projections by rows, down projections by columns (routed experts by
 // their logical, unpacked columns), attention as attentionCuts, and
 // embedding and head by vocabulary rows.
-func tpCut(t *manifest.Tensor, ranks int) *TPCut {
+func tpCut(t *checkpoint.Tensor, ranks int) *TPCut {
 	if ranks < 2 || len(t.Shape) != 2 || t.ScaleOf != nil {
 		return nil
 	}
@@ -40,24 +40,24 @@ func tpCut(t *manifest.Tensor, ranks int) *TPCut {
 	}
 	axis := ""
 	switch t.Role {
-	case manifest.RoleRoutedExpert, manifest.RoleMTPExpert, manifest.RoleSharedExpert, manifest.RoleDense:
+	case checkpoint.RoleRoutedExpert, checkpoint.RoleMTPExpert, checkpoint.RoleSharedExpert, checkpoint.RoleDense:
 		switch t.Proj {
 		case "w1", "w3":
 			axis = "rows"
 		case "w2":
 			axis = "cols"
-			if t.Format == manifest.FormatMXFP4 {
+			if t.Format == checkpoint.FormatMXFP4 {
 				axis = "cols(logical)"
 			}
 		}
-	case manifest.RoleAttention:
+	case checkpoint.RoleAttention:
 		for _, c := range attentionCuts {
 			if strings.HasSuffix(module, c.suffix) {
 				axis = c.axis
 				break
 			}
 		}
-	case manifest.RoleEmbed, manifest.RoleHead:
+	case checkpoint.RoleEmbed, checkpoint.RoleHead:
 		axis = "rows(vocab)"
 	}
 	var n int64

@@ -8,7 +8,7 @@ import (
 	"sync"
 
 	"github.com/dsfs/dsfs/codecs"
-	"github.com/dsfs/dsfs/views"
+	"github.com/dsfs/dsfs/q2"
 	"golang.org/x/sync/errgroup"
 )
 
@@ -93,8 +93,8 @@ func (s sums) relRMS() float64 { return math.Sqrt(s.dd / s.aa) }
 // compares them with the exact MXFP4 decode of their source. The blocks
 // come through the view's own path, so a disk cache q was planned with
 // serves them. progress counts weights.
-func Audit(ctx context.Context, q *views.Q2, sample int, progress Progress) (*AuditReport, error) {
-	byProj := make(map[string][]*views.Q2Tensor)
+func Audit(ctx context.Context, q *q2.Plan, sample int, progress Progress) (*AuditReport, error) {
+	byProj := make(map[string][]*q2.Tensor)
 	all := q.Quantised()
 	for _, t := range all {
 		byProj[t.Source.Proj] = append(byProj[t.Source.Proj], t)
@@ -104,7 +104,7 @@ func Audit(ctx context.Context, q *views.Q2, sample int, progress Progress) (*Au
 		projs = append(projs, p)
 	}
 	sort.Strings(projs)
-	var picked []*views.Q2Tensor
+	var picked []*q2.Tensor
 	for _, p := range projs {
 		ts := byProj[p]
 		if sample <= 0 || sample >= len(ts) {
@@ -158,7 +158,7 @@ func Audit(ctx context.Context, q *views.Q2, sample int, progress Progress) (*Au
 		return nil, err
 	}
 
-	r := &AuditReport{Source: q.Repo, Revision: q.Revision, Quantiser: views.Q2Quantiser,
+	r := &AuditReport{Source: q.Repo, Revision: q.Revision, Quantiser: q2.Quantiser,
 		Dequantiser: "Go ports of ggml's dequantize_row_iq2_xxs and dequantize_row_q2_K",
 		Reference:   "exact MXFP4 decode (E2M1 x 2^(e-127), float32)", CodecVersion: codecs.Version,
 		Sample: sample, Tensors: len(picked), Available: len(all),

@@ -14,10 +14,12 @@ import (
 	"time"
 
 	"github.com/dsfs/dsfs/internal/tinyckpt"
+	"github.com/dsfs/dsfs/q2"
+	"github.com/dsfs/dsfs/vfile"
 
 	"github.com/dsfs/dsfs/blockcache"
+	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/diskcache"
-	"github.com/dsfs/dsfs/manifest"
 	"github.com/dsfs/dsfs/synth"
 	"github.com/dsfs/dsfs/views"
 )
@@ -27,14 +29,14 @@ var tinyDir string
 
 func TestMain(m *testing.M) { tinyckpt.Main(m, "v41-tiny", &tinyDir) }
 
-func plan(t *testing.T, opt views.Options) *views.Q2 {
+func plan(t *testing.T, opt q2.Options) *q2.Plan {
 	t.Helper()
-	cat, err := manifest.Open(tinyDir)
+	cat, err := checkpoint.Open(tinyDir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cat.Close() })
-	q, err := views.PlanQ2(cat, opt)
+	q, err := q2.New(cat, opt)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +55,7 @@ func exportQ2(t *testing.T, cacheDir string) string {
 		}
 		opt.DiskCache = dc
 	}
-	cat, err := manifest.Open(tinyDir)
+	cat, err := checkpoint.Open(tinyDir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +69,7 @@ func exportQ2(t *testing.T, cacheDir string) string {
 	cache := blockcache.New(64<<20, 2)
 	defer cache.Close()
 	out := t.TempDir()
-	err = s.Root.Child("q2").Walk(func(p string, n *views.Node) error {
+	err = s.Root.Child("q2").Walk(func(p string, n *vfile.Node) error {
 		dst := filepath.Join(out, filepath.FromSlash(p))
 		switch {
 		case n.IsDir():
@@ -79,7 +81,7 @@ func exportQ2(t *testing.T, cacheDir string) string {
 			}
 			return os.WriteFile(dst, b, 0o644)
 		}
-		b, err := io.ReadAll(io.NewSectionReader(views.NewReader(n.File, cache), 0, n.File.Size()))
+		b, err := io.ReadAll(io.NewSectionReader(vfile.NewReader(n.File, cache), 0, n.File.Size()))
 		if err != nil {
 			return err
 		}
@@ -114,7 +116,7 @@ func flip(t *testing.T, p string, off int64) {
 func TestVerifyExport(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
 	out := exportQ2(t, t.TempDir()) // the cache spares the manifests a second quantisation
-	q := plan(t, views.Options{})
+	q := plan(t, q2.Options{})
 	r, err := Verify(context.Background(), q, out, 0, seed, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -130,8 +132,8 @@ func TestVerifyExport(t *testing.T) {
 	// A changed quantised byte is caught by the block and by its digest; a
 	// changed native byte by its digest only, so it needs --sample 0.
 	qt := q.Quantised()[5]
-	var native *views.Q2Tensor
-	shardOf := make(map[*views.Q2Tensor]string)
+	var native *q2.Tensor
+	shardOf := make(map[*q2.Tensor]string)
 	for _, sh := range q.Shards {
 		for _, t := range sh.Tensors {
 			shardOf[t] = sh.Name
@@ -163,7 +165,7 @@ func TestVerifyCache(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
 	dir := t.TempDir()
 	exportQ2(t, dir)
-	q := plan(t, views.Options{})
+	q := plan(t, q2.Options{})
 	r, err := Verify(context.Background(), q, dir, 0, seed, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -206,14 +208,14 @@ func TestVerifyCache(t *testing.T) {
 }
 
 func TestVerifyRefusesOtherDirectories(t *testing.T) {
-	q := plan(t, views.Options{})
+	q := plan(t, q2.Options{})
 	if _, err := Verify(context.Background(), q, t.TempDir(), 1, 1, nil); err == nil || !strings.Contains(err.Error(), "neither") {
 		t.Fatalf("Verify of an empty directory: %v", err)
 	}
 }
 
 func TestAudit(t *testing.T) {
-	q := plan(t, views.Options{})
+	q := plan(t, q2.Options{})
 	var last, total int64
 	r, err := Audit(context.Background(), q, 0, func(done, tot int64) { last, total = done, tot })
 	if err != nil {
@@ -270,12 +272,12 @@ func TestAuditZeroTensor(t *testing.T) {
 	if err := synth.PatchTensor(dir, name, func(b []byte) { clear(b) }); err != nil {
 		t.Fatal(err)
 	}
-	cat, err := manifest.Open(dir)
+	cat, err := checkpoint.Open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cat.Close()
-	q, err := views.PlanQ2(cat, views.Options{})
+	q, err := q2.New(cat, q2.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,18 +7,16 @@ package q2check
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 
 	"github.com/dsfs/dsfs/diskcache"
-	"github.com/dsfs/dsfs/views"
+	"github.com/dsfs/dsfs/q2"
+	"github.com/dsfs/dsfs/vfile"
 )
 
 // Progress is told how much of a job is done, in the job's own units.
@@ -64,7 +62,7 @@ func (r *VerifyReport) fail(format string, a ...any) {
 
 // block is one block of a quantised tensor.
 type block struct {
-	t *views.Q2Tensor
+	t *q2.Tensor
 	i int64
 }
 
@@ -75,7 +73,7 @@ type block struct {
 // every tensor when sample is 0) or a disk cache directory (then each
 // sampled block's entry is looked up by its key and checked). q must be
 // planned without a disk cache, so that every block is recomputed.
-func Verify(ctx context.Context, q *views.Q2, dir string, sample int64, seed uint64, progress Progress) (*VerifyReport, error) {
+func Verify(ctx context.Context, q *q2.Plan, dir string, sample int64, seed uint64, progress Progress) (*VerifyReport, error) {
 	r := &VerifyReport{Against: dir, Seed: seed, Failures: []string{}}
 	switch {
 	case diskcache.IsCache(dir):
@@ -163,14 +161,14 @@ func verifyCache(ctx context.Context, r *VerifyReport, dir string, picked []bloc
 	return nil
 }
 
-func verifyExport(ctx context.Context, r *VerifyReport, q *views.Q2, dir string, picked []block, everyDigest bool, progress Progress) error {
-	files := make(map[*views.Q2Shard]*os.File)
+func verifyExport(ctx context.Context, r *VerifyReport, q *q2.Plan, dir string, picked []block, everyDigest bool, progress Progress) error {
+	files := make(map[*q2.Shard]*os.File)
 	defer func() {
 		for _, f := range files {
 			f.Close()
 		}
 	}()
-	shardOf := make(map[*views.Q2Tensor]*views.Q2Shard)
+	shardOf := make(map[*q2.Tensor]*q2.Shard)
 	for _, sh := range q.Shards {
 		for _, t := range sh.Tensors {
 			shardOf[t] = sh
@@ -194,7 +192,7 @@ func verifyExport(ctx context.Context, r *VerifyReport, q *views.Q2, dir string,
 			r.fail("%s: header differs from the view's layout", sh.Name)
 		}
 	}
-	touched := make(map[*views.Q2Tensor]bool)
+	touched := make(map[*q2.Tensor]bool)
 	for n, b := range picked {
 		f := files[shardOf[b.t]]
 		if f == nil {
@@ -225,7 +223,7 @@ func verifyExport(ctx context.Context, r *VerifyReport, q *views.Q2, dir string,
 			r.fail("%s: %v", sh.Name, err)
 			continue
 		}
-		recorded := make(map[string]views.Q2ManifestTensor, len(m.Tensors))
+		recorded := make(map[string]q2.ManifestTensor, len(m.Tensors))
 		for _, mt := range m.Tensors {
 			recorded[mt.Name] = mt
 		}
@@ -238,7 +236,7 @@ func verifyExport(ctx context.Context, r *VerifyReport, q *views.Q2, dir string,
 				r.fail("%s: %s is not in the shard manifest", sh.Name, t.Name)
 				continue
 			}
-			got, err := sha256Section(io.NewSectionReader(f, t.Offset, t.Size))
+			got, err := vfile.SHA256(ctx, f, t.Offset, t.Size)
 			if err != nil {
 				return fmt.Errorf("%s: tensor %s: %w", sh.Name, t.Name, err)
 			}
@@ -255,22 +253,14 @@ func verifyExport(ctx context.Context, r *VerifyReport, q *views.Q2, dir string,
 	return nil
 }
 
-func readManifest(p string) (*views.Q2ShardManifest, error) {
+func readManifest(p string) (*q2.ShardManifest, error) {
 	b, err := os.ReadFile(p)
 	if err != nil {
 		return nil, err
 	}
-	var m views.Q2ShardManifest
+	var m q2.ShardManifest
 	if err := json.Unmarshal(b, &m); err != nil {
 		return nil, fmt.Errorf("%s: %w", p, err)
 	}
 	return &m, nil
-}
-
-func sha256Section(r io.Reader) (string, error) {
-	h := sha256.New()
-	if _, err := io.CopyBuffer(h, r, make([]byte, 1<<20)); err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
 }

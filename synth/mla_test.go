@@ -7,8 +7,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/codecs"
-	"github.com/dsfs/dsfs/manifest"
 	"github.com/dsfs/dsfs/safetensors"
 	"github.com/dsfs/dsfs/tokenizer"
 )
@@ -33,7 +33,7 @@ func TestWriteMLA(t *testing.T) {
 					t.Errorf("%s differs between two writes", e.Name())
 				}
 			}
-			cat, err := manifest.Open(a)
+			cat, err := checkpoint.Open(a)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -49,7 +49,7 @@ func TestWriteMLA(t *testing.T) {
 				t.Errorf("tokenizer vocabulary %d, want the model's 512", tok.VocabSize())
 			}
 			// A layer's tensors span both shards, as in the reference set.
-			shards := map[*manifest.Shard]bool{}
+			shards := map[*checkpoint.Shard]bool{}
 			for _, ts := range cat.Tensors {
 				if ts.Layer == 2 {
 					shards[ts.Shard] = true

@@ -268,7 +268,7 @@ type patternStat struct {
 	count  int
 }
 
-func patterns(c *checkpoint) map[string]*patternStat {
+func patterns(c *written) map[string]*patternStat {
 	out := map[string]*patternStat{}
 	for _, h := range c.headers {
 		for _, tt := range h.Tensors {
@@ -292,7 +292,7 @@ func patterns(c *checkpoint) map[string]*patternStat {
 }
 
 // checkRelease compares a written checkpoint with a release's shard table.
-func checkRelease(t *testing.T, dir string, want []releaseShard, tensors int, data int64) *checkpoint {
+func checkRelease(t *testing.T, dir string, want []releaseShard, tensors int, data int64) *written {
 	t.Helper()
 	c := openCheckpoint(t, dir)
 	shards := c.shards()

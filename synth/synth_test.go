@@ -15,17 +15,17 @@ import (
 	"github.com/dsfs/dsfs/safetensors"
 )
 
-// checkpoint is a written checkpoint opened for tests.
-type checkpoint struct {
+// written is a written checkpoint opened for tests.
+type written struct {
 	dir     string
 	index   index
 	headers map[string]*safetensors.Header // by shard name
 	sizes   map[string]int64
 }
 
-func openCheckpoint(t *testing.T, dir string) *checkpoint {
+func openCheckpoint(t *testing.T, dir string) *written {
 	t.Helper()
-	c := &checkpoint{dir: dir, headers: map[string]*safetensors.Header{}, sizes: map[string]int64{}}
+	c := &written{dir: dir, headers: map[string]*safetensors.Header{}, sizes: map[string]int64{}}
 	b, err := os.ReadFile(filepath.Join(dir, IndexName))
 	if err != nil {
 		t.Fatal(err)
@@ -54,7 +54,7 @@ func openCheckpoint(t *testing.T, dir string) *checkpoint {
 }
 
 // shards lists the shard names the index names, sorted.
-func (c *checkpoint) shards() []string {
+func (c *written) shards() []string {
 	var out []string
 	for _, s := range c.index.WeightMap {
 		if !slices.Contains(out, s) {
@@ -66,7 +66,7 @@ func (c *checkpoint) shards() []string {
 }
 
 // tensor returns a tensor's header entry and its shard.
-func (c *checkpoint) tensor(t *testing.T, name string) (safetensors.Tensor, string) {
+func (c *written) tensor(t *testing.T, name string) (safetensors.Tensor, string) {
 	t.Helper()
 	shard, ok := c.index.WeightMap[name]
 	if !ok {
@@ -80,7 +80,7 @@ func (c *checkpoint) tensor(t *testing.T, name string) (safetensors.Tensor, stri
 }
 
 // read returns a tensor's bytes.
-func (c *checkpoint) read(t *testing.T, name string) []byte {
+func (c *written) read(t *testing.T, name string) []byte {
 	t.Helper()
 	tt, shard := c.tensor(t, name)
 	f, err := os.Open(filepath.Join(c.dir, shard))
@@ -96,7 +96,7 @@ func (c *checkpoint) read(t *testing.T, name string) []byte {
 }
 
 // names returns every tensor name in the headers, sorted.
-func (c *checkpoint) names() []string {
+func (c *written) names() []string {
 	var out []string
 	for _, h := range c.headers {
 		for _, t := range h.Tensors {

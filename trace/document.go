@@ -12,7 +12,7 @@ import (
 	"runtime"
 	"time"
 
-	"github.com/dsfs/dsfs/manifest"
+	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/simd"
 	"github.com/dsfs/dsfs/trace/model"
 )
@@ -234,7 +234,7 @@ func modelName(cfg *model.Config) string {
 	return s
 }
 
-func provenance(cat *manifest.Catalog, naming model.Naming) Provenance {
+func provenance(cat *checkpoint.Catalog, naming model.Naming) Provenance {
 	p := Provenance{Source: cat.Dir, Naming: naming.String(), SHA256: map[string]string{}, Shards: len(cat.Shards)}
 	hash := func(b []byte) string {
 		s := sha256.Sum256(b)

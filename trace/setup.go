@@ -2,41 +2,14 @@ package trace
 
 import (
 	"fmt"
-	"log/slog"
 	"path"
 
-	"github.com/dsfs/dsfs/cuda"
-	"github.com/dsfs/dsfs/manifest"
+	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/tokenizer"
-	"github.com/dsfs/dsfs/trace/model"
 )
 
-// NewBackend returns the backend a --device value names: "cpu"; "cuda",
-// the first GPU or the reason CUDA cannot be used; "auto" (or empty), CUDA
-// when it starts, else the CPU. note says, in one line, why auto fell back
-// to the CPU, for the caller to log.
-func NewBackend(device string) (b model.Backend, note string, err error) {
-	switch device {
-	case "cpu":
-		return model.NewCPU(), "", nil
-	case "cuda":
-		b, err := cuda.NewBackend(cuda.Options{Log: slog.Default()})
-		if err != nil {
-			return nil, "", fmt.Errorf("cuda: %w", err)
-		}
-		return b, "", nil
-	case "", "auto":
-		b, err := cuda.NewBackend(cuda.Options{Log: slog.Default()})
-		if err != nil {
-			return model.NewCPU(), "trace/ runs layers on the CPU: " + err.Error(), nil
-		}
-		return b, "", nil
-	}
-	return nil, "", CheckDevice(device)
-}
-
-// CheckDevice reports whether device is a --device value NewBackend knows,
-// without starting anything.
+// CheckDevice reports whether device is a --device value (auto, cpu or
+// cuda), without starting anything.
 func CheckDevice(device string) error {
 	switch device {
 	case "", "auto", "cpu", "cuda":
@@ -48,7 +21,7 @@ func CheckDevice(device string) error {
 // LoadTokenizer loads the checkpoint's tokenizer.json with the special
 // token settings of its tokenizer_config.json. It returns nil and no error
 // when the checkpoint has no tokenizer.json.
-func LoadTokenizer(cat *manifest.Catalog) (*tokenizer.Tokenizer, error) {
+func LoadTokenizer(cat *checkpoint.Catalog) (*tokenizer.Tokenizer, error) {
 	var tokPath, cfgPath string
 	for _, f := range cat.Files {
 		switch f.Name {

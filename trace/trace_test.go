@@ -12,8 +12,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/internal/testdata"
-	"github.com/dsfs/dsfs/manifest"
 	"github.com/dsfs/dsfs/synth"
 	"github.com/dsfs/dsfs/trace/model"
 )
@@ -109,7 +109,7 @@ func goldenPrompts(t *testing.T, name string) ([]Prompt, string) {
 
 func openTracer(t *testing.T, dir string, prompts []Prompt) *Tracer {
 	t.Helper()
-	cat, err := manifest.Open(dir)
+	cat, err := checkpoint.Open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -61,15 +61,6 @@ func New(m *model.Model, b model.Backend, prompts []Prompt, tok *tokenizer.Token
 	return t
 }
 
-// Model returns the traced model.
-func (t *Tracer) Model() *model.Model { return t.model }
-
-// Prompts returns the prompts.
-func (t *Tracer) Prompts() []Prompt { return t.prompts }
-
-// Backend returns the backend the layers run on.
-func (t *Tracer) Backend() model.Backend { return t.backend }
-
 // Layers is the number of layers the tracer can run: those before the
 // first layer with a problem.
 func (t *Tracer) Layers() int { return len(t.records) }

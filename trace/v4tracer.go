@@ -62,6 +62,15 @@ func NewV4(m *v4.Model, p v4.Precision, prompts []Prompt, tok *tokenizer.Tokeniz
 // Layers is the number of layers the tracer can run.
 func (t *V4Tracer) Layers() int { return len(t.records) }
 
+// BackendName is "cpu" for the host V4 engine, else the name of the
+// backend the model's products run on.
+func (t *V4Tracer) BackendName() string {
+	if b := t.model.Backend(); b != nil {
+		return b.Name()
+	}
+	return "cpu"
+}
+
 // Forwards is the number of layer forwards run so far.
 func (t *V4Tracer) Forwards() int64 { return t.forwards.Load() }
 
@@ -147,7 +156,7 @@ func (t *V4Tracer) forward(ctx context.Context, j int) (*v4.LayerOutput, error) 
 	}
 	t.forwards.Add(1)
 	if t.log != nil {
-		t.log.Info("trace: layer forward", "layer", j, "tokens", t.tokens, "backend", "cpu",
+		t.log.Info("trace: layer forward", "layer", j, "tokens", t.tokens, "backend", t.BackendName(),
 			"precision", string(t.precision), "ms", out.Time.Milliseconds(), "load_ms", out.LoadTime.Milliseconds())
 	}
 	t.streams[j+1] = out.StreamOut
@@ -180,7 +189,7 @@ func (t *V4Tracer) Final(ctx context.Context) (*v4.Final, error) {
 			return nil, err
 		}
 	}
-	f, err := t.model.Logits(t.streams[last+1])
+	f, err := t.model.Logits(ctx, t.streams[last+1])
 	if err != nil {
 		return nil, err
 	}
@@ -365,7 +374,7 @@ func (a V4Activation) Rows() int { return int(a.Shape[0]) }
 
 // RowBytes is the size of one row.
 func (a V4Activation) RowBytes() int64 {
-	n := int64(4)
+	n := int64(a.DType.Bits() / 8)
 	for _, d := range a.Shape[1:] {
 		n *= d
 	}
@@ -499,6 +508,10 @@ func (t *V4Tracer) TraceJSON(ctx context.Context) ([]byte, error) {
 		}
 	}
 	cfg := t.model.Config
+	device := "host (pure Go V4 engine)"
+	if b := t.model.Backend(); b != nil {
+		device = b.Device() + " (products and V4 operations; the rest on the host V4 engine)"
+	}
 	d := V4Document{
 		SchemaVersion: SchemaVersion,
 		CapturedAtUTC: time.Now().UTC().Format(time.RFC3339),
@@ -507,7 +520,7 @@ func (t *V4Tracer) TraceJSON(ctx context.Context) ([]byte, error) {
 		Precision:     string(t.precision),
 		Environment: Environment{
 			Go: runtime.Version(), OS: runtime.GOOS, Arch: runtime.GOARCH,
-			CPUThreads: runtime.GOMAXPROCS(0), Backend: "cpu", Device: "host (pure Go V4 engine)",
+			CPUThreads: runtime.GOMAXPROCS(0), Backend: t.BackendName(), Device: device,
 			MatmulKernel: simd.Kernel(), ComputeDType: "float32",
 		},
 		Configuration: cfg,
@@ -515,6 +528,8 @@ func (t *V4Tracer) TraceJSON(ctx context.Context) ([]byte, error) {
 	}
 	for l := range cfg.Layers {
 		d.LayerRoles = append(d.LayerRoles, cfg.Role(l))
+	}
+	for l := range t.model.Checked() {
 		for _, p := range t.model.Problems(l) {
 			d.Problems = append(d.Problems, fmt.Sprintf("layer %d: %s", l, p))
 		}

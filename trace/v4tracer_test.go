@@ -10,8 +10,8 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/internal/testdata"
-	"github.com/dsfs/dsfs/manifest"
 	"github.com/dsfs/dsfs/safetensors"
 	"github.com/dsfs/dsfs/trace/v4"
 )
@@ -57,7 +57,7 @@ func v4Tracer(t *testing.T, p v4.Precision) (*V4Tracer, *v4Golden) {
 	if err := json.Unmarshal(raw, &g); err != nil {
 		t.Fatal(err)
 	}
-	cat, err := manifest.Open(dir)
+	cat, err := checkpoint.Open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

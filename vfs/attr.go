@@ -4,7 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 
-	"github.com/dsfs/dsfs/views"
+	"github.com/dsfs/dsfs/vfile"
 	"github.com/hanwen/go-fuse/v2/fuse"
 )
 
@@ -21,14 +21,14 @@ const rootIno = 1
 // are below 2^53 and never 0 or the root's; a collision (about one in 10^6
 // mounts of a 100k-file checkpoint) moves the later path, in walk order, to
 // the next free number, so the same tree always gets the same numbers.
-func inodes(root *views.Node) map[*views.Node]uint64 { return inodesMasked(root, maxIno) }
+func inodes(root *vfile.Node) map[*vfile.Node]uint64 { return inodesMasked(root, maxIno) }
 
 // inodesMasked is inodes with numbers cut to mask, which tests make small
 // to force collisions.
-func inodesMasked(root *views.Node, mask uint64) map[*views.Node]uint64 {
-	ino := map[*views.Node]uint64{root: rootIno}
+func inodesMasked(root *vfile.Node, mask uint64) map[*vfile.Node]uint64 {
+	ino := map[*vfile.Node]uint64{root: rootIno}
 	used := map[uint64]bool{rootIno: true}
-	root.Walk(func(path string, n *views.Node) error {
+	root.Walk(func(path string, n *vfile.Node) error {
 		if n == root {
 			return nil
 		}
@@ -47,7 +47,7 @@ func inodesMasked(root *views.Node, mask uint64) map[*views.Node]uint64 {
 // setAttr fills the attributes every node shows of its sources. Access
 // time is the modification time: reads through the mount are not
 // recorded, and a stable atime keeps copies made with -a identical.
-func setAttr(out *fuse.Attr, a views.Attr) {
+func setAttr(out *fuse.Attr, a vfile.Attr) {
 	out.Mode = a.Perm
 	out.Owner = fuse.Owner{Uid: a.Uid, Gid: a.Gid}
 	out.Nlink = 1

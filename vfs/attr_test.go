@@ -4,24 +4,24 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/dsfs/dsfs/views"
+	"github.com/dsfs/dsfs/vfile"
 )
 
 // tree is a view tree of dirs directories of files files each, plus extra
 // at the top.
-func tree(dirs, files int, extra ...string) *views.Node {
-	var top []*views.Node
+func tree(dirs, files int, extra ...string) *vfile.Node {
+	var top []*vfile.Node
 	for d := range dirs {
-		var fs []*views.Node
+		var fs []*vfile.Node
 		for f := range files {
-			fs = append(fs, &views.Node{Name: fmt.Sprintf("model-%05d.safetensors", f), File: views.NewFile()})
+			fs = append(fs, &vfile.Node{Name: fmt.Sprintf("model-%05d.safetensors", f), File: vfile.NewFile()})
 		}
-		top = append(top, views.Dir(fmt.Sprintf("view%d", d), fs...))
+		top = append(top, vfile.Dir(fmt.Sprintf("view%d", d), fs...))
 	}
 	for _, e := range extra {
-		top = append(top, &views.Node{Name: e, File: views.NewFile()})
+		top = append(top, &vfile.Node{Name: e, File: vfile.NewFile()})
 	}
-	return views.Dir("", top...)
+	return vfile.Dir("", top...)
 }
 
 func TestInodes(t *testing.T) {
@@ -31,7 +31,7 @@ func TestInodes(t *testing.T) {
 		t.Errorf("root inode %d, want 1", ino[a])
 	}
 	seen := make(map[uint64]string)
-	a.Walk(func(p string, n *views.Node) error {
+	a.Walk(func(p string, n *vfile.Node) error {
 		i, ok := ino[n]
 		switch {
 		case !ok:
@@ -65,7 +65,7 @@ func TestInodeCollisions(t *testing.T) {
 	a, b := tree(2, 10), tree(2, 10)
 	inoA, inoB := inodesMasked(a, mask), inodesMasked(b, mask)
 	seen := make(map[uint64]string)
-	a.Walk(func(p string, n *views.Node) error {
+	a.Walk(func(p string, n *vfile.Node) error {
 		i := inoA[n]
 		if i == 0 || i > mask || (i == 1) != (p == "") || seen[i] != "" {
 			t.Errorf("%q: inode %d (also %q)", p, i, seen[i])

@@ -1,24 +1,18 @@
 package vfs
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
-	"github.com/dsfs/dsfs/blockcache"
-	"github.com/dsfs/dsfs/views"
+	"github.com/dsfs/dsfs/vfile"
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
-	"golang.org/x/sys/unix"
 )
 
 // Options configure a mount.
@@ -35,39 +29,50 @@ type Options struct {
 	// SourceBytes is the size of the source checkpoint, which statfs (df)
 	// reports as the file system's size.
 	SourceBytes int64
+	// Source is the device /proc/mounts shows (the checkpoint directory);
+	// empty: "dsfs".
+	Source string
+	// Flags are the mount flags asked for by -o (nosuid, nodev, noexec and
+	// their opposites).
+	Flags []string
+	// MountPoint is the claimed mount point; nil: Serve claims dir itself.
+	MountPoint *MountPoint
 }
 
 // Mount is a live dsfs mount.
 type Mount struct {
 	Dir         string
 	server      *fuse.Server
-	cache       *blockcache.Cache
+	open        vfile.Opener
 	log         *slog.Logger
 	start       time.Time
 	ctr         counters
 	status      func() map[string]any
 	passthrough bool
-	ino         map[*views.Node]uint64 // every node's inode number
+	ino         map[*vfile.Node]uint64 // every node's inode number
 	sourceBytes int64
 	errs        repeatLog // read errors, logged once per file and cause with a count
 }
 
-// ErrMounted says the mount point is already a mount.
-var ErrMounted = errors.New("already a mount point")
-
-// Serve mounts root at dir with reads going through cache and returns once
-// the kernel has the mount. Call Wait to serve until unmounted.
-func Serve(dir string, root *views.Node, cache *blockcache.Cache, opt Options) (*Mount, error) {
-	dir, err := CheckMountPoint(dir)
-	if err != nil {
-		return nil, err
+// Serve mounts root at dir, reading each open file through a Reader from
+// open, and returns once the kernel has the mount. Call Wait to serve until
+// unmounted.
+func Serve(dir string, root *vfile.Node, open vfile.Opener, opt Options) (*Mount, error) {
+	if opt.Log == nil {
+		opt.Log = slog.Default()
 	}
-	m := &Mount{Dir: dir, cache: cache, log: opt.Log, start: time.Now(), status: opt.Status,
+	mp := opt.MountPoint
+	if mp == nil {
+		var err error
+		if mp, err = ClaimMountPoint(dir, opt.Log); err != nil {
+			return nil, err
+		}
+	}
+	defer mp.Release()
+	dir = mp.Dir
+	m := &Mount{Dir: dir, open: open, log: opt.Log, start: time.Now(), status: opt.Status,
 		passthrough: os.Geteuid() == 0, sourceBytes: opt.SourceBytes}
-	if m.log == nil {
-		m.log = slog.Default()
-	}
-	top := views.Dir("", append(append([]*views.Node(nil), root.Children...), m.statusDir(root.Attr))...)
+	top := vfile.Dir("", append(append([]*vfile.Node(nil), root.Children...), m.statusDir(root.Attr))...)
 	top.Attr = root.Attr
 	m.ino = inodes(top)
 	rootNode := &dirNode{m: m, n: top}
@@ -84,13 +89,21 @@ func Serve(dir string, root *views.Node, cache *blockcache.Cache, opt Options) (
 		NullPermissions: true,
 		RootStableAttr:  &fs.StableAttr{Ino: rootIno},
 	}
+	if opt.Source != "" {
+		fsOpts.MountOptions.FsName = opt.Source
+	}
+	fsOpts.MountOptions.Options = append(fsOpts.MountOptions.Options, opt.Flags...)
 	if os.Geteuid() != 0 {
 		if _, err := exec.LookPath("fusermount3"); err != nil {
 			return nil, fmt.Errorf("mounting %s as a normal user needs fusermount3 (apt-get install fuse3), or run as root", dir)
 		}
 	}
+	var err error
 	m.server, err = fs.Mount(dir, rootNode, fsOpts)
 	if err != nil {
+		if os.Geteuid() != 0 {
+			return nil, fmt.Errorf("mounting %s: %s", dir, mountFailure(dir, opt.AllowOther))
+		}
 		return nil, fmt.Errorf("mounting %s: %s", dir, strings.TrimSpace(err.Error()))
 	}
 	if err := RaiseReadAhead(dir); err != nil {
@@ -122,14 +135,21 @@ func MountOptions(allowOther, debug bool) fuse.MountOptions {
 
 // RaiseReadAhead lets the kernel send 1 MiB reads to the mount at dir:
 // go-fuse can only lower the read-ahead the kernel offers, so the mount's
-// bdi setting is raised after mounting, which needs root.
+// bdi setting is raised after mounting, which needs root. The device comes
+// from /proc/self/mountinfo, not from a stat of dir: a process that asks
+// its own mount could not be killed while the request is in flight.
 func RaiseReadAhead(dir string) error {
-	var st unix.Stat_t
-	if err := unix.Stat(dir, &st); err != nil {
+	dir, err := filepath.Abs(dir)
+	if err != nil {
 		return err
 	}
-	p := fmt.Sprintf("/sys/class/bdi/%d:%d/read_ahead_kb", unix.Major(st.Dev), unix.Minor(st.Dev))
-	return os.WriteFile(p, []byte("1024"), 0)
+	e, ok, err := mountAt(dir)
+	if err != nil {
+		return err
+	} else if !ok {
+		return fmt.Errorf("%s: not a mount point", dir)
+	}
+	return os.WriteFile("/sys/class/bdi/"+e.dev+"/read_ahead_kb", []byte("1024"), 0)
 }
 
 // Wait serves requests until the file system is unmounted.
@@ -138,13 +158,17 @@ func (m *Mount) Wait() { m.server.Wait() }
 // Unmount unmounts the file system; Wait then returns.
 func (m *Mount) Unmount() error { return m.server.Unmount() }
 
+// Detach unmounts the file system lazily, as libfuse does on a signal: the
+// mount leaves the tree at once, files still open on it keep being served,
+// and Wait returns when the last of them is closed.
+func (m *Mount) Detach() error { return detach(m.Dir) }
+
 // statusDir is .dsfs/: the live status of the mount, readable by whoever
 // may list the checkpoint directory, whose attributes are dir.
-func (m *Mount) statusDir(dir views.Attr) *views.Node {
-	stats := views.NewDynamicDoc(func(ctx context.Context) ([]byte, error) {
+func (m *Mount) statusDir(dir vfile.Attr) *vfile.Node {
+	stats := vfile.NewDynamicDoc(func(ctx context.Context) ([]byte, error) {
 		doc := map[string]any{
 			"uptime_seconds": time.Since(m.start).Seconds(),
-			"cache":          m.cache.Stats(),
 			"reads":          m.ctr.reads.Load(),
 			"bytes_served":   m.ctr.bytes.Load(),
 			"read_errors":    m.ctr.errors.Load(),
@@ -156,102 +180,11 @@ func (m *Mount) statusDir(dir views.Attr) *views.Node {
 				doc[k] = v
 			}
 		}
-		b, err := json.MarshalIndent(doc, "", "  ")
-		return append(b, '\n'), err
+		return vfile.JSON(doc)
 	})
 	file := dir
 	file.Perm &^= 0o111
-	status := views.Dir(".dsfs", &views.Node{Name: "stats.json", Doc: stats, Attr: file})
+	status := vfile.Dir(".dsfs", &vfile.Node{Name: "stats.json", Doc: stats, Attr: file})
 	status.Attr = dir
 	return status
-}
-
-// CheckMountPoint returns the absolute path of dir if it can be mounted
-// on: an existing directory that is not a mount point already. Callers
-// check before slow work so that a busy mount point fails at once.
-func CheckMountPoint(dir string) (string, error) {
-	dir, err := filepath.Abs(dir)
-	if err != nil {
-		return "", err
-	}
-	if fi, err := os.Stat(dir); err != nil {
-		return "", fmt.Errorf("mount point: %w", err)
-	} else if !fi.IsDir() {
-		return "", fmt.Errorf("mount point %s: not a directory", dir)
-	}
-	if mounted, err := IsMountPoint(dir); err != nil {
-		return "", err
-	} else if mounted {
-		return "", fmt.Errorf("mount point %s: %w (unmount it first: dsfs umount %s)", dir, ErrMounted, dir)
-	}
-	return dir, nil
-}
-
-// IsMountPoint reports whether dir is the mount point of a mount, from
-// /proc/self/mountinfo.
-func IsMountPoint(dir string) (bool, error) {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return false, err
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) > 4 && unescapeMountinfo(fields[4]) == dir {
-			return true, nil
-		}
-	}
-	return false, sc.Err()
-}
-
-// unescapeMountinfo undoes the octal escapes (\040 for a space) of
-// /proc/self/mountinfo paths.
-func unescapeMountinfo(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			var c int
-			if _, err := fmt.Sscanf(s[i+1:i+4], "%3o", &c); err == nil {
-				b.WriteByte(byte(c))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
-
-// Unmount unmounts the dsfs mount at dir from another process: directly
-// as root, else through fusermount3.
-func Unmount(dir string) error {
-	dir, err := filepath.Abs(dir)
-	if err != nil {
-		return err
-	}
-	if mounted, err := IsMountPoint(dir); err != nil {
-		return err
-	} else if !mounted {
-		return fmt.Errorf("%s: not a mount point", dir)
-	}
-	if os.Geteuid() == 0 {
-		if err := syscall.Unmount(dir, 0); err != nil {
-			return fmt.Errorf("unmounting %s: %w", dir, err)
-		}
-		return nil
-	}
-	for _, prog := range []string{"fusermount3", "fusermount"} {
-		if p, err := exec.LookPath(prog); err == nil {
-			if out, err := exec.Command(p, "-u", dir).CombinedOutput(); err != nil {
-				return fmt.Errorf("%s -u %s: %v: %s", prog, dir, err, strings.TrimSpace(string(out)))
-			}
-			return nil
-		}
-	}
-	return fmt.Errorf("unmounting %s: not root and no fusermount3 found (apt-get install fuse3)", dir)
 }

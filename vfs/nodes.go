@@ -1,5 +1,5 @@
 // Package vfs serves view trees over FUSE (go-fuse): read-only directory and
-// file nodes whose reads go through views.Reader and the block cache, and
+// file nodes whose reads go through vfile.Reader and the block cache, and
 // the live status files under .dsfs/.
 package vfs
 
@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/dsfs/dsfs/sourcefile"
-	"github.com/dsfs/dsfs/views"
+	"github.com/dsfs/dsfs/vfile"
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 )
@@ -80,7 +80,7 @@ const writeFlags = syscall.O_WRONLY | syscall.O_RDWR | syscall.O_TRUNC | syscall
 type dirNode struct {
 	readOnly
 	m *Mount
-	n *views.Node
+	n *vfile.Node
 }
 
 var _ = (fs.NodeOnAdder)((*dirNode)(nil))
@@ -126,9 +126,9 @@ func (d *dirNode) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno
 type fileNode struct {
 	readOnly
 	m    *Mount
-	f    *views.File
+	f    *vfile.File
 	name string
-	attr views.Attr
+	attr vfile.Attr
 }
 
 var _ = (fs.NodeGetattrer)((*fileNode)(nil))
@@ -154,7 +154,7 @@ func (f *fileNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint3
 		return nil, 0, syscall.EROFS
 	}
 	f.m.ctr.opens.Add(1)
-	h := &fileHandle{m: f.m, r: views.NewReader(f.f, f.m.cache), name: f.name, fd: -1}
+	h := &fileHandle{m: f.m, r: f.m.open(f.f), name: f.name, fd: -1}
 	if f.f.Origin != nil && f.m.passthrough {
 		// The kernel may read an unchanged source file directly; go-fuse asks
 		// for the descriptor once and falls back to our Read if it cannot.
@@ -179,7 +179,7 @@ func (f *fileNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint3
 // fileHandle is one open of a fileNode.
 type fileHandle struct {
 	m    *Mount
-	r    *views.Reader
+	r    *vfile.Reader
 	name string
 	fd   int // source descriptor for kernel passthrough, -1 if none
 }
@@ -229,9 +229,9 @@ func (h *fileHandle) Release(ctx context.Context) syscall.Errno {
 type docNode struct {
 	readOnly
 	m    *Mount
-	doc  *views.Doc
+	doc  *vfile.Doc
 	name string
-	attr views.Attr
+	attr vfile.Attr
 }
 
 var _ = (fs.NodeGetattrer)((*docNode)(nil))

@@ -6,18 +6,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/dsfs/dsfs/manifest"
+	"github.com/dsfs/dsfs/checkpoint"
+	"github.com/dsfs/dsfs/vfile"
 )
-
-// Attr is what a file or directory of a view shows of the source files it
-// is made from: the mount serves the checkpoint's owners, permissions and
-// times, never more access than the sources grant.
-type Attr struct {
-	Perm     uint32 // permission bits, write bits cleared
-	Uid, Gid uint32
-	Mtime    time.Time
-	Ctime    time.Time
-}
 
 // readOnlyPerm is the permission bits a view may show: no write bits, no
 // set-id or sticky bits.
@@ -25,16 +16,16 @@ const readOnlyPerm = 0o555
 
 // attrOf is the attributes of a source file or directory as stat(2) gives
 // them (symbolic links followed, as the views open them).
-func attrOf(p string) (Attr, error) {
+func attrOf(p string) (vfile.Attr, error) {
 	fi, err := os.Stat(p)
 	if err != nil {
-		return Attr{}, err
+		return vfile.Attr{}, err
 	}
 	st, ok := fi.Sys().(*syscall.Stat_t)
 	if !ok {
-		return Attr{}, fmt.Errorf("%s: no stat_t", p)
+		return vfile.Attr{}, fmt.Errorf("%s: no stat_t", p)
 	}
-	return Attr{
+	return vfile.Attr{
 		Perm:  uint32(fi.Mode().Perm()) & readOnlyPerm,
 		Uid:   st.Uid,
 		Gid:   st.Gid,
@@ -51,9 +42,9 @@ func attrOf(p string) (Attr, error) {
 // every source grants others, since a member of one source's group may not
 // be in another's. So no user reads a derived file who could not read each
 // of its sources.
-func combine(as ...Attr) Attr {
+func combine(as ...vfile.Attr) vfile.Attr {
 	if len(as) == 0 {
-		return Attr{}
+		return vfile.Attr{}
 	}
 	out := as[0]
 	mixedUid, mixedGid := false, false
@@ -85,8 +76,8 @@ func combine(as ...Attr) Attr {
 // cannot be stat'ed counts as owned by root with no permissions, and is
 // reported.
 func (s *Set) setAttrs() {
-	stats := make(map[string]Attr)
-	stat := func(p string) Attr {
+	stats := make(map[string]vfile.Attr)
+	stat := func(p string) vfile.Attr {
 		if a, ok := stats[p]; ok {
 			return a
 		}
@@ -98,7 +89,7 @@ func (s *Set) setAttrs() {
 		return a
 	}
 	dir := stat(s.Cat.Dir)
-	var every []Attr
+	var every []vfile.Attr
 	for _, sh := range s.Cat.Shards {
 		every = append(every, stat(sh.Path))
 	}
@@ -106,14 +97,14 @@ func (s *Set) setAttrs() {
 		every = append(every, stat(f.Path))
 	}
 	whole := combine(every...)
-	s.Root.Walk(func(_ string, n *Node) error {
+	s.Root.Walk(func(_ string, n *vfile.Node) error {
 		switch {
 		case n.IsDir():
 			n.Attr = dir
 		case n.From == nil:
 			n.Attr = whole
 		default:
-			as := make([]Attr, len(n.From))
+			as := make([]vfile.Attr, len(n.From))
 			for i, p := range n.From {
 				as[i] = stat(p)
 			}
@@ -125,10 +116,10 @@ func (s *Set) setAttrs() {
 
 // shardSources are the source files a file derived from one shard is made
 // from: the shard, and config.json, which names the tensors' roles.
-func (s *Set) shardSources(sh *manifest.Shard) []string {
+func (s *Set) shardSources(sh *checkpoint.Shard) []string {
 	from := []string{sh.Path}
 	for _, f := range s.Cat.Files {
-		if f.Name == manifest.ConfigName {
+		if f.Name == checkpoint.ConfigName {
 			from = append(from, f.Path)
 		}
 	}

@@ -7,7 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dsfs/dsfs/manifest"
+	"github.com/dsfs/dsfs/checkpoint"
+	"github.com/dsfs/dsfs/vfile"
 )
 
 func TestCombine(t *testing.T) {
@@ -15,23 +16,23 @@ func TestCombine(t *testing.T) {
 	t1 := t0.Add(time.Hour)
 	for _, tc := range []struct {
 		name string
-		in   []Attr
-		want Attr
+		in   []vfile.Attr
+		want vfile.Attr
 	}{
-		{"one source", []Attr{{Perm: 0o550, Uid: 7, Gid: 8, Mtime: t0, Ctime: t1}},
-			Attr{Perm: 0o550, Uid: 7, Gid: 8, Mtime: t0, Ctime: t1}},
+		{"one source", []vfile.Attr{{Perm: 0o550, Uid: 7, Gid: 8, Mtime: t0, Ctime: t1}},
+			vfile.Attr{Perm: 0o550, Uid: 7, Gid: 8, Mtime: t0, Ctime: t1}},
 		{"same owner: bits every source grants, newest times",
-			[]Attr{{Perm: 0o444, Uid: 7, Gid: 8, Mtime: t1, Ctime: t0}, {Perm: 0o440, Uid: 7, Gid: 8, Mtime: t0, Ctime: t1}},
-			Attr{Perm: 0o440, Uid: 7, Gid: 8, Mtime: t1, Ctime: t1}},
+			[]vfile.Attr{{Perm: 0o444, Uid: 7, Gid: 8, Mtime: t1, Ctime: t0}, {Perm: 0o440, Uid: 7, Gid: 8, Mtime: t0, Ctime: t1}},
+			vfile.Attr{Perm: 0o440, Uid: 7, Gid: 8, Mtime: t1, Ctime: t1}},
 		{"owners differ: root owns it",
-			[]Attr{{Perm: 0o444, Uid: 7, Gid: 8}, {Perm: 0o404, Uid: 9, Gid: 8}},
-			Attr{Perm: 0o404, Uid: 0, Gid: 8}},
+			[]vfile.Attr{{Perm: 0o444, Uid: 7, Gid: 8}, {Perm: 0o404, Uid: 9, Gid: 8}},
+			vfile.Attr{Perm: 0o404, Uid: 0, Gid: 8}},
 		{"groups differ: group root, group bits no more than others'",
-			[]Attr{{Perm: 0o444, Uid: 7, Gid: 8}, {Perm: 0o440, Uid: 7, Gid: 9}},
-			Attr{Perm: 0o400, Uid: 7, Gid: 0}},
+			[]vfile.Attr{{Perm: 0o444, Uid: 7, Gid: 8}, {Perm: 0o440, Uid: 7, Gid: 9}},
+			vfile.Attr{Perm: 0o400, Uid: 7, Gid: 0}},
 		{"groups differ, others may read",
-			[]Attr{{Perm: 0o555, Uid: 7, Gid: 8}, {Perm: 0o545, Uid: 7, Gid: 9}},
-			Attr{Perm: 0o545, Uid: 7, Gid: 0}},
+			[]vfile.Attr{{Perm: 0o555, Uid: 7, Gid: 8}, {Perm: 0o545, Uid: 7, Gid: 9}},
+			vfile.Attr{Perm: 0o545, Uid: 7, Gid: 0}},
 	} {
 		if got := combine(tc.in...); got != tc.want {
 			t.Errorf("%s: got %+v, want %+v", tc.name, got, tc.want)
@@ -72,14 +73,14 @@ func TestAttrsFollowSources(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	must(os.Chtimes(filepath.Join(dir, manifest.ConfigName), tConfig, tConfig))
+	must(os.Chtimes(filepath.Join(dir, checkpoint.ConfigName), tConfig, tConfig))
 	must(os.Chmod(filepath.Join(dir, private), 0o600))
 	must(os.Chtimes(filepath.Join(dir, private), tPrivate, tPrivate))
 	must(os.Chown(filepath.Join(dir, other), 1000, 1000))
 	must(os.Chmod(filepath.Join(dir, other), 0o640))
 	must(os.Chmod(dir, 0o750))
 
-	cat, err := manifest.Open(dir)
+	cat, err := checkpoint.Open(dir)
 	must(err)
 	s, err := Build(cat, Options{})
 	must(err)
@@ -122,7 +123,7 @@ func TestAttrsFollowSources(t *testing.T) {
 			t.Errorf("%s: ctime %v before mtime", tc.path, a.Ctime)
 		}
 	}
-	s.Root.Walk(func(p string, n *Node) error {
+	s.Root.Walk(func(p string, n *vfile.Node) error {
 		if n.IsDir() && n.Attr != dirAttr {
 			t.Errorf("directory %q: %+v, want the checkpoint directory's %+v", p, n.Attr, dirAttr)
 		}
@@ -133,7 +134,7 @@ func TestAttrsFollowSources(t *testing.T) {
 // TestHeaderDocs pins which documents follow from the headers (exact size
 // from the first stat) and which need real work.
 func TestHeaderDocs(t *testing.T) {
-	cat, err := manifest.Open(tinyDir)
+	cat, err := checkpoint.Open(tinyDir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,7 +154,7 @@ func TestHeaderDocs(t *testing.T) {
 				fromHeaders["manifest/shards/"+sh.Name+".json"] = true
 			}
 		}
-		s.Root.Walk(func(p string, n *Node) error {
+		s.Root.Walk(func(p string, n *vfile.Node) error {
 			if n.Doc != nil && n.Doc.FromHeaders() != fromHeaders[p] {
 				t.Errorf("no-hash %v: %s: from headers %v, want %v", noHash, p, n.Doc.FromHeaders(), fromHeaders[p])
 			}

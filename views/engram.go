@@ -5,17 +5,19 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/codecs"
-	"github.com/dsfs/dsfs/manifest"
 	"github.com/dsfs/dsfs/safetensors"
+	"github.com/dsfs/dsfs/tensorfile"
+	"github.com/dsfs/dsfs/vfile"
 	"golang.org/x/sync/errgroup"
 )
 
 // engram transcodes FP8 Engram tables to FP4 with block-32 E8M0 scales
 // (FORMATS.md "engram-fp4/").
 type engram struct {
-	config *manifest.Config
-	tables []*manifest.Tensor
+	config *checkpoint.Config
+	tables []*checkpoint.Tensor
 }
 
 func engramRewriter(s *Set) (Rewriter, error) {
@@ -32,13 +34,13 @@ func (e *engram) String() string { return "engram-fp4" }
 
 // isEngramTable reports whether t is an Engram table this view transcodes:
 // E4M3 rows with a paired 1x32 E8M0 scale.
-func isEngramTable(t *manifest.Tensor) bool {
-	return t.Role == manifest.RoleEngram && t.DType == safetensors.F8E4M3 && len(t.Shape) == 2 &&
+func isEngramTable(t *checkpoint.Tensor) bool {
+	return t.Role == checkpoint.RoleEngram && t.DType == safetensors.F8E4M3 && len(t.Shape) == 2 &&
 		t.Shape[1]%codecs.MXBlock == 0 && t.Scale != nil && t.Scale.DType == safetensors.F8E8M0 &&
 		t.Block == [2]int64{1, codecs.MXBlock}
 }
 
-func (e *engram) Rewrite(t *manifest.Tensor) ([]Out, bool) {
+func (e *engram) Rewrite(t *checkpoint.Tensor) ([]tensorfile.Out, bool) {
 	if t.ScaleOf != nil && isEngramTable(t.ScaleOf) {
 		return nil, true // emitted with its table
 	}
@@ -51,12 +53,13 @@ func (e *engram) Rewrite(t *manifest.Tensor) ([]Out, bool) {
 	// The scale block of many rows is computed a chunk of source rows at
 	// a time, so its scratch memory stays small whatever the block size.
 	read := func(lo, hi int64, src, sc []byte) error {
-		if err := readTensor(t, src[:(hi-lo)*cols], lo*cols); err != nil {
+		if _, err := t.ReadAt(src[:(hi-lo)*cols], lo*cols); err != nil {
 			return err
 		}
-		return readTensor(t.Scale, sc[:(hi-lo)*nb], lo*nb)
+		_, err := t.Scale.ReadAt(sc[:(hi-lo)*nb], lo*nb)
+		return err
 	}
-	weight := rowBlocks("engram-fp4/"+b+".weight", rows, cols/2, func(ctx context.Context, lo, hi int64, dst []byte) error {
+	weight := tensorfile.RowBlocks("engram-fp4/"+b+".weight", rows, cols/2, func(ctx context.Context, lo, hi int64, dst []byte) error {
 		src, sc := make([]byte, (hi-lo)*cols), make([]byte, (hi-lo)*nb)
 		if err := read(lo, hi, src, sc); err != nil {
 			return err
@@ -64,7 +67,7 @@ func (e *engram) Rewrite(t *manifest.Tensor) ([]Out, bool) {
 		codecs.EngramFP4(dst, make([]byte, len(sc)), src, sc)
 		return nil
 	})
-	scale := rowBlocks("engram-fp4/"+b+".scale", rows, nb, func(ctx context.Context, lo, hi int64, dst []byte) error {
+	scale := tensorfile.RowBlocks("engram-fp4/"+b+".scale", rows, nb, func(ctx context.Context, lo, hi int64, dst []byte) error {
 		chunk := min(hi-lo, engramChunkRows)
 		src, sc := make([]byte, chunk*cols), make([]byte, chunk*nb)
 		for r := lo; r < hi; r += chunk {
@@ -80,9 +83,11 @@ func (e *engram) Rewrite(t *manifest.Tensor) ([]Out, bool) {
 		}
 		return nil
 	})
-	return []Out{
-		{Name: b + ".weight", DType: safetensors.I8, Shape: []int64{rows, cols / 2}, Data: weight},
-		{Name: b + ".scale", DType: safetensors.F8E8M0, Shape: []int64{rows, nb}, Data: scale},
+	return []tensorfile.Out{
+		{Name: b + ".weight", DType: safetensors.I8, Shape: []int64{rows, cols / 2}, Data: weight,
+			Codec: "engram_fp4", Sources: []*checkpoint.Tensor{t, t.Scale}},
+		{Name: b + ".scale", DType: safetensors.F8E8M0, Shape: []int64{rows, nb}, Data: scale,
+			Codec: "engram_fp4", Sources: []*checkpoint.Tensor{t, t.Scale}},
 	}, true
 }
 
@@ -90,8 +95,8 @@ func (e *engram) ConfigPatch() map[string]any {
 	return quantConfigPatch(e.config, len(e.tables), "engram_dtype", "fp4")
 }
 
-func (e *engram) Files() map[string]*Node {
-	return map[string]*Node{"TRANSCODE.json": jsonDoc(e.report)}
+func (e *engram) Files() map[string]*vfile.Node {
+	return map[string]*vfile.Node{"TRANSCODE.json": jsonDoc(e.report)}
 }
 
 // engramReport is one row of engram-fp4/TRANSCODE.json.
@@ -129,10 +134,10 @@ func (e *engram) report(ctx context.Context) (any, error) {
 				lo, hi := c*engramChunkRows, min(rows, (c+1)*engramChunkRows)
 				src := make([]byte, (hi-lo)*cols)
 				sc := make([]byte, (hi-lo)*nb)
-				if err := readTensor(t, src, lo*cols); err != nil {
+				if _, err := t.ReadAt(src, lo*cols); err != nil {
 					return err
 				}
-				if err := readTensor(t.Scale, sc, lo*nb); err != nil {
+				if _, err := t.Scale.ReadAt(sc, lo*nb); err != nil {
 					return err
 				}
 				codes := make([]byte, len(src)/2)

@@ -5,12 +5,14 @@ import (
 	"sort"
 	"strconv"
 	"unicode/utf8"
+
+	"github.com/dsfs/dsfs/vfile"
 )
 
 // indexFile is a model.safetensors.index.json of a view. A real checkpoint
 // names ~100 k tensors, so the bytes are produced when the file is read,
 // not kept for the life of the mount; only their length is computed here.
-func indexFile(id string, total int64, weightMap map[string]string) *File {
+func indexFile(id string, total int64, weightMap map[string]string) *vfile.File {
 	names := make([]string, 0, len(weightMap))
 	for n := range weightMap {
 		names = append(names, n)
@@ -33,7 +35,7 @@ func indexFile(id string, total int64, weightMap map[string]string) *File {
 	}
 	var count jsonWriter
 	write(&count)
-	return NewFile(&Blocks{ID: id, N: int64(count.n), BlockLen: int64(count.n),
+	return vfile.NewFile(&vfile.Blocks{ID: id, N: int64(count.n), BlockLen: int64(count.n),
 		Compute: func(_ context.Context, _ int64, dst []byte) error {
 			w := jsonWriter{buf: dst[:0]}
 			write(&w)

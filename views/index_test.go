@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/dsfs/dsfs/blockcache"
+	"github.com/dsfs/dsfs/vfile"
 )
 
 func TestIndexFile(t *testing.T) {
@@ -19,7 +20,7 @@ func TestIndexFile(t *testing.T) {
 	f := indexFile("test/index", 12345, wm)
 	cache := blockcache.New(1<<20, 1)
 	defer cache.Close()
-	b, err := io.ReadAll(io.NewSectionReader(NewReader(f, cache), 0, f.Size()))
+	b, err := io.ReadAll(io.NewSectionReader(vfile.NewReader(f, cache), 0, f.Size()))
 	if err != nil {
 		t.Fatal(err)
 	}

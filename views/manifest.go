@@ -1,22 +1,21 @@
 package views
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 
+	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/codecs"
 	"github.com/dsfs/dsfs/inventory"
-	"github.com/dsfs/dsfs/manifest"
-	"github.com/dsfs/dsfs/safetensors"
-	"github.com/dsfs/dsfs/sourcefile"
+	"github.com/dsfs/dsfs/tensorfile"
+	"github.com/dsfs/dsfs/vfile"
 	"golang.org/x/sync/errgroup"
 )
 
@@ -27,20 +26,19 @@ import (
 // a cache dir, across mounts; the set's stats show the progress);
 // views/VIEW.json says where each tensor of the other views comes from,
 // served beside it or not.
-func buildManifest(s *Set, name string) (*Node, error) {
+func buildManifest(s *Set, name string) (Built, error) {
 	opt := inventory.Options{TP: s.Opt.TP, NoHash: s.Opt.NoHash}
 	if s.Opt.DiskCache != nil {
 		c, err := inventory.OpenCache(ManifestCacheDir(s.Opt.DiskCache.Dir()))
 		if err != nil {
-			return nil, err
+			return Built{}, err
 		}
 		opt.Cache = c
 	}
 	inv := inventory.New(s.Cat, opt)
-	s.stats[name] = func() any { return inv.Progress().Snapshot() }
-	files := map[string]*Node{
-		"summary.json": {Doc: NewHeaderDoc(jsonText(func(context.Context) (any, error) { return inventory.NewOverview(s.Cat), nil }))},
-		"README.md": {Doc: NewHeaderDoc(func(context.Context) ([]byte, error) {
+	files := map[string]*vfile.Node{
+		"summary.json": {Doc: vfile.NewHeaderDoc(jsonText(func(context.Context) (any, error) { return inventory.NewOverview(s.Cat), nil }))},
+		"README.md": {Doc: vfile.NewHeaderDoc(func(context.Context) ([]byte, error) {
 			return inventory.NewOverview(s.Cat).Markdown(), nil
 		})},
 		"manifest.json": manifestDoc(inv, opt.NoHash),
@@ -51,9 +49,8 @@ func buildManifest(s *Set, name string) (*Node, error) {
 		files["shards/"+sh.Name+".json"] = n
 	}
 	prov := &provenance{set: s, unserved: make(map[string]*Set)}
-	s.closers = append(s.closers, prov)
 	for _, v := range s.described(name) {
-		files["views/"+v+".json"] = &Node{Doc: NewDoc(func(ctx context.Context) ([]byte, error) {
+		files["views/"+v+".json"] = &vfile.Node{Doc: vfile.NewDoc(func(ctx context.Context) ([]byte, error) {
 			d, err := prov.view(ctx, v)
 			if err != nil {
 				return nil, err
@@ -63,7 +60,8 @@ func buildManifest(s *Set, name string) (*Node, error) {
 			return append(b, '\n'), err
 		})}
 	}
-	return tree("", files), nil
+	return Built{Root: tree("", files), Stats: func() any { return inv.Progress().Snapshot() },
+		Closers: []io.Closer{prov}}, nil
 }
 
 // ManifestCacheDir is where manifest/ keeps its digests and checks inside
@@ -73,7 +71,7 @@ func ManifestCacheDir(cacheDir string) string { return filepath.Join(cacheDir, "
 
 // manifestDoc is manifest.json, or a shard's document when shards are
 // named. Without hashing (headersOnly) it follows from the headers.
-func manifestDoc(inv *inventory.Inventory, headersOnly bool, shards ...string) *Node {
+func manifestDoc(inv *inventory.Inventory, headersOnly bool, shards ...string) *vfile.Node {
 	gen := func(ctx context.Context) ([]byte, error) {
 		m, err := inv.Manifest(ctx, shards...)
 		if err != nil {
@@ -82,16 +80,10 @@ func manifestDoc(inv *inventory.Inventory, headersOnly bool, shards ...string) *
 		return m.JSON()
 	}
 	if headersOnly {
-		return &Node{Doc: NewHeaderDoc(gen)}
+		return &vfile.Node{Doc: vfile.NewHeaderDoc(gen)}
 	}
-	return &Node{Doc: NewDoc(gen)}
+	return &vfile.Node{Doc: vfile.NewDoc(gen)}
 }
-
-// registered returns the registered views. It is set by init because the
-// registry itself refers to buildManifest, which needs the list.
-var registered func() []View
-
-func init() { registered = All }
 
 // described lists the views manifest/views/ describes, in registry order:
 // every view that serves a checkpoint (nvfp4/, engram-fp4/,
@@ -100,7 +92,7 @@ func init() { registered = All }
 // it starts its compute backend). source/ needs no description.
 func (s *Set) described(self string) []string {
 	var out []string
-	for _, v := range registered() {
+	for _, v := range s.registry {
 		switch {
 		case v.Name == self || v.Name == "source":
 		case v.Name == "trace" && len(s.Opt.Views) > 0 && !slices.Contains(s.Opt.Views, v.Name):
@@ -119,10 +111,6 @@ type provenance struct {
 	// set of its own when its description is first read.
 	mu       sync.Mutex
 	unserved map[string]*Set
-
-	once  sync.Once
-	nv    *nvfp4                                 // the global exponents of the nvfp4 rewriter
-	shard map[*manifest.Shard][]*manifest.Tensor // tensors by data offset
 }
 
 // viewDoc is views/VIEW.json.
@@ -164,6 +152,8 @@ type tensorDoc struct {
 	// Blocks counts the source 32-blocks of an NVFP4 weight_scale that
 	// were clamped, and of those lossy.
 	Blocks *codecs.NVFP4Counts `json:"blocks,omitempty"`
+
+	expert *checkpoint.Tensor // the weight of an NVFP4 weight_scale, whose blocks are counted
 }
 
 // sourceDoc is a byte range of a source tensor an output is made from.
@@ -173,23 +163,23 @@ type sourceDoc struct {
 	ByteRange [2]int64 `json:"byte_range"` // absolute in File
 }
 
-func sourceOf(t *manifest.Tensor) sourceDoc {
+func sourceOf(t *checkpoint.Tensor) sourceDoc {
 	return sourceDoc{Tensor: t.Name, File: t.Shard.Name, ByteRange: [2]int64{t.Offset, t.Offset + t.Size}}
 }
 
 // view walks the tree of view name.
 func (p *provenance) view(ctx context.Context, name string) (*viewDoc, error) {
-	root := p.set.Root.Child(name)
+	set, root := p.set, p.set.Root.Child(name)
 	if root == nil {
 		var err error
-		if root, err = p.unservedView(name); err != nil {
+		if set, err = p.unservedView(name); err != nil {
 			return nil, err
 		}
+		root = set.Root
 	}
-	p.once.Do(p.index)
 	doc := &viewDoc{View: name, Codec: codecs.Version, Files: []fileDoc{}}
 	var pending []*tensorDoc // NVFP4 scales whose block counts read data
-	err := root.Walk(func(path string, n *Node) error {
+	err := root.Walk(func(path string, n *vfile.Node) error {
 		switch {
 		case n.IsDir():
 			return nil
@@ -208,7 +198,7 @@ func (p *provenance) view(ctx context.Context, name string) (*viewDoc, error) {
 		case isUnreadable(n.File):
 			fd.Kind = "unreadable"
 		case strings.HasSuffix(path, ".safetensors"):
-			ts, err := p.tensors(n.File)
+			ts, err := tensors(set.records[n.File])
 			if err != nil {
 				return fmt.Errorf("%s/%s: %w", name, path, err)
 			}
@@ -231,39 +221,40 @@ func (p *provenance) view(ctx context.Context, name string) (*viewDoc, error) {
 }
 
 // isUnreadable reports whether f stands for a bad source shard.
-func isUnreadable(f *File) bool {
-	if len(f.segs) == 0 {
+func isUnreadable(f *vfile.File) bool {
+	segs := f.Segments()
+	if len(segs) == 0 {
 		return false
 	}
-	_, ok := f.segs[0].(Unreadable)
+	_, ok := segs[0].(vfile.Unreadable)
 	return ok
 }
 
 // unservedView builds a described view that the set does not serve, once.
 // What it logs is logged by the served view already or concerns a view
 // the user did not ask for, so its warnings are dropped.
-func (p *provenance) unservedView(name string) (*Node, error) {
+func (p *provenance) unservedView(name string) (*Set, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if u, ok := p.unserved[name]; ok {
-		return u.Root, nil
+		return u, nil
 	}
-	i := slices.IndexFunc(registered(), func(v View) bool { return v.Name == name })
+	i := slices.IndexFunc(p.set.registry, func(v View) bool { return v.Name == name })
 	if i < 0 {
 		return nil, fmt.Errorf("no view %s", name)
 	}
 	opt := p.set.Opt
 	opt.Views = []string{name}
-	u := &Set{Cat: p.set.Cat, Opt: opt, files: make(map[string]*sourcefile.File), stats: make(map[string]func() any),
-		shadowed: make(map[string][]string)}
-	root, err := registered()[i].build(u, name)
+	u := newSet(p.set.Cat, opt, p.set.registry, p.set.nvGroups)
+	b, err := p.set.registry[i].build(u, name)
+	u.keep(name, b)
 	if err != nil {
 		u.Close()
 		return nil, fmt.Errorf("view %s: %w", name, err)
 	}
-	u.Root = root
+	u.Root = b.Root
 	p.unserved[name] = u
-	return root, nil
+	return u, nil
 }
 
 // Close closes the source files of the unserved views built.
@@ -278,124 +269,37 @@ func (p *provenance) Close() error {
 	return errors.Join(errs...)
 }
 
-// index sorts each shard's tensors by offset, to map a byte range back to
-// its tensor, and makes the nvfp4 rewriter whose global exponents the
-// documents report.
-func (p *provenance) index() {
-	p.shard = make(map[*manifest.Shard][]*manifest.Tensor, len(p.set.Cat.Shards))
-	for _, s := range p.set.Cat.Shards {
-		ts := slices.Clone(s.Tensors)
-		sort.Slice(ts, func(i, j int) bool { return ts[i].Offset < ts[j].Offset })
-		p.shard[s] = ts
+// tensors describes the tensors of a virtual safetensors file from what
+// their makers recorded, in data order.
+func tensors(recs []tensorRecord) ([]tensorDoc, error) {
+	if recs == nil {
+		return nil, fmt.Errorf("no record of its tensors")
 	}
-	rw, _ := nvfp4Rewriter(p.set)
-	p.nv = rw.(*nvfp4)
-}
-
-// tensors describes the tensors of a virtual safetensors file: its header
-// segment names them, and the segment holding each tensor's bytes says
-// where they come from.
-func (p *provenance) tensors(f *File) ([]tensorDoc, error) {
-	hb, ok := f.segs[0].(Bytes)
-	if !ok {
-		return nil, fmt.Errorf("the file does not start with a header")
-	}
-	h, err := safetensors.ReadHeader(bytes.NewReader(hb), f.Size())
-	if err != nil {
-		return nil, err
-	}
-	out := make([]tensorDoc, 0, len(h.Tensors))
-	for _, t := range h.Tensors {
-		off := h.DataStart + t.Begin
-		td := tensorDoc{Name: t.Name, DType: string(t.DType), Shape: t.Shape, Bytes: t.Len(),
-			ByteRange: [2]int64{off, off + t.Len()}, Sources: []sourceDoc{}}
-		if t.Len() > 0 {
-			i := f.segment(off)
-			if f.start(i) != off || f.segs[i].Len() != t.Len() {
-				return nil, fmt.Errorf("tensor %s: its bytes are not one segment", t.Name)
+	out := make([]tensorDoc, len(recs))
+	for i, r := range recs {
+		n := r.Data.Len()
+		td := tensorDoc{Name: r.Name, DType: string(r.DType), Shape: r.Shape, Bytes: n,
+			ByteRange: [2]int64{r.Offset, r.Offset + n}, Codec: r.Codec, Sources: []sourceDoc{}}
+		switch {
+		case r.Codec == "":
+			return nil, fmt.Errorf("tensor %s: its maker recorded no codec", r.Name)
+		case n == 0:
+			td.Codec = tensorfile.Literal
+		case r.Codec == tensorfile.Literal:
+		default:
+			if r.Codec != tensorfile.Copy {
+				td.CodecVersion = codecs.Version
 			}
-			p.describe(&td, f.segs[i])
-		} else {
-			td.Codec = "literal"
+			for _, t := range r.Sources {
+				td.Sources = append(td.Sources, sourceOf(t))
+			}
+			if r.Codec == "nvfp4_weight_scale" {
+				td.expert = r.Sources[0].ScaleOf
+			}
 		}
-		out = append(out, td)
+		out[i] = td
 	}
 	return out, nil
-}
-
-// describe fills in the codec and sources of one tensor's segment.
-func (p *provenance) describe(td *tensorDoc, seg Segment) {
-	switch s := seg.(type) {
-	case Bytes:
-		td.Codec = "literal"
-	case Range:
-		td.Codec = "copy"
-		if sh, ok := s.R.(*manifest.Shard); ok {
-			if t := p.at(sh, s.Off); t != nil && t.Size == s.N {
-				td.Sources = append(td.Sources, sourceOf(t))
-				return
-			}
-			td.Sources = append(td.Sources, sourceDoc{File: sh.Name, ByteRange: [2]int64{s.Off, s.Off + s.N}})
-		}
-	case *Blocks:
-		p.derived(td, s.ID)
-	}
-}
-
-// at returns the tensor of shard sh whose data starts at off.
-func (p *provenance) at(sh *manifest.Shard, off int64) *manifest.Tensor {
-	ts := p.shard[sh]
-	i := sort.Search(len(ts), func(i int) bool { return ts[i].Offset >= off })
-	if i < len(ts) && ts[i].Offset == off {
-		return ts[i]
-	}
-	return nil
-}
-
-// derived describes a derived tensor from its block ID, which the views
-// form as CODEC/OUTPUT-NAME. A codec this file does not know by name is
-// reported under its ID's prefix, with the source tensor of the output's
-// name (and its scale) when there is one, as q2/ names its outputs.
-func (p *provenance) derived(td *tensorDoc, id string) {
-	td.CodecVersion = codecs.Version
-	cat := p.set.Cat
-	rewriter, out, _ := strings.Cut(id, "/")
-	td.Codec = rewriter
-	switch rewriter {
-	case "nvfp4":
-		suffix := ".weight_scale"
-		if strings.HasSuffix(out, ".weight_scale_2") {
-			suffix = ".weight_scale_2"
-		}
-		w := cat.Tensor(strings.TrimSuffix(out, suffix) + ".weight")
-		if w == nil || !isNVFP4Expert(w) {
-			return
-		}
-		g := p.nv.group(w)
-		td.Codec = "nvfp4" + strings.ReplaceAll(suffix, ".", "_")
-		if suffix == ".weight_scale" {
-			td.Sources = append(td.Sources, sourceOf(w.Scale))
-		}
-		for _, sc := range g.scales {
-			if sc != w.Scale || suffix != ".weight_scale" {
-				td.Sources = append(td.Sources, sourceOf(sc))
-			}
-		}
-	case "engram-fp4":
-		w := cat.Tensor(base(out) + ".weight")
-		if w == nil || !isEngramTable(w) {
-			return
-		}
-		td.Codec = "engram_fp4"
-		td.Sources = append(td.Sources, sourceOf(w), sourceOf(w.Scale))
-	default:
-		if t := cat.Tensor(out); t != nil {
-			td.Sources = append(td.Sources, sourceOf(t))
-			if t.Scale != nil {
-				td.Sources = append(td.Sources, sourceOf(t.Scale))
-			}
-		}
-	}
 }
 
 // countBlocks sets the global exponent and block counts of NVFP4 scales.
@@ -407,8 +311,7 @@ func (p *provenance) countBlocks(ctx context.Context, tds []*tensorDoc) error {
 			if err := ctx.Err(); err != nil {
 				return err
 			}
-			w := p.set.Cat.Tensor(strings.TrimSuffix(td.Name, ".weight_scale") + ".weight")
-			g, c, err := p.nv.counts(w)
+			g, c, err := (&nvfp4{set: p.set}).counts(td.expert)
 			if err != nil {
 				return err
 			}

@@ -8,16 +8,17 @@ import (
 	"testing"
 
 	"github.com/dsfs/dsfs/blockcache"
+	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/codecs"
 	"github.com/dsfs/dsfs/inventory"
-	"github.com/dsfs/dsfs/manifest"
 	"github.com/dsfs/dsfs/safetensors"
+	"github.com/dsfs/dsfs/vfile"
 )
 
 // manifestSet builds the transcoding views and manifest/ of v41-tiny.
 func manifestSet(t *testing.T) (*Set, *blockcache.Cache) {
 	t.Helper()
-	cat, err := manifest.Open(tinyDir)
+	cat, err := checkpoint.Open(tinyDir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,7 +35,7 @@ func TestManifestFiles(t *testing.T) {
 	s, cache := manifestSet(t)
 	m := s.Root.Child("manifest")
 	var names []string
-	m.Walk(func(p string, n *Node) error {
+	m.Walk(func(p string, n *vfile.Node) error {
 		if !n.IsDir() {
 			names = append(names, p)
 		}

@@ -2,45 +2,29 @@ package views
 
 import (
 	"context"
-	"fmt"
 	"sort"
 	"strings"
 	"sync"
 
+	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/codecs"
-	"github.com/dsfs/dsfs/manifest"
 	"github.com/dsfs/dsfs/safetensors"
+	"github.com/dsfs/dsfs/tensorfile"
+	"github.com/dsfs/dsfs/vfile"
 	"golang.org/x/sync/errgroup"
 )
-
-// blockTarget is the size a derived block aims for: large enough that the
-// per-block overhead vanishes, small enough to cache well.
-const blockTarget = 1 << 20
-
-// rowBlocks returns derived data of rows rows of rowBytes bytes each, cut
-// into blocks of whole rows; compute fills rows [lo, hi).
-func rowBlocks(id string, rows, rowBytes int64, compute func(ctx context.Context, lo, hi int64, dst []byte) error) *Blocks {
-	per := max(1, blockTarget/rowBytes)
-	return &Blocks{ID: id, N: rows * rowBytes, BlockLen: per * rowBytes,
-		Compute: func(ctx context.Context, i int64, dst []byte) error {
-			lo := i * per
-			return compute(ctx, lo, lo+int64(len(dst))/rowBytes, dst)
-		}}
-}
-
-// readTensor reads bytes [off, off+len(p)) of a source tensor.
-func readTensor(t *manifest.Tensor, p []byte, off int64) error {
-	if _, err := t.Shard.ReadAt(p, t.Offset+off); err != nil {
-		return fmt.Errorf("%s: tensor %s: %w", t.Shard.Name, t.Name, err)
-	}
-	return nil
-}
 
 // nvfp4 transcodes MXFP4 expert matrices to NVFP4 (FORMATS.md "nvfp4/").
 type nvfp4 struct {
 	set     *Set
-	experts []*manifest.Tensor // the weights it transcodes, by name
+	experts []*checkpoint.Tensor // the weights it transcodes, by name
+}
 
+// nvGroups memoises the global-exponent groups of a catalog's experts for
+// the whole mount: nvfp4/, nvfp4+engram-fp4/ and manifest/'s descriptions
+// share them, so each group's scales are read once.
+type nvGroups struct {
+	cat    *checkpoint.Catalog
 	mu     sync.Mutex
 	groups map[string]*nvGroup // by group name
 }
@@ -48,12 +32,12 @@ type nvfp4 struct {
 // nvGroup is the set of matrices that share one global exponent: w1 and w3
 // of one expert, or w2 alone.
 type nvGroup struct {
-	scales []*manifest.Tensor
+	scales []*checkpoint.Tensor
 	g      func() (int, error)
 }
 
 func nvfp4Rewriter(s *Set) (Rewriter, error) {
-	n := &nvfp4{set: s, groups: make(map[string]*nvGroup)}
+	n := &nvfp4{set: s}
 	for _, t := range s.Cat.Tensors {
 		if isNVFP4Expert(t) {
 			n.experts = append(n.experts, t)
@@ -65,13 +49,13 @@ func nvfp4Rewriter(s *Set) (Rewriter, error) {
 func (n *nvfp4) String() string { return "nvfp4" }
 
 // isNVFP4Expert reports whether t is an expert weight this view transcodes.
-func isNVFP4Expert(t *manifest.Tensor) bool {
-	return (t.Role == manifest.RoleRoutedExpert || t.Role == manifest.RoleMTPExpert) &&
-		t.Format == manifest.FormatMXFP4 && t.Scale != nil
+func isNVFP4Expert(t *checkpoint.Tensor) bool {
+	return (t.Role == checkpoint.RoleRoutedExpert || t.Role == checkpoint.RoleMTPExpert) &&
+		t.Format == checkpoint.FormatMXFP4 && t.Scale != nil
 }
 
 // groupName names the global-exponent group of an expert weight.
-func groupName(t *manifest.Tensor) string {
+func groupName(t *checkpoint.Tensor) string {
 	b := base(t.Name)
 	if t.Proj == "w3" {
 		return strings.TrimSuffix(b, "w3") + "w1"
@@ -80,20 +64,23 @@ func groupName(t *manifest.Tensor) string {
 }
 
 // group returns the memoised global-exponent group of an expert weight.
-func (n *nvfp4) group(t *manifest.Tensor) *nvGroup {
+func (n *nvfp4) group(t *checkpoint.Tensor) *nvGroup { return n.set.nvGroups.group(t) }
+
+// group returns the memoised global-exponent group of an expert weight.
+func (n *nvGroups) group(t *checkpoint.Tensor) *nvGroup {
 	name := groupName(t)
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if g, ok := n.groups[name]; ok {
 		return g
 	}
-	g := &nvGroup{scales: []*manifest.Tensor{t.Scale}}
+	g := &nvGroup{scales: []*checkpoint.Tensor{t.Scale}}
 	if t.Proj == "w1" || t.Proj == "w3" {
 		other := "w3"
 		if t.Proj == "w3" {
 			other = "w1"
 		}
-		partner := n.set.Cat.Tensor(strings.TrimSuffix(base(t.Name), t.Proj) + other + ".weight")
+		partner := n.cat.Tensor(strings.TrimSuffix(base(t.Name), t.Proj) + other + ".weight")
 		if partner != nil && isNVFP4Expert(partner) {
 			g.scales = append(g.scales, partner.Scale)
 		}
@@ -103,7 +90,7 @@ func (n *nvfp4) group(t *manifest.Tensor) *nvGroup {
 		bufs := make([][]byte, len(g.scales))
 		for i, sc := range g.scales {
 			bufs[i] = make([]byte, sc.Size)
-			if err := readTensor(sc, bufs[i], 0); err != nil {
+			if _, err := sc.ReadAt(bufs[i], 0); err != nil {
 				return 0, err
 			}
 		}
@@ -113,7 +100,7 @@ func (n *nvfp4) group(t *manifest.Tensor) *nvGroup {
 	return g
 }
 
-func (n *nvfp4) Rewrite(t *manifest.Tensor) ([]Out, bool) {
+func (n *nvfp4) Rewrite(t *checkpoint.Tensor) ([]tensorfile.Out, bool) {
 	if t.ScaleOf != nil && isNVFP4Expert(t.ScaleOf) {
 		return nil, true // the scale is replaced by the weight's outputs
 	}
@@ -124,20 +111,21 @@ func (n *nvfp4) Rewrite(t *manifest.Tensor) ([]Out, bool) {
 	g := n.group(t)
 	b := base(t.Name)
 	scaleRow := t.Scale.Shape[1]
-	scale := rowBlocks("nvfp4/"+b+".weight_scale", rows, 2*scaleRow, func(ctx context.Context, lo, hi int64, dst []byte) error {
+	scale := tensorfile.RowBlocks("nvfp4/"+b+".weight_scale", rows, 2*scaleRow, func(ctx context.Context, lo, hi int64, dst []byte) error {
 		ge, err := g.g()
 		if err != nil {
 			return err
 		}
 		src := make([]byte, (hi-lo)*scaleRow)
-		if err := readTensor(t.Scale, src, lo*scaleRow); err != nil {
+		if _, err := t.Scale.ReadAt(src, lo*scaleRow); err != nil {
 			return err
 		}
 		codecs.NVFP4WeightScale(dst, src, ge)
 		return nil
 	})
-	global := &Blocks{ID: "nvfp4/" + b + ".weight_scale_2", N: 4, BlockLen: 4,
-		Compute: func(ctx context.Context, _ int64, dst []byte) error {
+	// g is memoised per mount: the scalar needs no block of its own.
+	global := vfile.Small{ID: "nvfp4/" + b + ".weight_scale_2", N: 4,
+		Compute: func(ctx context.Context, dst []byte) error {
 			ge, err := g.g()
 			if err != nil {
 				return err
@@ -145,10 +133,20 @@ func (n *nvfp4) Rewrite(t *manifest.Tensor) ([]Out, bool) {
 			putF32(dst, codecs.WeightScale2(ge))
 			return nil
 		}}
-	return []Out{
-		{Name: b + ".weight", DType: safetensors.U8, Shape: []int64{rows, cols}, Data: Range{R: t.Shard, Off: t.Offset, N: t.Size}},
-		{Name: b + ".weight_scale", DType: safetensors.F8E4M3, Shape: []int64{rows, 2 * scaleRow}, Data: scale},
-		{Name: b + ".weight_scale_2", DType: safetensors.F32, Shape: []int64{}, Data: global},
+	// weight_scale reads its own scale and, for g, the group's others.
+	scaleSources := []*checkpoint.Tensor{t.Scale}
+	for _, sc := range g.scales {
+		if sc != t.Scale {
+			scaleSources = append(scaleSources, sc)
+		}
+	}
+	return []tensorfile.Out{
+		{Name: b + ".weight", DType: safetensors.U8, Shape: []int64{rows, cols}, Data: vfile.Range{R: t.Shard, Off: t.Offset, N: t.Size},
+			Codec: tensorfile.Copy, Sources: []*checkpoint.Tensor{t}},
+		{Name: b + ".weight_scale", DType: safetensors.F8E4M3, Shape: []int64{rows, 2 * scaleRow}, Data: scale,
+			Codec: "nvfp4_weight_scale", Sources: scaleSources},
+		{Name: b + ".weight_scale_2", DType: safetensors.F32, Shape: []int64{}, Data: global,
+			Codec: "nvfp4_weight_scale_2", Sources: g.scales},
 	}, true
 }
 
@@ -174,10 +172,10 @@ func (n *nvfp4) InferencePatch() map[string]string {
 // Files are the report and, when the view holds NVFP4 experts, their
 // ModelOpt description: a checkpoint without MXFP4 experts (V2, V3) gets
 // no hf_quant_config.json claiming a quantisation it does not hold.
-func (n *nvfp4) Files() map[string]*Node {
-	files := map[string]*Node{"TRANSCODE.json": jsonDoc(n.report)}
+func (n *nvfp4) Files() map[string]*vfile.Node {
+	files := map[string]*vfile.Node{"TRANSCODE.json": jsonDoc(n.report)}
 	if len(n.experts) > 0 {
-		files["hf_quant_config.json"] = &Node{File: NewFile(Bytes(n.hfQuantConfig()))}
+		files["hf_quant_config.json"] = &vfile.Node{File: vfile.NewFile(vfile.Bytes(n.hfQuantConfig()))}
 	}
 	return files
 }
@@ -188,7 +186,7 @@ func (n *nvfp4) Files() map[string]*Node {
 // as it is: loaders (transformers' AutoQuantizationConfig, vLLM) dispatch
 // on quant_method, so a quantization_config without one, or one claiming a
 // conversion that did not happen, would break or mislead them.
-func quantConfigPatch(cfg *manifest.Config, converted int, key, value string) map[string]any {
+func quantConfigPatch(cfg *checkpoint.Config, converted int, key, value string) map[string]any {
 	q, _ := cfg.Raw["quantization_config"].(map[string]any)
 	if method, _ := q["quant_method"].(string); converted == 0 || method == "" {
 		return nil
@@ -207,13 +205,13 @@ type nvReport struct {
 // counts returns the global exponent of an expert weight and its block
 // counts. Clamped blocks follow from the scales alone; only their codes are
 // read, to tell whether they are lossy.
-func (n *nvfp4) counts(t *manifest.Tensor) (int, codecs.NVFP4Counts, error) {
+func (n *nvfp4) counts(t *checkpoint.Tensor) (int, codecs.NVFP4Counts, error) {
 	g, err := n.group(t).g()
 	if err != nil {
 		return 0, codecs.NVFP4Counts{}, err
 	}
 	sc := make([]byte, t.Scale.Size)
-	if err := readTensor(t.Scale, sc, 0); err != nil {
+	if _, err := t.Scale.ReadAt(sc, 0); err != nil {
 		return 0, codecs.NVFP4Counts{}, err
 	}
 	const blockBytes = codecs.MXBlock / 2
@@ -227,10 +225,10 @@ func (n *nvfp4) counts(t *manifest.Tensor) (int, codecs.NVFP4Counts, error) {
 		}
 	}
 	if len(clamped) > len(sc)/64 {
-		err = readTensor(t, w, 0)
+		_, err = t.ReadAt(w, 0)
 	} else {
 		for _, i := range clamped {
-			if err = readTensor(t, w[i*blockBytes:(i+1)*blockBytes], int64(i*blockBytes)); err != nil {
+			if _, err = t.ReadAt(w[i*blockBytes:(i+1)*blockBytes], int64(i*blockBytes)); err != nil {
 				break
 			}
 		}
@@ -295,7 +293,7 @@ func (n *nvfp4) hfQuantConfig() []byte {
 		exclude = append(exclude, m)
 	}
 	sort.Strings(exclude)
-	return mustJSON(map[string]any{
+	return vfile.MustJSON(map[string]any{
 		"producer": map[string]any{"name": "dsfs", "version": codecs.Version},
 		"quantization": map[string]any{
 			"quant_algo":          "W4A16_NVFP4",

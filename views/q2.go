@@ -2,569 +2,61 @@ package views
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"fmt"
-	"log/slog"
-	"path"
-	"path/filepath"
-	"regexp"
-	"runtime"
-	"runtime/debug"
-	"strings"
-	"sync"
-	"sync/atomic"
 
-	"github.com/dsfs/dsfs/blockcache"
-	"github.com/dsfs/dsfs/codecs"
-	"github.com/dsfs/dsfs/codecs/iq2xxs"
-	"github.com/dsfs/dsfs/codecs/q2k"
-	"github.com/dsfs/dsfs/diskcache"
-	"github.com/dsfs/dsfs/manifest"
-	"github.com/dsfs/dsfs/safetensors"
-	"golang.org/x/sync/errgroup"
+	"github.com/dsfs/dsfs/checkpoint"
+	"github.com/dsfs/dsfs/q2"
+	"github.com/dsfs/dsfs/tensorfile"
+	"github.com/dsfs/dsfs/vfile"
 )
-
-// GGMLType is a ggml block format the q2/ view writes.
-type GGMLType struct {
-	Name          string  // ggml's name: IQ2_XXS, Q2_K
-	BlockWeights  int     // weights per block
-	BlockBytes    int     // bytes per block
-	BitsPerWeight float64 // 8 * BlockBytes / BlockWeights
-	// Importance is the recipe's importance vector: "unit" (a constant
-	// vector of ones) or "none" (ggml's reference path).
-	Importance string
-	// Quantise encodes whole rows of float32 weights.
-	Quantise func(dst []byte, src []float32)
-	// Dequantise decodes blocks back to float32, as ggml's to_float does.
-	Dequantise func(dst []float32, src []byte)
-}
-
-// The recipe of FORMATS.md "q2/": IQ2_XXS with a unit importance vector for
-// the gate and up projections, Q2_K on ggml's reference path for down.
-var (
-	IQ2XXS = &GGMLType{Name: "IQ2_XXS", BlockWeights: iq2xxs.BlockWeights, BlockBytes: iq2xxs.BlockBytes,
-		BitsPerWeight: 8.0 * iq2xxs.BlockBytes / iq2xxs.BlockWeights, Importance: "unit",
-		Quantise:   func(dst []byte, src []float32) { iq2xxs.Quantize(dst, src, nil) },
-		Dequantise: iq2xxs.Dequantize}
-	Q2K = &GGMLType{Name: "Q2_K", BlockWeights: q2k.BlockWeights, BlockBytes: q2k.BlockBytes,
-		BitsPerWeight: 8.0 * q2k.BlockBytes / q2k.BlockWeights, Importance: "none",
-		Quantise: q2k.QuantizeRef, Dequantise: q2k.Dequantize}
-)
-
-// q2TypeOf is the ggml type a routed expert projection becomes.
-func q2TypeOf(proj string) *GGMLType {
-	if proj == "w2" {
-		return Q2K
-	}
-	return IQ2XXS
-}
-
-// Q2Quantiser is the provenance q2/ records for its blocks.
-const Q2Quantiser = "Go port of ggml's reference quantisers, bit-identical to ggml d99724f2 on the reference vectors"
-
-// Roles of q2/ tensors beyond the catalog's own (which native tensors keep).
-const (
-	Q2RoleQuantised = "quantised"
-	Q2RoleExternal  = "external"
-	Q2RoleDropped   = "dropped"
-)
-
-// q2ChunkWeights is how many weights one worker quantises at a time: a
-// few rows, so a block of about a thousand rows spreads over every core.
-const q2ChunkWeights = 64 << 10
-
-// Q2 is the plan of the q2/ view of a catalog: what becomes of every source
-// tensor, where it lands, and how its blocks are computed. It is built from
-// the headers alone.
-type Q2 struct {
-	Shards   []*Q2Shard
-	External []*manifest.Tensor // Engram tables: not copied, recorded
-	Dropped  []*manifest.Tensor // the MXFP4 scales of quantised experts
-	Skipped  []Q2Skip           // routed experts kept native, with the reason
-	Repo     string             // source repository, "unknown" when not known
-	Revision string             // source revision, "unknown" when not known
-
-	cat   *manifest.Catalog
-	disk  *diskcache.Cache
-	cache Cache // may be nil
-
-	blocks, quantised, fromDisk atomic.Int64
-	warnPut                     sync.Once
-}
-
-// Q2Shard is one output file of q2/ and the source shard it comes from.
-type Q2Shard struct {
-	Name    string // the output file, e.g. quant-00001-of-00048.safetensors
-	Source  *manifest.Shard
-	File    *File
-	Tensors []*Q2Tensor        // in data order
-	Dropped []*manifest.Tensor // scales of this source shard that are dropped
-
-	manifest *Doc
-}
-
-// Header is the output file's safetensors header, length prefix included.
-func (sh *Q2Shard) Header() []byte { return sh.File.segs[0].(Bytes) }
-
-// Q2Tensor is one tensor of a q2/ shard.
-type Q2Tensor struct {
-	Name   string
-	Role   string // Q2RoleQuantised, or the catalog role of a tensor copied unchanged
-	Source *manifest.Tensor
-	Type   *GGMLType // nil for a tensor copied unchanged
-	DType  safetensors.DType
-	Shape  []int64
-	Offset int64 // absolute offset of the data in the output file
-	Size   int64
-	// Blocks is the derived data of a quantised tensor: its rows cut into
-	// blocks of whole rows.
-	Blocks *Blocks
-
-	q *Q2
-}
-
-// Q2Skip is a main-layer routed expert matrix left native.
-type Q2Skip struct {
-	Name        string `json:"name"`
-	SourceShard string `json:"source_shard"`
-	Reason      string `json:"reason"`
-}
-
-// In is the number of weights in a row of a quantised tensor (the source's
-// logical input dimension).
-func (t *Q2Tensor) In() int64 { return 2 * t.Source.Shape[1] }
-
-// Rows is the number of rows of a quantised tensor.
-func (t *Q2Tensor) Rows() int64 { return t.Source.Shape[0] }
-
-// RowBytes is the size of an output row of a quantised tensor.
-func (t *Q2Tensor) RowBytes() int64 { return t.Shape[1] }
-
-// BlockRows returns the rows [lo, hi) that block i of a quantised tensor
-// holds.
-func (t *Q2Tensor) BlockRows(i int64) (lo, hi int64) {
-	per := t.Blocks.BlockLen / t.RowBytes()
-	return i * per, min(t.Rows(), (i+1)*per)
-}
-
-// ReadSource reads the MXFP4 codes and scales of rows [lo, hi).
-func (t *Q2Tensor) ReadSource(lo, hi int64) (weight, scale []byte, err error) {
-	in := t.In()
-	weight = make([]byte, (hi-lo)*in/2)
-	scale = make([]byte, (hi-lo)*in/codecs.MXBlock)
-	if err := readTensor(t.Source, weight, lo*in/2); err != nil {
-		return nil, nil, err
-	}
-	if err := readTensor(t.Source.Scale, scale, lo*in/codecs.MXBlock); err != nil {
-		return nil, nil, err
-	}
-	return weight, scale, nil
-}
-
-// BlockKey is the disk-cache key of the output rows made from weight and
-// scale (as ReadSource returns them): the SHA-256 of the codec version, the
-// ggml type, the geometry and the source bytes (DESIGN.md "Blocks and the
-// cache").
-func (t *Q2Tensor) BlockKey(weight, scale []byte) diskcache.Key {
-	h := sha256.New()
-	rows := int64(len(scale)) * codecs.MXBlock / t.In()
-	fmt.Fprintf(h, "dsfs q2 block\x00codec %s\x00%s importance %s\x00%d rows x %d weights\x00",
-		codecs.Version, t.Type.Name, t.Type.Importance, rows, t.In())
-	h.Write(weight)
-	h.Write(scale)
-	return diskcache.Key(h.Sum(nil))
-}
-
-// q2Slots bounds the chunks quantised at once, over every block being
-// computed (the block cache computes several at a time, and so do manifest
-// hashes), to one per core: the blocks x per-block fan-out product is
-// bounded once here. Waiting chunks take slots in arrival order, so the
-// block a reader waits for is not slowed by ones started after it, and
-// only running chunks hold a decode buffer.
-var q2Slots struct {
-	sync.Mutex
-	procs int
-	ch    chan struct{}
-}
-
-// q2SlotChan returns the slot pool for the current GOMAXPROCS.
-func q2SlotChan() chan struct{} {
-	q2Slots.Lock()
-	defer q2Slots.Unlock()
-	if p := runtime.GOMAXPROCS(0); p != q2Slots.procs {
-		q2Slots.procs, q2Slots.ch = p, make(chan struct{}, p)
-	}
-	return q2Slots.ch
-}
-
-// q2Buffers recycles the float32 rows of a chunk.
-var q2Buffers sync.Pool
-
-// Quantise decodes the MXFP4 rows in weight and scale exactly and encodes
-// them into dst, spreading the rows over every core. It uses no cache.
-func (t *Q2Tensor) Quantise(ctx context.Context, weight, scale, dst []byte) error {
-	in := t.In()
-	rb := t.RowBytes()
-	rows := int64(len(dst)) / rb
-	per := max(1, q2ChunkWeights/in)
-	chunks := (rows + per - 1) / per
-	slots := q2SlotChan()
-	var next atomic.Int64
-	eg, ctx := errgroup.WithContext(ctx)
-	for range min(int64(cap(slots)), chunks) {
-		eg.Go(func() error {
-			for {
-				select {
-				case slots <- struct{}{}:
-				case <-ctx.Done():
-					return ctx.Err()
-				}
-				more, err := t.quantiseChunk(ctx, &next, chunks, per, weight, scale, dst)
-				<-slots
-				if !more || err != nil {
-					return err
-				}
-			}
-		})
-	}
-	return eg.Wait()
-}
-
-// quantiseChunk quantises the next of the chunks of per rows, if any is
-// left.
-func (t *Q2Tensor) quantiseChunk(ctx context.Context, next *atomic.Int64, chunks, per int64, weight, scale, dst []byte) (more bool, err error) {
-	c := next.Add(1) - 1
-	if c >= chunks {
-		return false, nil
-	}
-	if err := ctx.Err(); err != nil {
-		return false, err
-	}
-	in, rb := t.In(), t.RowBytes()
-	rows := int64(len(dst)) / rb
-	lo, hi := c*per, min(rows, (c+1)*per)
-	n := int((hi - lo) * in)
-	x, _ := q2Buffers.Get().(*[]float32)
-	if x == nil || cap(*x) < n {
-		x = new([]float32)
-		*x = make([]float32, n)
-	}
-	xs := (*x)[:n]
-	codecs.DecodeMXFP4(xs, weight[lo*in/2:hi*in/2], scale[lo*in/codecs.MXBlock:hi*in/codecs.MXBlock])
-	t.Type.Quantise(dst[lo*rb:hi*rb], xs)
-	q2Buffers.Put(x)
-	return true, nil
-}
-
-// computeRows fills dst with output rows [lo, hi): from the disk cache when
-// it holds them, else by quantising (and then storing them there).
-func (t *Q2Tensor) computeRows(ctx context.Context, lo, hi int64, dst []byte) error {
-	w, sc, err := t.ReadSource(lo, hi)
-	if err != nil {
-		return err
-	}
-	q := t.q
-	var k diskcache.Key
-	if q.disk != nil {
-		k = t.BlockKey(w, sc)
-		if q.disk.Get(k, dst) {
-			q.fromDisk.Add(1)
-			return nil
-		}
-	}
-	if err := t.Quantise(ctx, w, sc, dst); err != nil {
-		return fmt.Errorf("%s: tensor %s rows %d-%d: %w", t.Source.Shard.Name, t.Name, lo, hi, err)
-	}
-	q.quantised.Add(1)
-	if q.disk != nil {
-		if err := q.disk.Put(k, dst); err != nil {
-			q.warnPut.Do(func() {
-				slog.Warn("disk cache: cannot store blocks; they will be recomputed (counted in write_errors)", "err", err)
-			})
-		}
-	}
-	return nil
-}
-
-// Quantised lists the quantised tensors of every shard.
-func (q *Q2) Quantised() []*Q2Tensor {
-	var ts []*Q2Tensor
-	for _, sh := range q.Shards {
-		for _, t := range sh.Tensors {
-			if t.Type != nil {
-				ts = append(ts, t)
-			}
-		}
-	}
-	return ts
-}
-
-// Q2Stats are the live counters of a q2/ view: how far a full read has got.
-type Q2Stats struct {
-	Blocks        int64 `json:"blocks"`           // quantised blocks in the view
-	Quantised     int64 `json:"blocks_quantised"` // computed by this process
-	FromDiskCache int64 `json:"blocks_from_disk_cache"`
-}
-
-// Stats returns a snapshot of the counters.
-func (q *Q2) Stats() Q2Stats {
-	return Q2Stats{Blocks: q.blocks.Load(), Quantised: q.quantised.Load(), FromDiskCache: q.fromDisk.Load()}
-}
-
-// q2Quantisable says whether a tensor becomes ggml blocks, and if not but
-// it is a main-layer routed expert matrix, why it stays native.
-func q2Quantisable(t *manifest.Tensor) (ok bool, skip string) {
-	if t.Role != manifest.RoleRoutedExpert || t.Proj == "" || !strings.HasSuffix(t.Name, ".weight") {
-		return false, ""
-	}
-	switch {
-	case t.Format != manifest.FormatMXFP4 || t.Scale == nil:
-		return false, fmt.Sprintf("format %s, not MXFP4 with a scale", t.Format)
-	case len(t.Shape) != 2:
-		return false, fmt.Sprintf("shape %v is not a matrix", t.Shape)
-	case (2*t.Shape[1])%iq2xxs.BlockWeights != 0:
-		return false, fmt.Sprintf("input dimension %d is not a multiple of %d", 2*t.Shape[1], iq2xxs.BlockWeights)
-	}
-	return true, ""
-}
-
-// isEngramTableTensor reports whether t is an Engram table or its scale,
-// which q2/ leaves to the source (FORMATS.md "q2/").
-func isEngramTableTensor(t *manifest.Tensor) bool {
-	return t.Role == manifest.RoleEngram && strings.Contains(t.Name, "engram.embed.")
-}
-
-var shardNumber = regexp.MustCompile(`(\d+-of-\d+)\.safetensors$`)
-
-// q2ShardNames names the output file of each source shard, good or bad:
-// quant-NNNNN-of-MMMMM.safetensors from the source's own numbering, else
-// quant-<name>, in the source shard's directory.
-func q2ShardNames(cat *manifest.Catalog) map[string]string {
-	var shards []string
-	for _, sh := range cat.Shards {
-		shards = append(shards, sh.Name)
-	}
-	for _, b := range cat.BadShards {
-		shards = append(shards, b.Name)
-	}
-	names := make(map[string]string, len(shards))
-	count := make(map[string]int)
-	for _, sh := range shards {
-		dir, file := path.Split(sh)
-		name := dir + "quant-" + file
-		if m := shardNumber.FindStringSubmatch(file); m != nil {
-			name = dir + "quant-" + m[1] + ".safetensors"
-		}
-		names[sh] = name
-		count[name]++
-	}
-	for _, sh := range shards {
-		if count[names[sh]] > 1 { // two numberings alike: fall back to the full names
-			dir, file := path.Split(sh)
-			names[sh] = dir + "quant-" + file
-		}
-	}
-	return names
-}
-
-// PlanQ2 lays out the q2/ view of cat from its headers.
-func PlanQ2(cat *manifest.Catalog, opt Options) (*Q2, error) {
-	q := &Q2{cat: cat, disk: opt.DiskCache, cache: opt.Cache}
-	q.Repo, q.Revision = sourceRevision(cat.Dir, opt.Revision)
-	names := q2ShardNames(cat)
-	for _, sh := range cat.Shards {
-		out := &Q2Shard{Name: names[sh.Name], Source: sh}
-		var outs []Out
-		byName := make(map[string]*Q2Tensor)
-		for _, t := range sh.Tensors {
-			ok, skip := q2Quantisable(t)
-			switch {
-			case ok:
-				qt := q.quantisedTensor(t)
-				byName[t.Name] = qt
-				outs = append(outs, Out{Name: t.Name, DType: qt.DType, Shape: qt.Shape, Data: qt.Blocks})
-				continue
-			case skip != "":
-				q.Skipped = append(q.Skipped, Q2Skip{Name: t.Name, SourceShard: sh.Name, Reason: skip})
-			case t.ScaleOf != nil:
-				if ok, _ := q2Quantisable(t.ScaleOf); ok {
-					q.Dropped = append(q.Dropped, t)
-					out.Dropped = append(out.Dropped, t)
-					continue
-				}
-			}
-			if isEngramTableTensor(t) {
-				q.External = append(q.External, t)
-				continue
-			}
-			byName[t.Name] = &Q2Tensor{Name: t.Name, Role: string(t.Role), Source: t, DType: t.DType, Shape: t.Shape, q: q}
-			outs = append(outs, passthrough(t))
-		}
-		if len(outs) == 0 {
-			continue // a shard left empty (Engram tables only) is omitted
-		}
-		f, l, err := safetensorsLayout("q2", outs)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", out.Name, err)
-		}
-		out.File = f
-		for _, lt := range l.Tensors {
-			qt := byName[lt.Name]
-			qt.Offset, qt.Size = l.DataStart()+lt.Begin, lt.Len()
-			out.Tensors = append(out.Tensors, qt)
-		}
-		out.manifest = NewDoc(func(ctx context.Context) ([]byte, error) { return q.shardManifest(ctx, out) })
-		q.Shards = append(q.Shards, out)
-	}
-	return q, nil
-}
-
-// quantisedTensor lays out a routed expert matrix as ggml blocks.
-func (q *Q2) quantisedTensor(t *manifest.Tensor) *Q2Tensor {
-	typ := q2TypeOf(t.Proj)
-	in := 2 * t.Shape[1]
-	rb := in / int64(typ.BlockWeights) * int64(typ.BlockBytes)
-	qt := &Q2Tensor{Name: t.Name, Role: Q2RoleQuantised, Source: t, Type: typ, DType: safetensors.U8,
-		Shape: []int64{t.Shape[0], rb}, q: q}
-	qt.Blocks = rowBlocks("q2/"+t.Name, t.Shape[0], rb, qt.computeRows)
-	q.blocks.Add(qt.Blocks.Count())
-	return qt
-}
 
 // buildQ2 is the q2/ view: one quant-*.safetensors per source shard, its
-// manifest, the index, plan.json, manifest.json and README.md.
-func buildQ2(s *Set, _ string) (*Node, error) {
-	q, err := PlanQ2(s.Cat, s.Opt)
+// manifest, the index, plan.json, manifest.json and README.md. The engine
+// (package q2) plans and computes; this lays its files out.
+func buildQ2(s *Set, _ string) (Built, error) {
+	q, err := q2.New(s.Cat, q2Options(s.Opt))
 	if err != nil {
-		return nil, err
+		return Built{}, err
 	}
-	s.stats["q2"] = func() any { return q.Stats() }
-	files := make(map[string]*Node)
+	files := make(map[string]*vfile.Node)
 	weightMap := make(map[string]string)
 	var total int64
 	for _, sh := range q.Shards {
-		files[sh.Name] = &Node{File: sh.File, From: s.shardSources(sh.Source)}
-		files[sh.Name+".manifest.json"] = &Node{Doc: sh.manifest, From: s.shardSources(sh.Source)}
+		s.records[sh.File] = q2Records(sh)
+		files[sh.Name] = &vfile.Node{File: sh.File, From: s.shardSources(sh.Source)}
+		files[sh.Name+".manifest.json"] = &vfile.Node{Doc: sh.Manifest, From: s.shardSources(sh.Source)}
 		for _, t := range sh.Tensors {
 			weightMap[t.Name] = sh.Name
 			total += t.Size
 		}
 	}
-	names := q2ShardNames(s.Cat)
+	names := q2.ShardNames(s.Cat)
 	for _, b := range s.Cat.BadShards {
 		s.badShard(files, weightMap, names[b.Name], b)
 	}
 	if len(weightMap) > 0 {
-		files["model.safetensors.index.json"] = &Node{File: indexFile("q2/model.safetensors.index.json", total, weightMap)}
+		files["model.safetensors.index.json"] = &vfile.Node{File: indexFile("q2/model.safetensors.index.json", total, weightMap)}
 	}
-	files["plan.json"] = &Node{Doc: NewHeaderDoc(jsonText(func(context.Context) (any, error) { return q.Plan(), nil }))}
+	files["plan.json"] = &vfile.Node{Doc: vfile.NewHeaderDoc(jsonText(func(context.Context) (any, error) { return q.PlanDoc(), nil }))}
 	files["manifest.json"] = jsonDoc(func(ctx context.Context) (any, error) { return q.Manifest(ctx) })
-	files["README.md"] = &Node{Doc: NewHeaderDoc(func(context.Context) ([]byte, error) { return q.README(), nil })}
-	return tree("", files), nil
+	files["README.md"] = &vfile.Node{Doc: vfile.NewHeaderDoc(func(context.Context) ([]byte, error) { return q.README(), nil })}
+	return Built{Root: tree("", files), Stats: func() any { return q.Stats() }}, nil
 }
 
-// sourceRevision finds the repository and revision of a checkpoint: the
-// revision given, else a Hugging Face cache snapshot's directory name
-// (.../models--ORG--NAME/snapshots/REV), else "unknown".
-func sourceRevision(dir, revision string) (repo, rev string) {
-	repo, rev = "unknown", "unknown"
-	snap, parent := filepath.Base(dir), filepath.Dir(dir)
-	if filepath.Base(parent) == "snapshots" {
-		if r, ok := strings.CutPrefix(filepath.Base(filepath.Dir(parent)), "models--"); ok && r != "" {
-			repo = strings.Replace(r, "--", "/", 1)
-			rev = snap
-		}
-	}
-	if revision != "" {
-		rev = revision
-	}
-	return repo, rev
+// q2Options are the options of the set that the q2 engine takes.
+func q2Options(opt Options) q2.Options {
+	return q2.Options{DiskCache: opt.DiskCache, Cache: opt.Cache, Revision: opt.Revision}
 }
 
-// dsfsVersion is the version of this binary: its module version and, when
-// built from a checkout, the commit.
-func dsfsVersion() string {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "unknown"
-	}
-	v := bi.Main.Version
-	var rev, dirty string
-	for _, s := range bi.Settings {
-		switch {
-		case s.Key == "vcs.revision":
-			rev = s.Value[:min(12, len(s.Value))]
-		case s.Key == "vcs.modified" && s.Value == "true":
-			dirty = "+dirty"
+// q2Records are the tensors of a q2/ shard as the engine planned them.
+func q2Records(sh *q2.Shard) []tensorRecord {
+	recs := make([]tensorRecord, len(sh.Tensors))
+	for i, t := range sh.Tensors {
+		out := tensorfile.Passthrough(t.Source)
+		if t.Type != nil {
+			out = tensorfile.Out{Data: t.Blocks, Codec: "q2", Sources: []*checkpoint.Tensor{t.Source, t.Source.Scale}}
 		}
+		out.Name, out.DType, out.Shape = t.Name, t.DType, t.Shape
+		recs[i] = tensorRecord{Out: out, Offset: t.Offset}
 	}
-	if rev != "" {
-		v += " " + rev + dirty
-	}
-	if v == "" {
-		return "unknown"
-	}
-	return v
-}
-
-// sha256Tensor hashes a source tensor's bytes.
-func sha256Tensor(ctx context.Context, t *manifest.Tensor) (string, error) {
-	h := sha256.New()
-	buf := make([]byte, min(t.Size, 4<<20))
-	for off := int64(0); off < t.Size; off += int64(len(buf)) {
-		if err := ctx.Err(); err != nil {
-			return "", err
-		}
-		p := buf[:min(int64(len(buf)), t.Size-off)]
-		if err := readTensor(t, p, off); err != nil {
-			return "", err
-		}
-		h.Write(p)
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
-}
-
-// sha256Blocks hashes the derived bytes of a quantised tensor, block by
-// block through the block cache the files are read through (so a shard
-// read before or after its manifest is quantised once), or computing them
-// when there is none; computing goes through the disk cache when there is
-// one.
-func (q *Q2) sha256Blocks(ctx context.Context, b *Blocks) (string, error) {
-	h := sha256.New()
-	var buf []byte
-	for i := range b.Count() {
-		n := b.blockLen(i)
-		var p []byte
-		var err error
-		if q.cache != nil {
-			p, err = q.cache.Get(ctx, blockcache.Key{ID: b.ID, Block: i}, int(n), b.compute(i))
-		} else {
-			if buf == nil {
-				buf = make([]byte, b.BlockLen)
-			}
-			p = buf[:n]
-			err = b.Compute(ctx, i, p)
-		}
-		if err != nil {
-			return "", fmt.Errorf("%s block %d: %w", b.ID, i, err)
-		}
-		h.Write(p)
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
-}
-
-// hashAll runs fn for 0..n-1 on every core.
-func hashAll(ctx context.Context, n int, fn func(ctx context.Context, i int) error) error {
-	eg, ctx := errgroup.WithContext(ctx)
-	eg.SetLimit(workers())
-	for i := range n {
-		eg.Go(func() error {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			return fn(ctx, i)
-		})
-	}
-	return eg.Wait()
+	return recs
 }

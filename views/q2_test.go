@@ -13,25 +13,28 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
 
 	"github.com/dsfs/dsfs/blockcache"
+	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/codecs"
 	"github.com/dsfs/dsfs/codecs/iq2xxs"
 	"github.com/dsfs/dsfs/codecs/q2k"
 	"github.com/dsfs/dsfs/diskcache"
-	"github.com/dsfs/dsfs/manifest"
+	"github.com/dsfs/dsfs/q2"
 	"github.com/dsfs/dsfs/safetensors"
 	"github.com/dsfs/dsfs/synth"
+	"github.com/dsfs/dsfs/vfile"
 	"golang.org/x/sync/errgroup"
 )
 
 // q2Set builds the q2/ view alone of the checkpoint in dir.
 func q2Set(t *testing.T, dir string, opt Options) (*Set, *blockcache.Cache) {
 	t.Helper()
-	cat, err := manifest.Open(dir)
+	cat, err := checkpoint.Open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,7 +50,7 @@ func q2Set(t *testing.T, dir string, opt Options) (*Set, *blockcache.Cache) {
 
 // directQuantise quantises a whole MXFP4 expert matrix the plain way: one
 // decode, one call of the ggml port.
-func directQuantise(t *testing.T, tt *manifest.Tensor) []byte {
+func directQuantise(t *testing.T, tt *checkpoint.Tensor) []byte {
 	t.Helper()
 	in := 2 * tt.Shape[1]
 	x := make([]float32, tt.Shape[0]*in)
@@ -62,7 +65,7 @@ func directQuantise(t *testing.T, tt *manifest.Tensor) []byte {
 	return out
 }
 
-func readDoc[T any](t *testing.T, n *Node) T {
+func readDoc[T any](t *testing.T, n *vfile.Node) T {
 	t.Helper()
 	var v T
 	if n == nil {
@@ -96,9 +99,9 @@ func TestQ2View(t *testing.T) {
 	checked := make(map[string]bool) // one quantised tensor per projection is recomputed the plain way
 	for _, tt := range s.Cat.Tensors {
 		b, out, ok := find(files, tt.Name)
-		isScaleOfExpert := tt.ScaleOf != nil && tt.ScaleOf.Role == manifest.RoleRoutedExpert
+		isScaleOfExpert := tt.ScaleOf != nil && tt.ScaleOf.Role == checkpoint.RoleRoutedExpert
 		switch {
-		case tt.Role == manifest.RoleRoutedExpert && !isScaleOfExpert:
+		case tt.Role == checkpoint.RoleRoutedExpert && !isScaleOfExpert:
 			quantised++
 			in := 2 * tt.Shape[1]
 			rb := int64(iq2xxs.RowBytes(int(in)))
@@ -119,7 +122,7 @@ func TestQ2View(t *testing.T) {
 			if ok {
 				t.Errorf("%s: the scale of a quantised expert is served", tt.Name)
 			}
-		case tt.Role == manifest.RoleEngram:
+		case tt.Role == checkpoint.RoleEngram:
 			external++
 			if ok {
 				t.Errorf("%s: an Engram table is copied", tt.Name)
@@ -135,7 +138,7 @@ func TestQ2View(t *testing.T) {
 		t.Fatalf("v41-tiny: %d quantised, %d dropped, %d external, projections checked %v", quantised, dropped, external, checked)
 	}
 
-	plan := readDoc[Q2Plan](t, view.Child("plan.json"))
+	plan := readDoc[q2.PlanDoc](t, view.Child("plan.json"))
 	tot := plan.Totals
 	if tot.SourceTensors != len(s.Cat.Tensors) || tot.QuantisedTensors != quantised || tot.DroppedTensors != dropped ||
 		tot.ExternalTensors != external || tot.NativeTensors != native || tot.SkippedTensors != 0 ||
@@ -157,9 +160,9 @@ func TestQ2View(t *testing.T) {
 		}
 	}
 
-	m := readDoc[Q2Manifest](t, view.Child("manifest.json"))
-	if m.Totals.Q2Totals != tot || m.Totals.ShardsProduced != len(plan.Shards) || m.DroppedExpertScales != dropped ||
-		m.Totals.OutputBytesFromManifests != tot.OutputBytes || m.Totals.BytesByRole[Q2RoleQuantised].Bytes != tot.QuantisedBytes {
+	m := readDoc[q2.Manifest](t, view.Child("manifest.json"))
+	if m.Totals.Totals != tot || m.Totals.ShardsProduced != len(plan.Shards) || m.DroppedExpertScales != dropped ||
+		m.Totals.OutputBytesFromManifests != tot.OutputBytes || m.Totals.BytesByRole[q2.RoleQuantised].Bytes != tot.QuantisedBytes {
 		t.Fatalf("manifest.json totals %+v disagree with the plan %+v", m.Totals, tot)
 	}
 	for _, e := range m.ExternalNative {
@@ -169,7 +172,7 @@ func TestQ2View(t *testing.T) {
 		}
 	}
 	for _, sh := range plan.Shards {
-		sm := readDoc[Q2ShardManifest](t, view.Child(sh.OutputShard+".manifest.json"))
+		sm := readDoc[q2.ShardManifest](t, view.Child(sh.OutputShard+".manifest.json"))
 		p := files[sh.OutputShard]
 		for _, mt := range sm.Tensors {
 			b, _, _ := p.tensor(mt.Name)
@@ -183,8 +186,8 @@ func TestQ2View(t *testing.T) {
 	for _, want := range []string{
 		fmt.Sprintf("| gate/up `w1`, `w3` | IQ2_XXS | 2.0625 | %d |", 2*quantised/3),
 		fmt.Sprintf("| down `w2` | Q2_K | 2.625 | %d |", quantised/3),
-		fmt.Sprintf("**%s** routed weights", commas(tot.QuantisedLogicalWeights)),
-		Q2Quantiser, "## Limits", "## Reproducibility", "not imatrix-based",
+		fmt.Sprintf("**%s** routed weights", withCommas(tot.QuantisedLogicalWeights)),
+		q2.Quantiser, "## Limits", "## Reproducibility", "not imatrix-based",
 		// No Hugging Face cache path and no --revision: the config names the model.
 		"# DeepseekV41ForCausalLM checkpoint " + filepath.Base(tinyDir) + " mixed-Q2 routed experts",
 		fmt.Sprintf("The %d MTP expert tensors (the DSpark draft stages' experts", 3*8*6),
@@ -215,7 +218,7 @@ func TestQ2SkippedAndEmptyShards(t *testing.T) {
 	}
 	s, cache := q2Set(t, dir, Options{})
 	view := s.Root.Child("q2")
-	plan := readDoc[Q2Plan](t, view.Child("plan.json"))
+	plan := readDoc[q2.PlanDoc](t, view.Child("plan.json"))
 	skipped := make(map[string]string)
 	for _, sk := range plan.Skipped {
 		skipped[sk.Name] = sk.Reason
@@ -223,7 +226,7 @@ func TestQ2SkippedAndEmptyShards(t *testing.T) {
 	files := viewTensors(t, view, cache)
 	var w2 int
 	for _, tt := range s.Cat.Tensors {
-		if tt.Role != manifest.RoleRoutedExpert || tt.Proj != "w2" {
+		if tt.Role != checkpoint.RoleRoutedExpert || tt.Proj != "w2" {
 			continue
 		}
 		b, out, ok := find(files, tt.Name)
@@ -244,7 +247,7 @@ func TestQ2SkippedAndEmptyShards(t *testing.T) {
 	for _, sh := range s.Cat.Shards {
 		only := true
 		for _, tt := range sh.Tensors {
-			only = only && tt.Role == manifest.RoleEngram
+			only = only && tt.Role == checkpoint.RoleEngram
 		}
 		if only {
 			engramOnly++
@@ -255,70 +258,6 @@ func TestQ2SkippedAndEmptyShards(t *testing.T) {
 	}
 	if !strings.Contains(string(readAll(t, view.Child("README.md"), cache)), fmt.Sprintf("%d main-layer routed expert matrices stay native", w2)) {
 		t.Error("README.md does not mention the skipped matrices")
-	}
-}
-
-func TestQ2ShardNames(t *testing.T) {
-	tests := []struct {
-		sources, want []string
-	}{
-		{[]string{"model-00001-of-00048.safetensors", "model-00048-of-00048.safetensors"},
-			[]string{"quant-00001-of-00048.safetensors", "quant-00048-of-00048.safetensors"}},
-		{[]string{"model.safetensors"}, []string{"quant-model.safetensors"}},
-		{[]string{"sub/model-00002-of-00003.safetensors"}, []string{"sub/quant-00002-of-00003.safetensors"}},
-		{[]string{"a-00001-of-00002.safetensors", "b-00001-of-00002.safetensors"},
-			[]string{"quant-a-00001-of-00002.safetensors", "quant-b-00001-of-00002.safetensors"}},
-	}
-	for _, tt := range tests {
-		cat := &manifest.Catalog{}
-		for i, n := range tt.sources {
-			if i%2 == 0 { // bad shards are named alike
-				cat.Shards = append(cat.Shards, &manifest.Shard{Name: n})
-			} else {
-				cat.BadShards = append(cat.BadShards, manifest.BadShard{Name: n})
-			}
-		}
-		names := q2ShardNames(cat)
-		for i, n := range tt.sources {
-			if names[n] != tt.want[i] {
-				t.Errorf("%s: named %s, want %s", n, names[n], tt.want[i])
-			}
-		}
-	}
-}
-
-func TestSourceRevision(t *testing.T) {
-	snap := "/root/.cache/huggingface/hub/models--deepseek-ai--DeepSeek-V4.1-Flash/snapshots/0123abcd"
-	tests := []struct {
-		dir, flag, repo, rev string
-	}{
-		{snap, "", "deepseek-ai/DeepSeek-V4.1-Flash", "0123abcd"},
-		{snap, "v2", "deepseek-ai/DeepSeek-V4.1-Flash", "v2"},
-		{"/data/ckpt", "", "unknown", "unknown"},
-		{"/data/ckpt", "main", "unknown", "main"},
-	}
-	for _, tt := range tests {
-		repo, rev := sourceRevision(tt.dir, tt.flag)
-		if repo != tt.repo || rev != tt.rev {
-			t.Errorf("sourceRevision(%q, %q) = %q, %q; want %q, %q", tt.dir, tt.flag, repo, rev, tt.repo, tt.rev)
-		}
-	}
-}
-
-func TestHumanFigures(t *testing.T) {
-	tests := []struct {
-		n            int64
-		gb, thousand string
-	}{
-		{0, "0.00", "0"},
-		{999, "0.00", "999"},
-		{1_234_567_890, "1.23", "1,234,567,890"},
-		{475_200_000_000_000, "475,200.00", "475,200,000,000,000"},
-	}
-	for _, tt := range tests {
-		if g, c := humanGB(tt.n), commas(tt.n); g != tt.gb || c != tt.thousand {
-			t.Errorf("%d: humanGB %s commas %s, want %s %s", tt.n, g, c, tt.gb, tt.thousand)
-		}
 	}
 }
 
@@ -338,20 +277,20 @@ func TestQ2DiskCache(t *testing.T) {
 	const shard = "quant-00004-of-00014.safetensors"
 	s1, c1, _ := open()
 	first := readAll(t, s1.Root.Child("q2").Child(shard), c1)
-	st1 := s1.Stats()["q2"].(Q2Stats)
+	st1 := s1.Stats()["q2"].(q2.Stats)
 	if st1.Quantised == 0 || st1.FromDiskCache != 0 {
 		t.Fatalf("first read: %+v", st1)
 	}
 	// The manifest needs every block of the shard again: the disk has them.
 	man1 := readAll(t, s1.Root.Child("q2").Child(shard+".manifest.json"), c1)
-	if st := s1.Stats()["q2"].(Q2Stats); st.Quantised != st1.Quantised || st.FromDiskCache != st1.Quantised {
+	if st := s1.Stats()["q2"].(q2.Stats); st.Quantised != st1.Quantised || st.FromDiskCache != st1.Quantised {
 		t.Fatalf("manifest after the shard: %+v", st)
 	}
 
 	s2, c2, dc2 := open()
 	second := readAll(t, s2.Root.Child("q2").Child(shard), c2)
 	man2 := readAll(t, s2.Root.Child("q2").Child(shard+".manifest.json"), c2)
-	st2 := s2.Stats()["q2"].(Q2Stats)
+	st2 := s2.Stats()["q2"].(q2.Stats)
 	if !bytes.Equal(first, second) || !bytes.Equal(man1, man2) {
 		t.Fatal("bytes served from the disk cache differ")
 	}
@@ -376,7 +315,7 @@ func TestQ2DiskCache(t *testing.T) {
 	}
 	s3, c3, dc3 := open()
 	third := readAll(t, s3.Root.Child("q2").Child(shard), c3)
-	st3 := s3.Stats()["q2"].(Q2Stats)
+	st3 := s3.Stats()["q2"].(q2.Stats)
 	if !bytes.Equal(first, third) || st3.FromDiskCache != 0 || st3.Quantised != st1.Quantised || dc3.Stats().Corrupt == 0 {
 		t.Fatalf("after damage: equal %v, %+v, disk %+v", bytes.Equal(first, third), st3, dc3.Stats())
 	}
@@ -397,7 +336,7 @@ func TestQ2OddScales(t *testing.T) {
 	for range 2 {
 		s, _ := q2Set(t, dir, Options{})
 		tt := findQ2Tensor(t, s, name+".weight")
-		b := make([]byte, tt.Blocks.blockLen(0))
+		b := make([]byte, tt.Blocks.Size(0))
 		if err := tt.Blocks.Compute(context.Background(), 0, b); err != nil {
 			t.Fatal(err)
 		}
@@ -414,7 +353,7 @@ func TestQ2Cancel(t *testing.T) {
 	tt := findQ2Tensor(t, s, "layers.1.ffn.experts.0.w1.weight")
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	err := tt.Blocks.Compute(ctx, 0, make([]byte, tt.Blocks.blockLen(0)))
+	err := tt.Blocks.Compute(ctx, 0, make([]byte, tt.Blocks.Size(0)))
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("Compute after cancel: %v", err)
 	}
@@ -440,9 +379,9 @@ func TestQ2DocumentsDeterministic(t *testing.T) {
 	}
 }
 
-func findQ2Tensor(t *testing.T, s *Set, name string) *Q2Tensor {
+func findQ2Tensor(t *testing.T, s *Set, name string) *q2.Tensor {
 	t.Helper()
-	q, err := PlanQ2(s.Cat, s.Opt)
+	q, err := q2.New(s.Cat, q2Options(s.Opt))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -453,6 +392,15 @@ func findQ2Tensor(t *testing.T, s *Set, name string) *Q2Tensor {
 	}
 	t.Fatalf("%s is not quantised", name)
 	return nil
+}
+
+// withCommas writes n with thousands separators, as README.md does.
+func withCommas(n int64) string {
+	s := strconv.FormatInt(n, 10)
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
 }
 
 // TestQ2QuantiseBounded: however many blocks are computed at once, no more

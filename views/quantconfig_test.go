@@ -7,8 +7,9 @@ import (
 	"testing"
 
 	"github.com/dsfs/dsfs/blockcache"
-	"github.com/dsfs/dsfs/manifest"
+	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/synth"
+	"github.com/dsfs/dsfs/vfile"
 )
 
 // TestNoQuantisationClaimedWithoutConversion builds the transcoding views
@@ -22,7 +23,7 @@ func TestNoQuantisationClaimedWithoutConversion(t *testing.T) {
 			if err := synth.Write(preset, dir); err != nil {
 				t.Fatal(err)
 			}
-			cat, err := manifest.Open(dir)
+			cat, err := checkpoint.Open(dir)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -63,7 +64,7 @@ func TestQuantConfigPatch(t *testing.T) {
 		{"quantization_config null", `{"quantization_config": null}`, 3, nil},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			cfg, _ := manifest.ParseConfig([]byte(tt.config))
+			cfg, _ := checkpoint.ParseConfig([]byte(tt.config))
 			got := quantConfigPatch(cfg, tt.converted, "expert_dtype", "nvfp4")
 			if !maps.Equal(got, tt.want) {
 				t.Errorf("patch = %v, want %v (keys %v)", got, tt.want, slices.Sorted(maps.Keys(got)))
@@ -84,7 +85,7 @@ func TestBothConfigsPatched(t *testing.T) {
 			if err := synth.Write(preset, dir); err != nil {
 				t.Fatal(err)
 			}
-			cat, err := manifest.Open(dir)
+			cat, err := checkpoint.Open(dir)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -94,7 +95,7 @@ func TestBothConfigsPatched(t *testing.T) {
 			}
 			cache := blockcache.New(16<<20, 2)
 			t.Cleanup(func() { cache.Close(); s.Close(); cat.Close() })
-			lookup := func(path string) *Node {
+			lookup := func(path string) *vfile.Node {
 				n, err := s.Root.Lookup(path)
 				if err != nil {
 					t.Fatal(err)
@@ -102,15 +103,15 @@ func TestBothConfigsPatched(t *testing.T) {
 				return n
 			}
 			nv := s.Root.Child("nvfp4")
-			inf := readAll(t, lookup("nvfp4/"+manifest.InferenceConfigName), cache)
+			inf := readAll(t, lookup("nvfp4/"+checkpoint.InferenceConfigName), cache)
 			if want := bytes.Replace(cat.InferenceConfigBytes, []byte(`"expert_dtype": "fp4"`), []byte(`"expert_dtype": "nvfp4"`), 1); !bytes.Equal(inf, want) || bytes.Equal(inf, cat.InferenceConfigBytes) {
 				t.Errorf("nvfp4/inference/config.json:\n%s\nwant\n%s", inf, want)
 			}
-			cfg, err := manifest.ParseConfig(readAll(t, nv.Child("config.json"), cache))
+			cfg, err := checkpoint.ParseConfig(readAll(t, nv.Child("config.json"), cache))
 			if err != nil || cfg.Quant.ExpertDType != "nvfp4" || bytes.Contains(readAll(t, nv.Child("config.json"), cache), []byte(`"fp4"`)) {
 				t.Errorf("nvfp4/config.json: expert dtype %q (%v), or still fp4 somewhere", cfg.Quant.ExpertDType, err)
 			}
-			if got := readAll(t, lookup("engram-fp4/"+manifest.InferenceConfigName), cache); !bytes.Equal(got, cat.InferenceConfigBytes) {
+			if got := readAll(t, lookup("engram-fp4/"+checkpoint.InferenceConfigName), cache); !bytes.Equal(got, cat.InferenceConfigBytes) {
 				t.Errorf("engram-fp4/inference/config.json changed:\n%s", got)
 			}
 		})

@@ -8,9 +8,11 @@ import (
 	"log/slog"
 	"strings"
 
+	"github.com/dsfs/dsfs/tensorfile"
 	"github.com/dsfs/dsfs/trace"
 	"github.com/dsfs/dsfs/trace/model"
-	"github.com/dsfs/dsfs/trace/v4"
+	v4 "github.com/dsfs/dsfs/trace/v4"
+	"github.com/dsfs/dsfs/vfile"
 )
 
 // traceWorkingMemory is the memory a running trace may hold outside the
@@ -21,33 +23,37 @@ const traceWorkingMemory = 512 << 20
 // on the prompts (DESIGN.md, trace/). A checkpoint it cannot run gets
 // ERROR.txt saying why instead; a bad --trace-prompts file or --device
 // fails the mount, since the user asked for them.
-func buildTrace(s *Set, _ string) (*Node, error) {
+func buildTrace(s *Set, _ string) (Built, error) {
+	var out Built
 	var prompts []trace.Prompt
 	user := s.Opt.TracePrompts != ""
 	if user {
 		var err error
 		if prompts, err = trace.LoadPrompts(s.Opt.TracePrompts); err != nil {
-			return nil, fmt.Errorf("--trace-prompts: %w", err)
+			return out, fmt.Errorf("--trace-prompts: %w", err)
 		}
 	}
 	if err := trace.CheckDevice(s.Opt.Device); err != nil {
-		return nil, fmt.Errorf("--device: %w", err)
+		return out, fmt.Errorf("--device: %w", err)
 	}
 	if _, err := tracePrecision(s.Opt.TracePrecision); err != nil {
-		return nil, err
+		return out, err
 	}
 	if v4.IsV4(s.Cat.ConfigBytes) {
 		return buildTraceV4(s, prompts, user)
 	}
+	if v4.IsV41(s.Cat.ConfigBytes) {
+		return buildTraceV41(s, prompts, user)
+	}
 	if what, missing := v4.Missing(s.Cat.ConfigBytes); missing != nil {
-		return s.traceError("cannot run "+what, "cannot run "+what+"; the engine lacks:", missing...), nil
+		return traceError("cannot run "+what, "cannot run "+what+"; the engine lacks:", missing...), nil
 	}
 	m, err := model.Open(s.Cat)
 	if ue := (*model.UnsupportedError)(nil); errors.As(err, &ue) {
-		return s.traceError("cannot run "+ue.What, "cannot run "+ue.What+"; the engine lacks:", ue.Missing...), nil
+		return traceError("cannot run "+ue.What, "cannot run "+ue.What+"; the engine lacks:", ue.Missing...), nil
 	}
 	if err != nil {
-		return s.traceError("cannot read the model", err.Error()), nil
+		return traceError("cannot read the model", err.Error()), nil
 	}
 	var problems []string
 	tok, err := trace.LoadTokenizer(s.Cat)
@@ -59,27 +65,31 @@ func buildTrace(s *Set, _ string) (*Node, error) {
 	}
 	if err := trace.Encode(prompts, tok, m.Config.Vocab); err != nil {
 		if user {
-			return nil, fmt.Errorf("--trace-prompts %s: %w", s.Opt.TracePrompts, err)
+			return out, fmt.Errorf("--trace-prompts %s: %w", s.Opt.TracePrompts, err)
 		}
-		return s.traceError("cannot run the default prompts", fmt.Sprintf("the default prompts cannot run: %v", err), problems...), nil
+		summary := "cannot run the default prompts"
+		if tok == nil && problems != nil {
+			summary += " without a usable tokenizer.json"
+		}
+		return traceError(summary, fmt.Sprintf("the default prompts cannot run: %v", err), problems...), nil
 	}
 	// The backend starts only for a model it can run: CUDA compiles its
 	// kernels and takes device memory.
-	backend, note, err := trace.NewBackend(s.Opt.Device)
+	backend, note, err := s.Opt.traceBackend()
 	if err != nil {
-		return nil, fmt.Errorf("--device: %w", err)
+		return out, fmt.Errorf("--device: %w", err)
 	}
 	if note != "" {
-		s.warnings = append(s.warnings, note)
+		out.Warnings = append(out.Warnings, note)
 	}
 	if c, ok := backend.(io.Closer); ok {
-		s.closers = append(s.closers, c)
+		out.Closers = append(out.Closers, c)
 	}
 	// Up to three decoded float32 matrices in flight, plus the kept hidden
 	// states: a V3 layer's largest matrix is ~150 MB decoded.
-	s.working += traceWorkingMemory
+	out.Working += traceWorkingMemory
 	tr := trace.New(m, backend, prompts, tok, slog.Default())
-	s.stats["trace"] = func() any {
+	out.Stats = func() any {
 		return map[string]any{"layer_forwards": tr.Forwards(), "backend": backend.Name()}
 	}
 	for l := range m.Checked() {
@@ -93,52 +103,65 @@ func buildTrace(s *Set, _ string) (*Node, error) {
 
 	pj, err := tr.PromptsJSON()
 	if err != nil {
-		return nil, err
+		return out, err
 	}
-	files := map[string]*Node{
-		"prompts.json": {File: NewFile(Bytes(pj))}, // known at mount, like the tensor shapes
-		"trace.json":   {Doc: NewDoc(tr.TraceJSON)},
+	files := map[string]*vfile.Node{
+		"prompts.json": {File: vfile.NewFile(vfile.Bytes(pj))}, // known at mount, like the tensor shapes
+		"trace.json":   {Doc: vfile.NewDoc(tr.TraceJSON)},
 	}
 	width := max(2, len(fmt.Sprint(m.Config.Layers-1)))
 	for l := range tr.Layers() {
 		name := fmt.Sprintf("layers/%0*d", width, l)
-		files[name+".json"] = &Node{Doc: NewDoc(func(ctx context.Context) ([]byte, error) { return tr.LayerJSON(ctx, l) })}
-		f, err := traceLayerFile(tr, l, "trace/"+name+".safetensors")
+		files[name+".json"] = &vfile.Node{Doc: vfile.NewDoc(func(ctx context.Context) ([]byte, error) { return tr.LayerJSON(ctx, l) })}
+		f, err := s.traceLayerFile(tr, l, "trace/"+name+".safetensors")
 		if err != nil {
-			return nil, err
+			return out, err
 		}
-		files[name+".safetensors"] = &Node{File: f}
+		files[name+".safetensors"] = &vfile.Node{File: f}
 	}
 	if len(problems) > 0 {
 		files["ERROR.txt"] = errorText(problems)
-		s.warnings = append(s.warnings, traceWarning(fmt.Sprintf("serves part of the model (%d problems)", len(problems))))
+		out.Warnings = append(out.Warnings, traceWarning(fmt.Sprintf("serves part of the model (%d problems)", len(problems))))
 	}
-	return tree("", files), nil
+	out.Root = tree("", files)
+	return out, nil
+}
+
+// traceBackend starts the backend of Opt.Device through Opt.Backend, or
+// the CPU when there is none.
+func (o Options) traceBackend() (model.Backend, string, error) {
+	if o.Backend != nil {
+		return o.Backend(o.Device)
+	}
+	if o.Device == "cuda" {
+		return nil, "", errors.New("cuda: no CUDA backend given")
+	}
+	return model.NewCPU(), "", nil
 }
 
 // traceLayerFile lays out layer l's activations as a safetensors file
 // whose blocks run the layer when first read.
-func traceLayerFile(tr *trace.Tracer, l int, id string) (*File, error) {
-	var outs []Out
+func (s *Set) traceLayerFile(tr *trace.Tracer, l int, id string) (*vfile.File, error) {
+	var outs []tensorfile.Out
 	for _, a := range tr.Activations(l) {
-		data := rowBlocks(id+"/"+a.Name, int64(a.Rows), a.RowBytes(), func(ctx context.Context, lo, hi int64, dst []byte) error {
+		data := tensorfile.RowBlocks(id+"/"+a.Name, int64(a.Rows), a.RowBytes(), func(ctx context.Context, lo, hi int64, dst []byte) error {
 			return tr.ReadActivation(ctx, l, a, int(lo), int(hi), dst)
 		})
-		outs = append(outs, Out{Name: a.Name, DType: a.DType, Shape: a.Shape(), Data: data})
+		outs = append(outs, tensorfile.Out{Name: a.Name, DType: a.DType, Shape: a.Shape(), Data: data, Codec: "trace"})
 	}
-	return SafetensorsFile("trace", outs)
+	return s.tensorFile("trace", outs)
 }
 
 // traceError is a trace/ that holds only ERROR.txt: the reason, then
 // its details one per line. The log gets the summary alone.
-func (s *Set) traceError(summary, reason string, details ...string) *Node {
-	s.warnings = append(s.warnings, traceWarning(summary))
+func traceError(summary, reason string, details ...string) Built {
 	var b strings.Builder
 	b.WriteString("trace/: " + reason + "\n")
 	for _, d := range details {
 		b.WriteString("- " + d + "\n")
 	}
-	return tree("", map[string]*Node{"ERROR.txt": {File: NewFile(Bytes(b.String()))}})
+	return Built{Root: tree("", map[string]*vfile.Node{"ERROR.txt": {File: vfile.NewFile(vfile.Bytes(b.String()))}}),
+		Warnings: []string{traceWarning(summary)}}
 }
 
 // traceWarning is the one log line of a mount whose trace/ has an
@@ -150,11 +173,11 @@ func traceWarning(summary string) string {
 
 // errorText is the ERROR.txt of a trace/ that serves part of the model:
 // one problem per line.
-func errorText(lines []string) *Node {
+func errorText(lines []string) *vfile.Node {
 	var b strings.Builder
 	b.WriteString("trace/ cannot run everything in this checkpoint:\n")
 	for _, l := range lines {
 		b.WriteString("- " + l + "\n")
 	}
-	return &Node{File: NewFile(Bytes(b.String()))}
+	return &vfile.Node{File: vfile.NewFile(vfile.Bytes(b.String()))}
 }

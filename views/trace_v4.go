@@ -3,59 +3,176 @@ package views
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 
+	"github.com/dsfs/dsfs/tensorfile"
+	"github.com/dsfs/dsfs/tokenizer"
 	"github.com/dsfs/dsfs/trace"
-	"github.com/dsfs/dsfs/trace/v4"
+	"github.com/dsfs/dsfs/trace/model"
+	v4 "github.com/dsfs/dsfs/trace/v4"
+	"github.com/dsfs/dsfs/vfile"
 )
 
 // buildTraceV4 is trace/ for a DeepSeek-V4 checkpoint: the same files as
 // for V2/V3 (the layers' records and activations with V4's tensors), plus
-// logits.safetensors. Layers run on the host V4 engine at the precision
-// --trace-precision names (a8, the default, or fp32).
-func buildTraceV4(s *Set, prompts []trace.Prompt, user bool) (*Node, error) {
+// logits.safetensors. Layers run at the precision --trace-precision names
+// (a8, the default, or fp32), on the backend --device chooses.
+func buildTraceV4(s *Set, prompts []trace.Prompt, user bool) (Built, error) {
 	prec, err := tracePrecision(s.Opt.TracePrecision)
 	if err != nil {
-		return nil, err
+		return Built{}, err
 	}
-	var inference []byte
-	for _, f := range s.Cat.Files {
-		if f.Name == "inference/config.json" {
-			b, err := os.ReadFile(f.Path)
-			if err != nil {
-				return s.traceError("cannot read inference/config.json", fmt.Sprintf("inference/config.json: %v", err)), nil
-			}
-			inference = b
-		}
+	files, failed := readCatalogFiles(s, "inference/config.json")
+	if failed != nil {
+		return *failed, nil
 	}
-	m, err := v4.Open(s.Cat, inference)
+	m, err := v4.Open(s.Cat, files["inference/config.json"])
 	if err != nil {
-		return s.traceError("cannot read the model", err.Error()), nil
+		return traceError("cannot read the model", err.Error()), nil
 	}
-	var problems []string
-	tok, err := trace.LoadTokenizer(s.Cat)
+	var out Built
+	tok, problems, failed, err := v4Prompts(s, &prompts, user, m.Config.Vocab)
+	if failed != nil || err != nil {
+		return *failed, err
+	}
+	backend, err := v4Backend(s, &out)
 	if err != nil {
-		problems = append(problems, fmt.Sprintf("tokenizer.json: %v; tokens are shown as null", err))
+		return out, err
 	}
-	if !user {
-		prompts = trace.DefaultPrompts()
+	m.SetBackend(backend)
+	tr := trace.NewV4(m, prec, prompts, tok, slog.Default())
+	out.Stats = func() any {
+		return map[string]any{"layer_forwards": tr.Forwards(), "backend": tr.BackendName(), "precision": string(prec)}
 	}
-	if err := trace.Encode(prompts, tok, m.Config.Vocab); err != nil {
-		if user {
-			return nil, fmt.Errorf("--trace-prompts %s: %w", s.Opt.TracePrompts, err)
-		}
-		return s.traceError("cannot run the default prompts", fmt.Sprintf("the default prompts cannot run: %v", err), problems...), nil
+	return s.v4Tree(out, tr, m, m.Config.Layers, problems)
+}
+
+// buildTraceV41 is trace/ for a DeepSeek-V4.1 checkpoint: V4's files,
+// with the layers' carried pre_mix, candidate masks and Engram hash ids
+// and gates. DSpark stages (mtp.*) are listed in trace.json, not run.
+func buildTraceV41(s *Set, prompts []trace.Prompt, user bool) (Built, error) {
+	prec, err := tracePrecision(s.Opt.TracePrecision)
+	if err != nil {
+		return Built{}, err
+	}
+	files, failed := readCatalogFiles(s, "inference/config.json", "tokenizer.json")
+	if failed != nil {
+		return *failed, nil
+	}
+	m, err := v4.Open41(s.Cat, files["inference/config.json"], files["tokenizer.json"])
+	if err != nil {
+		return traceError("cannot read the model", err.Error()), nil
+	}
+	var out Built
+	tok, problems, failed, err := v4Prompts(s, &prompts, user, m.Config.Vocab)
+	if failed != nil || err != nil {
+		return *failed, err
 	}
 	if s.Opt.Device == "cuda" {
-		s.warnings = append(s.warnings, "trace: DeepSeek-V4 layers run on the CPU; the CUDA backend has no V4 kernels yet")
+		out.Warnings = append(out.Warnings, "trace: DeepSeek-V4.1 layers run on the CPU; the CUDA backend has no V4.1 kernels yet")
 	}
-	s.working += traceWorkingMemory
-	tr := trace.NewV4(m, prec, prompts, tok, slog.Default())
-	s.stats["trace"] = func() any {
+	tr := trace.NewV41(m, prec, prompts, tok, slog.Default())
+	out.Stats = func() any {
 		return map[string]any{"layer_forwards": tr.Forwards(), "backend": "cpu", "precision": string(prec)}
 	}
-	for l := range m.Config.Layers {
+	return s.v4Tree(out, tr, m, m.Config.Layers, problems)
+}
+
+// readCatalogFiles reads the named files of the checkpoint that exist;
+// failed is trace/'s ERROR.txt when one cannot be read.
+func readCatalogFiles(s *Set, names ...string) (map[string][]byte, *Built) {
+	files := make(map[string][]byte)
+	for _, f := range s.Cat.Files {
+		for _, name := range names {
+			if f.Name != name {
+				continue
+			}
+			b, err := os.ReadFile(f.Path)
+			if err != nil {
+				failed := traceError("cannot read "+name, fmt.Sprintf("%s: %v", name, err))
+				return nil, &failed
+			}
+			files[name] = b
+		}
+	}
+	return files, nil
+}
+
+// v4Prompts loads the checkpoint's tokenizer and encodes the prompts
+// (the defaults unless the user gave some) for a vocabulary of vocab ids.
+// A tokenizer that cannot be read is a problem, not a failure, for
+// prompts of token ids; failed is trace/'s ERROR.txt when the default
+// prompts cannot be encoded, and err says why a user's cannot.
+func v4Prompts(s *Set, prompts *[]trace.Prompt, user bool, vocab int) (tok *tokenizer.Tokenizer, problems []string, failed *Built, err error) {
+	tok, terr := trace.LoadTokenizer(s.Cat)
+	if terr != nil {
+		problems = append(problems, fmt.Sprintf("tokenizer.json: %v; tokens are shown as null", terr))
+	}
+	if !user {
+		*prompts = trace.DefaultPrompts()
+	}
+	if err := trace.Encode(*prompts, tok, vocab); err != nil {
+		if user {
+			return nil, nil, &Built{}, fmt.Errorf("--trace-prompts %s: %w", s.Opt.TracePrompts, err)
+		}
+		summary := "cannot run the default prompts"
+		if tok == nil && problems != nil {
+			summary += " without a usable tokenizer.json"
+		}
+		b := traceError(summary, fmt.Sprintf("the default prompts cannot run: %v", err), problems...)
+		return nil, nil, &b, nil
+	}
+	return tok, problems, nil, nil
+}
+
+// v4Backend starts what V4 layers run on for --device (nil: the host
+// engine), through the backend starter the caller gave, noting in out why
+// it fell back to the host and closing it with the view.
+func v4Backend(s *Set, out *Built) (model.Backend, error) {
+	if s.Opt.V4Backend == nil {
+		return nil, nil
+	}
+	backend, note, err := s.Opt.V4Backend(s.Opt.Device)
+	if err != nil {
+		return nil, fmt.Errorf("--device: %w", err)
+	}
+	if note != "" {
+		out.Warnings = append(out.Warnings, note)
+	}
+	if c, ok := backend.(io.Closer); ok {
+		out.Closers = append(out.Closers, c)
+	}
+	return backend, nil
+}
+
+// v4Model is what trace/ reports of a V4-family model it cannot run
+// whole.
+type v4Model interface {
+	Checked() int
+	Problems(l int) []string
+	HeadProblems() []string
+}
+
+// v4Tracer is a V4 or V4.1 tracer: what trace/'s files are read from.
+type v4Tracer interface {
+	Layers() int
+	PromptsJSON() ([]byte, error)
+	TraceJSON(ctx context.Context) ([]byte, error)
+	LayerJSON(ctx context.Context, l int) ([]byte, error)
+	Activations(l int) []trace.V4Activation
+	LogitActivations() []trace.V4Activation
+	ReadActivation(ctx context.Context, l int, a trace.V4Activation, r0, r1 int, dst []byte) error
+}
+
+// v4Tree lays out trace/ of a V4-family model of layers layers: prompts,
+// trace.json, each runnable layer's record and activations, the logits
+// when every layer and the head can run, and ERROR.txt listing the
+// problems.
+func (s *Set) v4Tree(out Built, tr v4Tracer, m v4Model, layers int, problems []string) (Built, error) {
+	out.Working += traceWorkingMemory
+	for l := range m.Checked() {
 		for _, p := range m.Problems(l) {
 			problems = append(problems, fmt.Sprintf("layer %d: %s", l, p))
 		}
@@ -63,41 +180,40 @@ func buildTraceV4(s *Set, prompts []trace.Prompt, user bool) (*Node, error) {
 	for _, p := range m.HeadProblems() {
 		problems = append(problems, "head: "+p)
 	}
-	if n := tr.Layers(); n < m.Config.Layers {
-		problems = append(problems, fmt.Sprintf("layers %d-%d are not served: each needs the layers before it", n, m.Config.Layers-1))
+	if n := tr.Layers(); n < layers {
+		problems = append(problems, fmt.Sprintf("layers %d-%d are not served: each needs the layers before it", n, layers-1))
 	}
 	pj, err := tr.PromptsJSON()
 	if err != nil {
-		return nil, err
+		return out, err
 	}
-	files := map[string]*Node{
-		"prompts.json": {File: NewFile(Bytes(pj))},
-		"trace.json":   {Doc: NewDoc(tr.TraceJSON)},
+	files := map[string]*vfile.Node{
+		"prompts.json": {File: vfile.NewFile(vfile.Bytes(pj))},
+		"trace.json":   {Doc: vfile.NewDoc(tr.TraceJSON)},
 	}
-	width := max(2, len(fmt.Sprint(m.Config.Layers-1)))
+	width := max(2, len(fmt.Sprint(layers-1)))
 	for l := range tr.Layers() {
 		name := fmt.Sprintf("layers/%0*d", width, l)
-		files[name+".json"] = &Node{Doc: NewDoc(func(ctx context.Context) ([]byte, error) { return tr.LayerJSON(ctx, l) })}
-		f, err := traceV4File(tr, l, tr.Activations(l), "trace/"+name+".safetensors")
+		files[name+".json"] = &vfile.Node{Doc: vfile.NewDoc(func(ctx context.Context) ([]byte, error) { return tr.LayerJSON(ctx, l) })}
+		f, err := s.traceV4File(tr, l, tr.Activations(l), "trace/"+name+".safetensors")
 		if err != nil {
-			return nil, err
+			return out, err
 		}
-		files[name+".safetensors"] = &Node{File: f}
+		files[name+".safetensors"] = &vfile.Node{File: f}
 	}
-	if tr.Layers() == m.Config.Layers && len(m.HeadProblems()) == 0 {
-		f, err := traceV4File(tr, -1, tr.LogitActivations(), "trace/logits.safetensors")
+	if tr.Layers() == layers && len(m.HeadProblems()) == 0 {
+		f, err := s.traceV4File(tr, -1, tr.LogitActivations(), "trace/logits.safetensors")
 		if err != nil {
-			return nil, err
+			return out, err
 		}
-		files["logits.safetensors"] = &Node{File: f}
+		files["logits.safetensors"] = &vfile.Node{File: f}
 	}
 	if len(problems) > 0 {
 		files["ERROR.txt"] = errorText(problems)
-		for _, p := range problems {
-			s.warnings = append(s.warnings, "trace: "+p)
-		}
+		out.Warnings = append(out.Warnings, traceWarning(fmt.Sprintf("serves part of the model (%d problems)", len(problems))))
 	}
-	return tree("", files), nil
+	out.Root = tree("", files)
+	return out, nil
 }
 
 // tracePrecision reads --trace-precision.
@@ -114,13 +230,13 @@ func tracePrecision(p string) (v4.Precision, error) {
 // traceV4File lays out activations as a safetensors file whose blocks
 // run what they need (layer l, or every layer and the head for l = -1)
 // when first read.
-func traceV4File(tr *trace.V4Tracer, l int, acts []trace.V4Activation, id string) (*File, error) {
-	var outs []Out
+func (s *Set) traceV4File(tr v4Tracer, l int, acts []trace.V4Activation, id string) (*vfile.File, error) {
+	var outs []tensorfile.Out
 	for _, a := range acts {
-		data := rowBlocks(id+"/"+a.Name, int64(a.Rows()), a.RowBytes(), func(ctx context.Context, lo, hi int64, dst []byte) error {
+		data := tensorfile.RowBlocks(id+"/"+a.Name, int64(a.Rows()), a.RowBytes(), func(ctx context.Context, lo, hi int64, dst []byte) error {
 			return tr.ReadActivation(ctx, l, a, int(lo), int(hi), dst)
 		})
-		outs = append(outs, Out{Name: a.Name, DType: a.DType, Shape: a.Shape, Data: data})
+		outs = append(outs, tensorfile.Out{Name: a.Name, DType: a.DType, Shape: a.Shape, Data: data, Codec: "trace"})
 	}
-	return SafetensorsFile("trace", outs)
+	return s.tensorFile("trace", outs)
 }

@@ -1,3 +1,7 @@
+// Package views turns a catalog into trees of virtual files (package
+// vfile): one builder per view, run in registry order. A view never touches
+// FUSE; the mount and `dsfs export` read what it builds through the same
+// vfile.Reader.
 package views
 
 import (
@@ -12,11 +16,12 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/dsfs/dsfs/codecs"
+	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/diskcache"
-	"github.com/dsfs/dsfs/manifest"
-	"github.com/dsfs/dsfs/safetensors"
 	"github.com/dsfs/dsfs/sourcefile"
+	"github.com/dsfs/dsfs/tensorfile"
+	"github.com/dsfs/dsfs/trace/model"
+	"github.com/dsfs/dsfs/vfile"
 )
 
 // View is a named tree of virtual files built from a catalog.
@@ -24,18 +29,62 @@ type View struct {
 	Name string
 	// About is one line for --help and the README.
 	About string
-	build func(s *Set, name string) (*Node, error)
+	// Options are the view's own settings, declared once: the CLI offers
+	// each as a flag of every command that builds views (mount, export),
+	// and the builder reads it with Set.option.
+	Options []Option
+	build   builder
+}
+
+// Option is a setting a view declares.
+type Option struct {
+	Name    string // the flag's name, unique among all views' options
+	Usage   string
+	Default string
+}
+
+// A builder makes one view from the set's catalog and options (s.Cat,
+// s.Opt; s also shares the opened source files among the views). It
+// returns all it makes; on error, what it started so far, in Closers.
+type builder func(s *Set, name string) (Built, error)
+
+// Built is what a view builder makes; the set keeps it.
+type Built struct {
+	// Root is the view's directory; Build names it after the view.
+	Root *vfile.Node
+	// Stats returns the view's live counters for .dsfs/stats.json, or is
+	// nil for a view that keeps none.
+	Stats func() any
+	// Warnings are what the view cannot serve, one line each, for the
+	// log once mounted.
+	Warnings []string
+	// Closers are what the view started (a compute backend, the views
+	// manifest/ builds to describe them); the set closes them.
+	Closers []io.Closer
+	// Working is the memory the view may hold outside the block cache
+	// while it computes, for the caller's memory limit.
+	Working int64
+}
+
+// keep takes over what the builder of view name made.
+func (s *Set) keep(name string, b Built) {
+	if b.Stats != nil {
+		s.stats[name] = b.Stats
+	}
+	s.warnings = append(s.warnings, b.Warnings...)
+	s.closers = append(s.closers, b.Closers...)
+	s.working += b.Working
 }
 
 // registry lists every view; a new view is one file plus one line here.
 var registry = []View{
-	{"source", "the checkpoint as it is, served unchanged", buildSource},
-	{"nvfp4", "routed and MTP experts MXFP4 -> NVFP4 (lossless), everything else as is", safetensorsView(nvfp4Rewriter)},
-	{"engram-fp4", "Engram tables FP8 -> FP4 with block-32 E8M0 scales, everything else as is", safetensorsView(engramRewriter)},
-	{"nvfp4+engram-fp4", "both transcodes at once (the seed script's default output)", safetensorsView(nvfp4Rewriter, engramRewriter)},
-	{"trace", "DeepSeek MLA + MoE decoder-layer forwards on prompts, run when read: activations, routes, statistics", buildTrace},
-	{"q2", "routed experts -> ggml IQ2_XXS (w1, w3) and Q2_K (w2), with plan, manifests and README", buildQ2},
-	{"manifest", "the inventory of every tensor: formats, bytes, sha256, value checks, where each view's tensors come from", buildManifest},
+	{Name: "source", About: "the checkpoint as it is, served unchanged", build: buildSource},
+	{Name: "nvfp4", About: "routed and MTP experts MXFP4 -> NVFP4 (lossless), everything else as is", build: safetensorsView(nvfp4Rewriter)},
+	{Name: "engram-fp4", About: "Engram tables FP8 -> FP4 with block-32 E8M0 scales, everything else as is", build: safetensorsView(engramRewriter)},
+	{Name: "nvfp4+engram-fp4", About: "both transcodes at once (the seed script's default output)", build: safetensorsView(nvfp4Rewriter, engramRewriter)},
+	{Name: "trace", About: "DeepSeek MLA + MoE decoder-layer forwards on prompts, run when read: activations, routes, statistics", build: buildTrace},
+	{Name: "q2", About: "routed experts -> ggml IQ2_XXS (w1, w3) and Q2_K (w2), with plan, manifests and README", build: buildQ2},
+	{Name: "manifest", About: "the inventory of every tensor: formats, bytes, sha256, value checks, where each view's tensors come from", build: buildManifest},
 }
 
 // Names lists the registered views in order.
@@ -63,12 +112,19 @@ type Options struct {
 	// Cache, when set, is the block cache files are read through; documents
 	// that need a file's derived bytes (q2/'s shard manifests) read them
 	// from it too, so a block read by both is computed once.
-	Cache Cache
+	Cache vfile.Cache
 	// TracePrompts is a JSON file of prompts for trace/ (empty: the
 	// seed's four prompts).
 	TracePrompts string
 	// Device is where trace/ runs layers: auto (the default), cpu or cuda.
 	Device string
+	// Backend starts the backend trace/ runs layers on for Device (the
+	// CLI's, which knows CUDA); note is a line for the log. Nil runs
+	// every device but cuda on the CPU.
+	Backend func(device string) (b model.Backend, note string, err error)
+	// V4Backend starts what DeepSeek-V4 layers run on for Device: nil for
+	// the host engine. Nil runs them on the host.
+	V4Backend func(device string) (b model.Backend, note string, err error)
 	// TracePrecision is how trace/ runs DeepSeek-V4 layers: a8 (empty:
 	// the default, FP8 activations as DeepSeek's reference) or fp32.
 	TracePrecision string
@@ -78,15 +134,26 @@ type Options struct {
 	// NoHash makes manifest/ read headers only: no digests, no value
 	// checks.
 	NoHash bool
+	// Values are the views' declared options (View.Options) by name; an
+	// option not given takes its default.
+	Values map[string]string
 }
 
 // Set is the views of one catalog. It owns the source files it opened.
 type Set struct {
-	Cat   *manifest.Catalog
-	Root  *Node
-	Opt   Options
-	files map[string]*sourcefile.File
-	stats map[string]func() any // live counters of views that keep any
+	Cat  *checkpoint.Catalog
+	Root *vfile.Node
+	Opt  Options
+	// registry is the views the set may build, in order; manifest/
+	// describes the others from it. A field, not the package variable,
+	// since the registry holds manifest/'s builder.
+	registry []View
+	nvGroups *nvGroups // NVFP4 global exponents, computed once per mount
+	// records are the tensors of each virtual safetensors file as their
+	// makers recorded them, which manifest/ describes.
+	records map[*vfile.File][]tensorRecord
+	files   map[string]*sourcefile.File
+	stats   map[string]func() any // live counters of views that keep any
 	// warnings are what views could not serve, for the log once mounted.
 	warnings []string
 	// shadowed lists, by source file name, the views whose own generated
@@ -98,34 +165,73 @@ type Set struct {
 	working int64
 }
 
+// newSet is an empty set of the views of registry, sharing groups (nil:
+// its own) with the set that describes it.
+func newSet(cat *checkpoint.Catalog, opt Options, registry []View, groups *nvGroups) *Set {
+	if groups == nil {
+		groups = &nvGroups{cat: cat, groups: make(map[string]*nvGroup)}
+	}
+	return &Set{Cat: cat, Opt: opt, registry: registry, files: make(map[string]*sourcefile.File),
+		stats: make(map[string]func() any), shadowed: make(map[string][]string), nvGroups: groups,
+		records: make(map[*vfile.File][]tensorRecord)}
+}
+
+// option returns the value of option name that view declares: the one
+// given in Opt.Values, else its default.
+func (s *Set) option(view, name string) string {
+	if v, ok := s.Opt.Values[name]; ok {
+		return v
+	}
+	for _, v := range s.registry {
+		if v.Name != view {
+			continue
+		}
+		for _, o := range v.Options {
+			if o.Name == name {
+				return o.Default
+			}
+		}
+	}
+	panic(fmt.Sprintf("views: view %s reads option %s, which it does not declare", view, name))
+}
+
 // WorkingMemory is what the views may hold outside the block cache while
 // they compute, for the caller's memory limit.
 func (s *Set) WorkingMemory() int64 { return s.working }
 
 // Build builds the views of cat chosen by opt under one root directory.
-func Build(cat *manifest.Catalog, opt Options) (*Set, error) {
+func Build(cat *checkpoint.Catalog, opt Options) (*Set, error) {
+	return build(cat, opt, registry)
+}
+
+// build builds the views of registry chosen by opt.
+func build(cat *checkpoint.Catalog, opt Options, registry []View) (*Set, error) {
 	names := opt.Views
-	s := &Set{Cat: cat, Opt: opt, files: make(map[string]*sourcefile.File), stats: make(map[string]func() any),
-		shadowed: make(map[string][]string)}
+	s := newSet(cat, opt, registry, nil)
+	have := make([]string, len(registry))
+	for i, v := range registry {
+		have[i] = v.Name
+	}
 	for _, n := range names {
-		if !slices.Contains(Names(), n) {
-			return nil, fmt.Errorf("unknown view %q (have %s)", n, strings.Join(Names(), ", "))
+		if !slices.Contains(have, n) {
+			return nil, fmt.Errorf("unknown view %q (have %s)", n, strings.Join(have, ", "))
 		}
 	}
-	var dirs []*Node
-	for _, v := range registry {
+	var dirs []*vfile.Node
+	for _, v := range s.registry {
 		if len(names) > 0 && !slices.Contains(names, v.Name) {
 			continue
 		}
-		n, err := v.build(s, v.Name)
+		b, err := v.build(s, v.Name)
+		s.keep(v.Name, b)
 		if err != nil {
 			s.Close()
 			return nil, fmt.Errorf("view %s: %w", v.Name, err)
 		}
-		n.Name = v.Name
-		dirs = append(dirs, n)
+		b.Root.Name = v.Name
+		dirs = append(dirs, b.Root)
 	}
-	s.Root = Dir("", dirs...)
+	s.Root = vfile.Dir("", dirs...)
 	s.setAttrs()
 	for _, name := range slices.Sorted(maps.Keys(s.shadowed)) {
 		s.warnings = append(s.warnings, fmt.Sprintf("%s: a source file named like a generated one is served in source/ only; %s/ serve their own",
@@ -188,7 +294,7 @@ func (s *Set) open(p string) (*sourcefile.File, error) {
 
 // sourceFile is a file of the checkpoint served unchanged, as it was when
 // the views opened it.
-func (s *Set) sourceFile(name, p string) (*Node, error) {
+func (s *Set) sourceFile(name, p string) (*vfile.Node, error) {
 	f, err := s.open(p)
 	if err != nil {
 		return nil, err
@@ -197,15 +303,15 @@ func (s *Set) sourceFile(name, p string) (*Node, error) {
 }
 
 // sourceNode serves an opened source file unchanged.
-func sourceNode(name string, f *sourcefile.File) *Node {
-	file := NewFile(Range{R: f, Off: 0, N: f.Size()})
+func sourceNode(name string, f *sourcefile.File) *vfile.Node {
+	file := vfile.NewFile(vfile.Range{R: f, Off: 0, N: f.Size()})
 	file.Source, file.Origin = f.Path(), f
-	return &Node{Name: name, File: file, From: []string{f.Path()}}
+	return &vfile.Node{Name: name, File: file, From: []string{f.Path()}}
 }
 
 // tree places file nodes at their slash-separated paths under a directory.
-func tree(name string, files map[string]*Node) *Node {
-	root := Dir(name)
+func tree(name string, files map[string]*vfile.Node) *vfile.Node {
+	root := vfile.Dir(name)
 	paths := make([]string, 0, len(files))
 	for p := range files {
 		paths = append(paths, p)
@@ -217,7 +323,7 @@ func tree(name string, files map[string]*Node) *Node {
 		for _, d := range parts[:len(parts)-1] {
 			c := dir.Child(d)
 			if c == nil {
-				c = Dir(d)
+				c = vfile.Dir(d)
 				dir.Children = append(dir.Children, c)
 				sort.Slice(dir.Children, func(i, j int) bool { return dir.Children[i].Name < dir.Children[j].Name })
 			}
@@ -231,15 +337,15 @@ func tree(name string, files map[string]*Node) *Node {
 	return root
 }
 
-func buildSource(s *Set, _ string) (*Node, error) {
-	files := make(map[string]*Node)
+func buildSource(s *Set, _ string) (Built, error) {
+	files := make(map[string]*vfile.Node)
 	for _, sh := range s.Cat.Shards {
 		files[sh.Name] = sourceNode(sh.Name, sh.File())
 	}
 	for _, f := range s.Cat.Files {
 		n, err := s.sourceFile(f.Name, f.Path)
 		if err != nil {
-			return nil, err
+			return Built{}, err
 		}
 		files[f.Name] = n
 	}
@@ -250,11 +356,37 @@ func buildSource(s *Set, _ string) (*Node, error) {
 		}
 		n, err := s.sourceFile(b.Name, b.Path)
 		if err != nil {
-			return nil, err
+			return Built{}, err
 		}
 		files[b.Name] = n
 	}
-	return tree("source", files), nil
+	return Built{Root: tree("source", files)}, nil
+}
+
+// tensorRecord is one tensor of a virtual safetensors file: what its maker
+// recorded, and where the layout put its data.
+type tensorRecord struct {
+	tensorfile.Out
+	Offset int64 // of the data in the file
+}
+
+// tensorFile lays out tensors as a safetensors file of view and keeps
+// their record for manifest/.
+func (s *Set) tensorFile(view string, outs []tensorfile.Out) (*vfile.File, error) {
+	f, l, err := tensorfile.Layout(view, outs)
+	if err != nil {
+		return nil, err
+	}
+	byName := make(map[string]tensorfile.Out, len(outs))
+	for _, o := range outs {
+		byName[o.Name] = o
+	}
+	recs := make([]tensorRecord, len(l.Tensors))
+	for i, t := range l.Tensors {
+		recs[i] = tensorRecord{Out: byName[t.Name], Offset: l.DataStart() + t.Begin}
+	}
+	s.records[f] = recs
+	return f, nil
 }
 
 // badShard keeps a bad source shard visible in a derived view: the index
@@ -262,7 +394,7 @@ func buildSource(s *Set, _ string) (*Node, error) {
 // file, and file, when the source has one, fails every read naming the
 // shard and the reason. A loader of the view then fails loudly instead of
 // loading a checkpoint with the shard's tensors quietly left out.
-func (s *Set) badShard(files map[string]*Node, weightMap map[string]string, file string, b manifest.BadShard) {
+func (s *Set) badShard(files map[string]*vfile.Node, weightMap map[string]string, file string, b checkpoint.BadShard) {
 	for _, t := range b.Tensors {
 		if _, ok := weightMap[t]; !ok {
 			weightMap[t] = file
@@ -272,62 +404,55 @@ func (s *Set) badShard(files map[string]*Node, weightMap map[string]string, file
 		return // missing: the loader's open fails, naming it
 	}
 	err := fmt.Errorf("source shard %s is bad (%s), so its tensors cannot be served; source/ has the file as it is", b.Name, b.Reason)
-	files[file] = &Node{File: NewFile(Unreadable{N: b.Size, Err: err})}
-}
-
-// Out is one tensor of a virtual safetensors file.
-type Out struct {
-	Name  string
-	DType safetensors.DType
-	Shape []int64
-	Data  Segment
+	files[file] = &vfile.Node{File: vfile.NewFile(vfile.Unreadable{N: b.Size, Err: err})}
 }
 
 // A Rewriter changes some tensors of a checkpoint. Rewrite returns the
 // tensors that replace t (none to drop it) and true, or false to leave t to
 // the next rewriter and finally to pass it through unchanged.
 type Rewriter interface {
-	Rewrite(t *manifest.Tensor) ([]Out, bool)
+	Rewrite(t *checkpoint.Tensor) ([]tensorfile.Out, bool)
 	// ConfigPatch lists the config.json keys the view sets.
 	ConfigPatch() map[string]any
 	// Files are the view's own files (reports, quantisation configs).
-	Files() map[string]*Node
+	Files() map[string]*vfile.Node
 }
 
 // safetensorsView returns a view builder that rewrites the checkpoint's
 // tensors with the given rewriters, shard by shard, and passes every other
 // file through (config.json patched, the index rewritten).
-func safetensorsView(makers ...func(s *Set) (Rewriter, error)) func(s *Set, name string) (*Node, error) {
-	return func(s *Set, name string) (*Node, error) {
+func safetensorsView(makers ...func(s *Set) (Rewriter, error)) builder {
+	return func(s *Set, name string) (Built, error) {
 		var rws []Rewriter
 		for _, m := range makers {
 			rw, err := m(s)
 			if err != nil {
-				return nil, err
+				return Built{}, err
 			}
 			rws = append(rws, rw)
 		}
-		return s.rewrite(name, rws)
+		root, err := s.rewrite(name, rws)
+		return Built{Root: root}, err
 	}
 }
 
-func (s *Set) rewrite(view string, rws []Rewriter) (*Node, error) {
-	files := make(map[string]*Node)
+func (s *Set) rewrite(view string, rws []Rewriter) (*vfile.Node, error) {
+	files := make(map[string]*vfile.Node)
 	weightMap := make(map[string]string)
 	var total int64
 	for _, sh := range s.Cat.Shards {
-		var outs []Out
+		var outs []tensorfile.Out
 		for _, t := range sh.Tensors {
 			outs = append(outs, rewriteTensor(rws, t)...)
 		}
 		if len(outs) == 0 {
 			continue
 		}
-		f, err := SafetensorsFile(view, outs)
+		f, err := s.tensorFile(view, outs)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", sh.Name, err)
 		}
-		files[sh.Name] = &Node{File: f, From: s.shardSources(sh)}
+		files[sh.Name] = &vfile.Node{File: f, From: s.shardSources(sh)}
 		for _, o := range outs {
 			weightMap[o.Name] = sh.Name
 			total += o.Data.Len()
@@ -339,7 +464,7 @@ func (s *Set) rewrite(view string, rws []Rewriter) (*Node, error) {
 	config := s.Cat.ConfigBytes
 	for _, rw := range rws {
 		for k, v := range rw.ConfigPatch() {
-			b, err := manifest.PatchConfig(config, strings.Split(k, "."), v)
+			b, err := checkpoint.PatchConfig(config, strings.Split(k, "."), v)
 			if err != nil {
 				return nil, fmt.Errorf("config.json: %w", err)
 			}
@@ -361,9 +486,9 @@ func (s *Set) rewrite(view string, rws []Rewriter) (*Node, error) {
 		case f.Name == "model.safetensors.index.json":
 			continue
 		case f.Name == "config.json" && !bytes.Equal(config, s.Cat.ConfigBytes):
-			files[f.Name] = &Node{File: NewFile(Bytes(config)), From: []string{f.Path}}
-		case f.Name == manifest.InferenceConfigName && !bytes.Equal(inference, s.Cat.InferenceConfigBytes):
-			files[f.Name] = &Node{File: NewFile(Bytes(inference)), From: []string{f.Path}}
+			files[f.Name] = &vfile.Node{File: vfile.NewFile(vfile.Bytes(config)), From: []string{f.Path}}
+		case f.Name == checkpoint.InferenceConfigName && !bytes.Equal(inference, s.Cat.InferenceConfigBytes):
+			files[f.Name] = &vfile.Node{File: vfile.NewFile(vfile.Bytes(inference)), From: []string{f.Path}}
 		case files[f.Name] != nil:
 			s.shadowed[f.Name] = append(s.shadowed[f.Name], view)
 		default:
@@ -375,27 +500,27 @@ func (s *Set) rewrite(view string, rws []Rewriter) (*Node, error) {
 		}
 	}
 	if len(weightMap) > 0 {
-		files["model.safetensors.index.json"] = &Node{File: indexFile(view+"/model.safetensors.index.json", total, weightMap)}
+		files["model.safetensors.index.json"] = &vfile.Node{File: indexFile(view+"/model.safetensors.index.json", total, weightMap)}
 	}
 	return tree("", files), nil
 }
 
-func rewriteTensor(rws []Rewriter, t *manifest.Tensor) []Out {
+func rewriteTensor(rws []Rewriter, t *checkpoint.Tensor) []tensorfile.Out {
 	for _, rw := range rws {
 		if outs, ok := rw.Rewrite(t); ok {
 			return outs
 		}
 	}
-	return []Out{passthrough(t)}
+	return []tensorfile.Out{tensorfile.Passthrough(t)}
 }
 
 // mergeReports joins two rewriters' reports of the same name (both
 // transcodes of nvfp4+engram-fp4 write TRANSCODE.json) into one JSON
 // document holding each under its "view" field.
-func mergeReports(a, b *Node) *Node {
+func mergeReports(a, b *vfile.Node) *vfile.Node {
 	return jsonDoc(func(ctx context.Context) (any, error) {
 		merged := make(map[string]json.RawMessage)
-		for _, n := range []*Node{a, b} {
+		for _, n := range []*vfile.Node{a, b} {
 			raw, err := n.Doc.Bytes(ctx)
 			if err != nil {
 				return nil, err
@@ -418,47 +543,9 @@ func mergeReports(a, b *Node) *Node {
 	})
 }
 
-// passthrough serves a source tensor unchanged.
-func passthrough(t *manifest.Tensor) Out {
-	return Out{Name: t.Name, DType: t.DType, Shape: t.Shape, Data: Range{R: t.Shard, Off: t.Offset, N: t.Size}}
-}
-
-// SafetensorsFile lays out tensors as a safetensors file (FORMATS.md
-// "Virtual safetensors files") whose data comes from their segments.
-func SafetensorsFile(view string, outs []Out) (*File, error) {
-	f, _, err := safetensorsLayout(view, outs)
-	return f, err
-}
-
-// safetensorsLayout is SafetensorsFile that also returns the layout, for
-// views that record where each tensor landed.
-func safetensorsLayout(view string, outs []Out) (*File, *safetensors.Layout, error) {
-	specs := make([]safetensors.Spec, len(outs))
-	byName := make(map[string]Segment, len(outs))
-	for i, o := range outs {
-		specs[i] = safetensors.Spec{Name: o.Name, DType: o.DType, Shape: o.Shape}
-		byName[o.Name] = o.Data
-	}
-	l, err := safetensors.NewLayout([]safetensors.Meta{
-		{Key: "format", Value: "pt"}, {Key: "dsfs.view", Value: view}, {Key: "dsfs.codec", Value: codecs.Version},
-	}, specs)
-	if err != nil {
-		return nil, nil, err
-	}
-	f := NewFile(Bytes(l.Header))
-	for _, t := range l.Tensors {
-		seg := byName[t.Name]
-		if seg.Len() != t.Len() {
-			return nil, nil, fmt.Errorf("tensor %s: data is %d bytes, %s %v needs %d", t.Name, seg.Len(), t.DType, t.Shape, t.Len())
-		}
-		f.Append(seg)
-	}
-	return f, l, nil
-}
-
 // jsonDoc is a generated JSON document.
-func jsonDoc(gen func(ctx context.Context) (any, error)) *Node {
-	return &Node{Doc: NewDoc(jsonText(gen))}
+func jsonDoc(gen func(ctx context.Context) (any, error)) *vfile.Node {
+	return &vfile.Node{Doc: vfile.NewDoc(jsonText(gen))}
 }
 
 // jsonText generates a document as indented JSON.
@@ -468,8 +555,7 @@ func jsonText(gen func(ctx context.Context) (any, error)) func(ctx context.Conte
 		if err != nil {
 			return nil, err
 		}
-		b, err := json.MarshalIndent(v, "", "  ")
-		return append(b, '\n'), err
+		return vfile.JSON(v)
 	}
 }
 
@@ -486,7 +572,7 @@ type InferencePatcher interface {
 // patchInference returns inference/config.json as the rewriters patch it
 // (only keys it already has, each value replaced in place: ModelArgs takes
 // no unknown key).
-func patchInference(cat *manifest.Catalog, rws []Rewriter) ([]byte, error) {
+func patchInference(cat *checkpoint.Catalog, rws []Rewriter) ([]byte, error) {
 	b := cat.InferenceConfigBytes
 	for _, rw := range rws {
 		ip, ok := rw.(InferencePatcher)
@@ -497,9 +583,9 @@ func patchInference(cat *manifest.Catalog, rws []Rewriter) ([]byte, error) {
 			if _, has := cat.Config.Inference[k]; !has {
 				continue
 			}
-			p, err := manifest.PatchTopLevelString(b, k, v)
+			p, err := checkpoint.PatchTopLevelString(b, k, v)
 			if err != nil {
-				return nil, fmt.Errorf("%s: %w", manifest.InferenceConfigName, err)
+				return nil, fmt.Errorf("%s: %w", checkpoint.InferenceConfigName, err)
 			}
 			b = p
 		}

@@ -12,10 +12,11 @@ import (
 	"testing"
 
 	"github.com/dsfs/dsfs/internal/tinyckpt"
+	"github.com/dsfs/dsfs/vfile"
 
 	"github.com/dsfs/dsfs/blockcache"
+	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/codecs"
-	"github.com/dsfs/dsfs/manifest"
 	"github.com/dsfs/dsfs/safetensors"
 )
 
@@ -28,7 +29,7 @@ func TestMain(m *testing.M) { tinyckpt.Main(m, "v41-tiny", &tinyDir) }
 // binary.
 func tinySet(t *testing.T) (*Set, *blockcache.Cache) {
 	t.Helper()
-	cat, err := manifest.Open(tinyDir)
+	cat, err := checkpoint.Open(tinyDir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +45,7 @@ func tinySet(t *testing.T) (*Set, *blockcache.Cache) {
 	return s, cache
 }
 
-func readAll(t *testing.T, n *Node, cache Cache) []byte {
+func readAll(t *testing.T, n *vfile.Node, cache vfile.Cache) []byte {
 	t.Helper()
 	if n.Doc != nil {
 		b, err := n.Doc.Bytes(context.Background())
@@ -53,7 +54,7 @@ func readAll(t *testing.T, n *Node, cache Cache) []byte {
 		}
 		return b
 	}
-	b, err := io.ReadAll(io.NewSectionReader(NewReader(n.File, cache), 0, n.File.Size()))
+	b, err := io.ReadAll(io.NewSectionReader(vfile.NewReader(n.File, cache), 0, n.File.Size()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +77,7 @@ func (p parsed) tensor(name string) ([]byte, safetensors.Tensor, bool) {
 
 // viewTensors reads every safetensors file of a view and checks that the
 // index names each tensor's file.
-func viewTensors(t *testing.T, view *Node, cache Cache) map[string]parsed {
+func viewTensors(t *testing.T, view *vfile.Node, cache vfile.Cache) map[string]parsed {
 	t.Helper()
 	files := make(map[string]parsed)
 	var index struct {
@@ -123,7 +124,7 @@ func find(files map[string]parsed, name string) ([]byte, safetensors.Tensor, boo
 	return nil, safetensors.Tensor{}, false
 }
 
-func sourceBytes(t *testing.T, tt *manifest.Tensor) []byte {
+func sourceBytes(t *testing.T, tt *checkpoint.Tensor) []byte {
 	t.Helper()
 	b := make([]byte, tt.Size)
 	if _, err := tt.Shard.ReadAt(b, tt.Offset); err != nil {
@@ -334,7 +335,7 @@ func TestNVFP4CountsReadOnlyWhatTheyNeed(t *testing.T) {
 // checkpoint view, served or not, and trace/ when it is served.
 func TestBuildServesExactlyTheListedViews(t *testing.T) {
 	checkpointViews := []string{"engram-fp4.json", "nvfp4+engram-fp4.json", "nvfp4.json", "q2.json"}
-	cat, err := manifest.Open(tinyDir)
+	cat, err := checkpoint.Open(tinyDir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -417,7 +418,7 @@ func TestGeneratedFilesWinOverSourceFiles(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	cat, err := manifest.Open(dir)
+	cat, err := checkpoint.Open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -460,7 +461,7 @@ func TestGeneratedFilesWinOverSourceFiles(t *testing.T) {
 // is, and manifest/ describes the views.
 func TestBadShardIsNeverHidden(t *testing.T) {
 	dir := copyTiny(t)
-	cat0, err := manifest.Open(dir)
+	cat0, err := checkpoint.Open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -483,7 +484,7 @@ func TestBadShardIsNeverHidden(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cat, err := manifest.Open(dir)
+	cat, err := checkpoint.Open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -524,7 +525,7 @@ func TestBadShardIsNeverHidden(t *testing.T) {
 		if n.File.Size() != int64(len(raw)) {
 			t.Errorf("%s/%s: %d bytes, want the source's %d", view, file, n.File.Size(), len(raw))
 		}
-		_, err = NewReader(n.File, cache).ReadAt(make([]byte, 8), 0)
+		_, err = vfile.NewReader(n.File, cache).ReadAt(make([]byte, 8), 0)
 		if err == nil || !strings.Contains(err.Error(), bad) || !strings.Contains(err.Error(), "JSON") {
 			t.Errorf("%s/%s: reading gave %v, want an error naming the shard and the reason", view, file, err)
 		}
@@ -536,6 +537,27 @@ func TestBadShardIsNeverHidden(t *testing.T) {
 		}
 		if b := readAll(t, n, cache); !bytes.Contains(b, []byte(`"kind":"unreadable"`)) {
 			t.Errorf("manifest/views/%s.json does not show the bad shard", view)
+		}
+	}
+}
+
+// TestNVFP4GroupsSharedPerMount: nvfp4/, nvfp4+engram-fp4/ and manifest/'s
+// descriptions (of served and unserved views) use one memo of the global
+// exponents, so each group's scales are read once per mount.
+func TestNVFP4GroupsSharedPerMount(t *testing.T) {
+	s, _ := tinySet(t)
+	a, _ := nvfp4Rewriter(s)
+	b, _ := nvfp4Rewriter(s)
+	u := newSet(s.Cat, Options{Views: []string{"nvfp4"}}, s.registry, s.nvGroups)
+	c, _ := nvfp4Rewriter(u)
+	experts := a.(*nvfp4).experts
+	if len(experts) == 0 {
+		t.Fatal("v41-tiny has no NVFP4 experts")
+	}
+	for _, e := range experts {
+		ga := a.(*nvfp4).group(e)
+		if ga != b.(*nvfp4).group(e) || ga != c.(*nvfp4).group(e) {
+			t.Fatalf("%s: the rewriters keep separate groups", e.Name)
 		}
 	}
 }

@@ -10,7 +10,9 @@
 // float32 and bf16 products, and prints per tensor max|Δ| / max|ref|
 // against the CPU's float32 results, and whether the expert sets agree on
 // every token whose route margin exceeds 1e-3. Then it times the layer's
-// forward on 4 × 32 and 1 × 2048 tokens. The exit status is 1 when an error
+// forward on 4 × 32 and 1 × 2048 tokens. Last it runs the v4-tiny
+// reference checkpoint's layers with the CUDA backend against the host V4
+// engine (see v4Tiny). The exit status is 1 when an error
 // exceeds 2e-2 or an expert set differs, 2 when the check cannot run.
 package main
 
@@ -28,8 +30,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/cuda"
-	"github.com/dsfs/dsfs/manifest"
 	"github.com/dsfs/dsfs/synth"
 	"github.com/dsfs/dsfs/trace/model"
 )
@@ -78,6 +80,9 @@ func main() {
 		}
 	}
 	if err := c.v2Lite(*work); err != nil {
+		fatal(err)
+	}
+	if err := c.v4Tiny(filepath.Join(*testdata, "trace", "v4-tiny")); err != nil {
 		fatal(err)
 	}
 	for _, b := range c.gpus {
@@ -196,8 +201,8 @@ func relErr(got, want []float32, skip []bool) float64 {
 }
 
 // open opens a checkpoint for the model.
-func open(dir string) (*model.Model, *manifest.Catalog, error) {
-	cat, err := manifest.Open(dir)
+func open(dir string) (*model.Model, *checkpoint.Catalog, error) {
+	cat, err := checkpoint.Open(dir)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -250,7 +250,7 @@ func cases() []hcase {
 				defer f.Close()
 				return nil, f.Truncate(8 << 30)
 			},
-			check: goodV2,
+			check: refusedTokenizer,
 		},
 		hcase{
 			name:   "header with 10^6 tensors",
@@ -561,6 +561,30 @@ func goodV2(_ *env, mnt string) error {
 			rel, _ := filepath.Rel(mnt, p)
 			return fmt.Errorf("%s: %w", rel, err)
 		}
+	}
+	return nil
+}
+
+// refusedTokenizer checks a v2lite-tiny mount whose tokenizer.json is
+// refused: the manifest summary and a shard of nvfp4/ are served, and
+// trace/ERROR.txt says the prompts cannot be encoded, naming the file.
+func refusedTokenizer(_ *env, mnt string) error {
+	shards, _ := filepath.Glob(filepath.Join(mnt, "nvfp4", "*.safetensors"))
+	if len(shards) == 0 {
+		return errors.New("nvfp4/ holds no shard")
+	}
+	for _, p := range []string{filepath.Join(mnt, "manifest", "summary.json"), shards[0]} {
+		if b, err := os.ReadFile(p); err != nil || len(b) == 0 {
+			rel, _ := filepath.Rel(mnt, p)
+			return fmt.Errorf("%s: %v (%d bytes)", rel, err, len(b))
+		}
+	}
+	b, err := os.ReadFile(filepath.Join(mnt, "trace", "ERROR.txt"))
+	if err != nil {
+		return err
+	}
+	if !strings.Contains(string(b), "tokenizer.json") {
+		return fmt.Errorf("trace/ERROR.txt does not name tokenizer.json:\n%s", b)
 	}
 	return nil
 }

@@ -11,13 +11,13 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
 	"github.com/dsfs/dsfs/blockcache"
 	"github.com/dsfs/dsfs/check"
 	"github.com/dsfs/dsfs/synth"
-	"github.com/dsfs/dsfs/vfs"
 	"github.com/dsfs/dsfs/views"
 )
 
@@ -31,59 +31,115 @@ func runDemo(args []string) error {
 	if err != nil {
 		return err
 	}
+	// A signal at any point ends the demo through the same clean-up as a
+	// normal end: the mount is undone and the temporary files removed.
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	defer signal.Stop(sig)
 	tmp, err := os.MkdirTemp("", "dsfs-demo-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	src := filepath.Join(tmp, "src")
-	mnt := filepath.Join(tmp, "mnt")
+	d := &demo{preset: *preset, check: *doCheck, tmp: tmp, src: filepath.Join(tmp, "src"), mnt: filepath.Join(tmp, "mnt")}
 	if len(pos) == 1 {
-		mnt = pos[0]
+		d.mnt = pos[0]
 	}
-	if err := os.MkdirAll(mnt, 0o755); err != nil {
+	defer d.stop()
+	done := make(chan error, 1)
+	go func() { done <- d.run() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			return err
+		}
+		if err := d.stop(); err != nil {
+			return err
+		}
+		if d.check {
+			fmt.Println("check passed")
+		}
+		return nil
+	case s := <-sig:
+		fmt.Fprintf(os.Stderr, "dsfs demo: %v: unmounting and removing %s\n", s, tmp)
+		if err := d.stop(); err != nil {
+			return err
+		}
+		if d.check || !d.ready() {
+			return fmt.Errorf("interrupted by %v", s)
+		}
+		return nil
+	}
+}
+
+// demo is one run of dsfs demo; stop may come from a signal while run is
+// still starting the mount.
+type demo struct {
+	preset        string
+	check         bool
+	tmp, src, mnt string
+
+	mu      sync.Mutex
+	child   *mountProcess
+	stopped bool
+}
+
+// run synthesises, mounts, shows and (with check) verifies; without check
+// it returns only if the mount process exits on its own.
+func (d *demo) run() error {
+	if err := os.MkdirAll(d.mnt, 0o755); err != nil {
 		return err
 	}
-	fmt.Printf("synthesising %s into %s\n", *preset, src)
-	if err := synth.Write(*preset, src); err != nil {
+	fmt.Printf("synthesising %s into %s\n", d.preset, d.src)
+	if err := synth.Write(d.preset, d.src); err != nil {
 		return err
 	}
-	child, err := startMount(src, mnt)
+	d.mu.Lock()
+	if d.stopped {
+		d.mu.Unlock()
+		return errors.New("stopped")
+	}
+	child, err := startMount(d.src, d.mnt)
+	d.child = child
+	d.mu.Unlock()
 	if err != nil {
 		return err
 	}
-	defer child.stop()
-
-	if err := printTree(mnt); err != nil {
+	if err := printTree(d.mnt); err != nil {
 		return err
 	}
-	if !mlaPreset(*preset) {
-		if err := check.PrintExpertSample(os.Stdout, filepath.Join(mnt, "source"), filepath.Join(mnt, "nvfp4")); err != nil {
+	if !mlaPreset(d.preset) {
+		if err := check.PrintExpertSample(os.Stdout, filepath.Join(d.mnt, "source"), filepath.Join(d.mnt, "nvfp4")); err != nil {
 			return err
 		}
 	}
-	if err := printTraceSample(os.Stdout, filepath.Join(mnt, "trace")); err != nil {
+	if err := printTraceSample(os.Stdout, filepath.Join(d.mnt, "trace")); err != nil {
 		return err
 	}
-	if !*doCheck {
-		fmt.Printf("\nmounted at %s — try: ls -l %s/nvfp4; cat %s/.dsfs/stats.json\nCtrl-C to unmount and exit.\n", mnt, mnt, mnt)
-		sig := make(chan os.Signal, 1)
-		signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
-		select {
-		case <-sig:
-		case <-child.done:
-			return fmt.Errorf("mount process exited: %v", child.err)
-		}
-		return child.stop()
+	if d.check {
+		return demoCheck(d.src, d.mnt, d.tmp)
 	}
-	if err := demoCheck(src, mnt, tmp); err != nil {
-		return err
+	fmt.Printf("\nmounted at %s — try: ls -l %s/nvfp4; cat %s/.dsfs/stats.json\nCtrl-C to unmount and exit.\n", d.mnt, d.mnt, d.mnt)
+	<-child.done
+	return fmt.Errorf("mount process exited: %v", child.err)
+}
+
+// ready reports whether the mount was up.
+func (d *demo) ready() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.child != nil
+}
+
+// stop undoes the mount, if one was made, and keeps run from making one.
+func (d *demo) stop() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.stopped = true
+	if d.child == nil {
+		return nil
 	}
-	if err := child.stop(); err != nil {
-		return err
-	}
-	fmt.Println("check passed")
-	return nil
+	return d.child.stop()
 }
 
 // demoCheck verifies the mounted views against an in-process export and
@@ -150,6 +206,10 @@ func startMount(src, mnt string) (*mountProcess, error) {
 	}
 	cmd := exec.Command(exe, "mount", "--cache-mb", "256", src, mnt)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	// The mount process has its own process group, so a Ctrl-C reaches the
+	// demo alone, which then stops it; should the demo die without cleaning
+	// up (kill -9), the mount process is told to unmount.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM, Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
@@ -172,22 +232,21 @@ func startMount(src, mnt string) (*mountProcess, error) {
 	}
 }
 
-// stop unmounts and waits for the child to exit.
+// stop unmounts and waits for the child to exit: SIGTERM makes it detach
+// the mount at once and exit when the last file open on it is closed.
 func (p *mountProcess) stop() error {
 	select {
 	case <-p.done:
 		return nil
 	default:
 	}
-	if err := vfs.Unmount(p.mnt); err != nil {
-		p.cmd.Process.Signal(syscall.SIGTERM)
-	}
+	p.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-p.done:
 	case <-time.After(30 * time.Second):
 		p.cmd.Process.Kill()
 		<-p.done
-		return errors.New("mount process did not exit after unmount")
+		return errors.New("mount process did not exit 30 s after SIGTERM (files held open on it?)")
 	}
 	return nil
 }

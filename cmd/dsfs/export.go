@@ -19,8 +19,9 @@ import (
 	"strings"
 
 	"github.com/dsfs/dsfs/blockcache"
+	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/codecs"
-	"github.com/dsfs/dsfs/manifest"
+	"github.com/dsfs/dsfs/vfile"
 	"github.com/dsfs/dsfs/views"
 	"golang.org/x/sys/unix"
 )
@@ -30,6 +31,7 @@ func runExport(args []string) error {
 	cacheMB := fs.Int("cache-mb", 256, "memory budget of the block cache, MiB")
 	qf := addQ2Flags(fs)
 	tf := addTraceFlags(fs)
+	vf := addViewFlags(fs)
 	pos, err := parse(fs, args, 3, 3)
 	if err != nil {
 		return err
@@ -41,11 +43,12 @@ func runExport(args []string) error {
 	if err := checkOutside(out, srcDir); err != nil {
 		return err
 	}
-	opt, err := qf.options([]string{viewName})
-	if err != nil {
+	opt := views.Options{Views: []string{viewName}}
+	if err := qf.apply(&opt); err != nil {
 		return err
 	}
 	tf.apply(&opt)
+	vf.apply(&opt)
 	cache := blockcache.New(int64(*cacheMB)<<20, runtime.NumCPU())
 	opt.Cache = cache
 	src, err := openSource(srcDir, opt)
@@ -124,7 +127,7 @@ func resolveExisting(p string) (string, error) {
 // code that computes it, the settings it reads and every source file
 // (name, size, modification time). A rerun trusts a finished file only
 // under the same identity, so a changed source or a new dsfs rewrites it.
-func exportIdentity(view string, opt views.Options, cat *manifest.Catalog) (string, error) {
+func exportIdentity(view string, opt views.Options, cat *checkpoint.Catalog) (string, error) {
 	h := sha256.New()
 	fmt.Fprintf(h, "dsfs export\n%s\ncodec %s\nview %s\nrevision %q\ndevice %q\ntp %d no-hash %v\n",
 		version(), codecs.Version, view, opt.Revision, opt.Device, opt.TP, opt.NoHash)
@@ -180,7 +183,7 @@ type exportResult struct{ written, skipped int }
 
 // export writes every file of a view tree below out as exportView does,
 // for a fresh directory.
-func export(ctx context.Context, view *views.Node, cache views.Cache, out string) (int, error) {
+func export(ctx context.Context, view *vfile.Node, cache vfile.Cache, out string) (int, error) {
 	r, err := exportView(ctx, view, cache, out, "")
 	return r.written + r.skipped, err
 }
@@ -188,7 +191,7 @@ func export(ctx context.Context, view *views.Node, cache views.Cache, out string
 // exportFile is one file of the view and what the export does with it.
 type exportFile struct {
 	path string // slash-separated, relative to the export directory
-	node *views.Node
+	node *vfile.Node
 	// ours is set when a file of that name exists and dsfs export wrote it
 	// (it may be replaced); verify when its record matches this export and
 	// only its bytes remain to be checked.
@@ -197,7 +200,7 @@ type exportFile struct {
 }
 
 // exportView writes every file of a view tree below out, reading it
-// exactly as the mount does (views.Reader over the block cache). It never
+// exactly as the mount does (vfile.Reader over the block cache). It never
 // writes through a symbolic link and never replaces a file it did not
 // write: it refuses before writing anything when a name it would write is
 // a link, or a file without its record. Each file is written to a
@@ -206,7 +209,7 @@ type exportFile struct {
 // partial file under a real name. A file whose record matches this export
 // and whose bytes still hash to the recorded digest is kept; any other file
 // it wrote before is rewritten.
-func exportView(ctx context.Context, view *views.Node, cache views.Cache, out, identity string) (exportResult, error) {
+func exportView(ctx context.Context, view *vfile.Node, cache vfile.Cache, out, identity string) (exportResult, error) {
 	var res exportResult
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		return res, err
@@ -314,12 +317,12 @@ func refuseSnapshot(out string) error {
 // directory must be a real directory or absent; a file must be absent or a
 // regular file that dsfs export wrote. Every refusal comes before anything
 // is written.
-func planExport(view *views.Node, dirs *exportDirs, identity string) ([]exportFile, error) {
+func planExport(view *vfile.Node, dirs *exportDirs, identity string) ([]exportFile, error) {
 	var files []exportFile
 	var refused []string
 	absent := make(map[string]bool)     // directories not there yet
 	refusedDir := make(map[string]bool) // directories not looked into
-	err := view.Walk(func(p string, n *views.Node) error {
+	err := view.Walk(func(p string, n *vfile.Node) error {
 		if p == "" {
 			return nil
 		}
@@ -493,7 +496,7 @@ func (d *exportDirs) matches(ctx context.Context, f exportFile, progress func(in
 }
 
 // write writes file f under a temporary name, then renames it into place.
-func (d *exportDirs) write(ctx context.Context, f exportFile, cache views.Cache, identity string, warned *bool, progress func(int64)) error {
+func (d *exportDirs) write(ctx context.Context, f exportFile, cache vfile.Cache, identity string, warned *bool, progress func(int64)) error {
 	dfd, err := d.open(path.Dir(f.path))
 	if err != nil {
 		return err
@@ -563,7 +566,7 @@ func rename(dfd int, tmp, name string, replace bool) error {
 }
 
 // writeNode writes a view file's bytes to w and returns how many.
-func writeNode(ctx context.Context, w io.Writer, n *views.Node, cache views.Cache, progress func(int64)) (int64, error) {
+func writeNode(ctx context.Context, w io.Writer, n *vfile.Node, cache vfile.Cache, progress func(int64)) (int64, error) {
 	if n.File == nil {
 		b, err := n.Doc.Bytes(ctx)
 		if err != nil {
@@ -577,7 +580,7 @@ func writeNode(ctx context.Context, w io.Writer, n *views.Node, cache views.Cach
 	}
 	bw := bufio.NewWriterSize(w, 4<<20)
 	size := n.File.Size()
-	r := views.NewReader(n.File, cache)
+	r := vfile.NewReader(n.File, cache)
 	buf := make([]byte, 4<<20)
 	for off := int64(0); off < size; {
 		if err := ctx.Err(); err != nil {

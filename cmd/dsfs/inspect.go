@@ -12,8 +12,8 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/inventory"
-	"github.com/dsfs/dsfs/manifest"
 	"github.com/dsfs/dsfs/views"
 )
 
@@ -39,7 +39,7 @@ func addInventoryFlags(fs interface {
 
 // open opens the checkpoint at dir and its inventory.
 func (f inventoryFlags) open(dir string) (*inventory.Inventory, error) {
-	cat, err := manifest.Open(dir)
+	cat, err := checkpoint.Open(dir)
 	if err != nil {
 		return nil, err
 	}

@@ -273,3 +273,27 @@ func TestProgressBarOnlyOnATerminal(t *testing.T) {
 		})
 	}
 }
+
+// TestUsageListsFlags checks that each command's usage line names every
+// flag its --help describes.
+func TestUsageListsFlags(t *testing.T) {
+	for _, c := range commands {
+		out, _, _ := dsfs(t, c.name, "--help")
+		for _, line := range strings.Split(out, "\n") {
+			// flag.PrintDefaults starts each flag's line with "  -name".
+			rest, ok := strings.CutPrefix(line, "  -")
+			if !ok {
+				continue
+			}
+			name, _, _ := strings.Cut(rest, " ")
+			name, _, _ = strings.Cut(name, "\t")
+			listed := "--" + name
+			if len(name) == 1 { // a short flag, as FUSE users type -o and umount's -z
+				listed = "-" + name
+			}
+			if !strings.Contains(c.usage, listed) {
+				t.Errorf("dsfs %s: usage line %q does not list %s", c.name, c.usage, listed)
+			}
+		}
+	}
+}

@@ -3,40 +3,63 @@ package main
 import (
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
+	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"strings"
+	"sync"
 	"syscall"
+	"time"
 
 	"github.com/dsfs/dsfs/blockcache"
+	"github.com/dsfs/dsfs/checkpoint"
+	"github.com/dsfs/dsfs/hfcache"
+	"github.com/dsfs/dsfs/internal/sdnotify"
 	"github.com/dsfs/dsfs/inventory"
-	"github.com/dsfs/dsfs/manifest"
+	"github.com/dsfs/dsfs/vfile"
 	"github.com/dsfs/dsfs/vfs"
 	"github.com/dsfs/dsfs/views"
 )
 
 // source is an opened checkpoint with its views.
 type source struct {
-	cat      *manifest.Catalog
+	cat      *checkpoint.Catalog
 	set      *views.Set
 	problems *problemReport
 }
 
 // openSource opens the checkpoint at dir, logs the problems found (one
 // line per file and reason) and builds the views.
+//
+// A Hugging Face hub cache folder (models--ORG--NAME) stands for its
+// snapshot of opt.Revision (a ref or commit, default main), and q2/ then
+// records the snapshot's commit as the revision.
 func openSource(dir string, opt views.Options) (*source, error) {
+	if hfcache.IsRepo(dir) {
+		snap, err := hfcache.Snapshot(dir, opt.Revision)
+		if err != nil {
+			return nil, err
+		}
+		slog.Info("Hugging Face cache folder: serving its snapshot", "folder", dir, "snapshot", filepath.Base(snap))
+		dir, opt.Revision = snap, ""
+	}
 	// Opening a real checkpoint allocates about three times what it keeps
 	// (header JSON, layouts); collecting more often while it runs keeps the
 	// peak near what stays.
 	defer debug.SetGCPercent(debug.SetGCPercent(35))
-	cat, err := manifest.Open(dir)
+	cat, err := checkpoint.Open(dir)
 	if err != nil {
 		return nil, err
 	}
 	problems := newProblemReport(cat.Problems)
 	problems.log()
+	opt.Backend = traceBackend
+	opt.V4Backend = traceV4Backend
 	set, err := views.Build(cat, opt)
 	if err != nil {
 		cat.Close()
@@ -63,32 +86,48 @@ func runMount(args []string) error {
 	viewList := fs.String("views", "", "comma-separated views to serve (default all):"+viewHelp())
 	allowOther := fs.Bool("allow-other", false, "let other users read the mount")
 	debugFuse := fs.Bool("debug", false, "log every FUSE request")
+	background := fs.Bool("background", false, "return once the mount is ready, leaving a background process serving it")
+	var o fuseOptions
+	fs.Var(&o, "o", "mount options as FUSE tools take them, comma-separated: ro, allow_other, default_permissions, nosuid, nodev, noexec, and dsfs's flags as name=value (cache_mb=2048, views=nvfp4:q2)")
 	qf := addQ2Flags(fs)
 	tf := addTraceFlags(fs)
+	vf := addViewFlags(fs)
 	tp := fs.Int("tp", inventory.DefaultTP, "tensor-parallel degree whose cuts manifest/ reports (1: none)")
 	noHash := fs.Bool("no-hash", false, "manifest/ reads headers only: no sha256, no value checks")
 	pos, err := parse(fs, args, 2, 2)
 	if err != nil {
 		return err
 	}
-	opt, err := qf.options(splitList(*viewList))
+	mountFlags, err := o.apply(fs)
 	if err != nil {
 		return err
 	}
-	tf.apply(&opt)
-	opt.TP, opt.NoHash = *tp, *noHash
-	if _, err := vfs.CheckMountPoint(pos[1]); err != nil {
+	if *background {
+		return mountInBackground(args)
+	}
+	// Signals are watched from the start: before the mount is up one ends
+	// the process at once (nothing is mounted yet), after it one unmounts.
+	stop := watchSignals()
+	mp, err := vfs.ClaimMountPoint(pos[1], slog.Default())
+	if err != nil {
 		return err
 	}
-	// A signal during start-up is kept until the mount is up, then
-	// unmounts it: the kernel never keeps a mount whose server died.
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
-	defer signal.Stop(sig)
+	defer mp.Release()
+	srcDir, err := filepath.Abs(pos[0])
+	if err != nil {
+		return err
+	}
+	opt := views.Options{Views: splitList(*viewList)}
+	if err := qf.apply(&opt); err != nil {
+		return err
+	}
+	tf.apply(&opt)
+	vf.apply(&opt)
+	opt.TP, opt.NoHash = *tp, *noHash
 	budget := int64(*cacheMB) << 20
 	cache := blockcache.New(budget, runtime.NumCPU())
 	opt.Cache = cache
-	src, err := openSource(pos[0], opt)
+	src, err := openSource(srcDir, opt)
 	if err != nil {
 		cache.Close()
 		return err
@@ -107,40 +146,174 @@ func runMount(args []string) error {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	debug.SetMemoryLimit(int64(ms.HeapAlloc) + budget + src.set.WorkingMemory() + 64<<20)
-	m, err := vfs.Serve(pos[1], src.set.Root, cache, vfs.Options{
-		AllowOther:  *allowOther,
-		Debug:       *debugFuse,
-		SourceBytes: src.set.SourceBytes(),
-		Status: func() map[string]any {
-			st := map[string]any{
-				"source":     src.cat.Dir,
-				"views":      viewNamesOf(src.set.Root),
-				"shards":     len(src.cat.Shards),
-				"tensors":    len(src.cat.Tensors),
-				"problems":   src.problems,
-				"view_stats": src.set.Stats(),
-			}
-			if opt.DiskCache != nil {
-				st["disk_cache"] = opt.DiskCache.Stats()
-			}
-			return st
-		},
+	m, err := stop.serve(func() (*vfs.Mount, error) {
+		return vfs.Serve(mp.Dir, src.set.Root, vfile.CacheOpener(cache), vfs.Options{
+			AllowOther:  *allowOther,
+			Debug:       *debugFuse,
+			SourceBytes: src.set.SourceBytes(),
+			Source:      srcDir,
+			Flags:       mountFlags,
+			MountPoint:  mp,
+			Status: func() map[string]any {
+				st := map[string]any{
+					"pid":        os.Getpid(),
+					"source":     src.cat.Dir,
+					"views":      viewNamesOf(src.set.Root),
+					"shards":     len(src.cat.Shards),
+					"tensors":    len(src.cat.Tensors),
+					"problems":   src.problems,
+					"view_stats": src.set.Stats(),
+					"cache":      cache.Stats(),
+				}
+				if opt.DiskCache != nil {
+					st["disk_cache"] = opt.DiskCache.Stats()
+				}
+				return st
+			},
+		})
 	})
 	if err != nil {
 		return err
 	}
 	slog.Info("mounted", "source", src.cat.Dir, "mount", m.Dir, "shards", len(src.cat.Shards),
 		"tensors", len(src.cat.Tensors), "problems", len(src.cat.Problems), "cache_mb", *cacheMB)
-	go func() {
-		s := <-sig
-		slog.Info("unmounting", "signal", s.String())
-		if err := m.Unmount(); err != nil {
-			slog.Error("unmount failed", "mount", m.Dir, "err", err)
-		}
-	}()
+	notifyReady()
 	m.Wait()
 	slog.Info("unmounted", "mount", m.Dir)
 	return nil
+}
+
+// notifyReady tells a service manager (or a --background parent) that the
+// mount is ready: vfs.Serve returns once the kernel has the mount and the
+// server answers, so .dsfs/stats.json can be read. (dsfs does not read its
+// own mount to check: a process blocked on its own FUSE request cannot be
+// killed.)
+func notifyReady() {
+	if _, err := sdnotify.Notify(sdnotify.Ready); err != nil {
+		slog.Error("telling the service manager the mount is ready", "err", err)
+	}
+}
+
+// signalWatch ends a mount's life on SIGINT, SIGTERM or SIGHUP (a closed
+// terminal): before the mount exists it ends the process, as nothing needs
+// undoing; after, it unmounts lazily; a second signal exits at once.
+type signalWatch struct {
+	mu sync.Mutex
+	m  *vfs.Mount
+}
+
+// watchSignals starts watching. It also ignores SIGPIPE, so that a log
+// pipe closed with the terminal cannot kill a serving process (which would
+// leave a dead mount).
+func watchSignals() *signalWatch {
+	w := &signalWatch{}
+	sig := make(chan os.Signal, 2)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	signal.Ignore(syscall.SIGPIPE)
+	go w.run(sig)
+	return w
+}
+
+// serve runs mount with signals held off, so a signal that arrives while
+// the kernel sets the mount up finds it and unmounts it.
+func (w *signalWatch) serve(mount func() (*vfs.Mount, error)) (*vfs.Mount, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	m, err := mount()
+	w.m = m
+	return m, err
+}
+
+func (w *signalWatch) run(sig chan os.Signal) {
+	s := <-sig
+	w.mu.Lock()
+	m := w.m
+	w.mu.Unlock()
+	if m == nil {
+		slog.Info("stopped during start-up; nothing was mounted", "signal", s.String())
+		exitBySignal(s)
+	}
+	sdnotify.Notify(sdnotify.Stopping)
+	slog.Info("unmounting (lazily: files still open keep working, and dsfs exits when the last is closed)", "signal", s.String(), "mount", m.Dir)
+	if err := m.Detach(); err != nil {
+		slog.Error("unmount failed; exiting, which leaves the mount dead (clear it with dsfs umount --lazy)", "mount", m.Dir, "err", err)
+		exitBySignal(s)
+	}
+	s = <-sig
+	slog.Warn("second signal: exiting now; reads of files still open on the detached mount fail", "signal", s.String(), "mount", m.Dir)
+	exitBySignal(s)
+}
+
+// exitBySignal ends the process the way the signal s would by default, so
+// that a parent (a shell, systemd) sees it stopped by s.
+func exitBySignal(s os.Signal) {
+	signal.Reset(s)
+	if n, ok := s.(syscall.Signal); ok {
+		syscall.Kill(os.Getpid(), n)
+		time.Sleep(time.Second) // the signal is delivered asynchronously
+		os.Exit(128 + int(n))
+	}
+	os.Exit(1)
+}
+
+// mountInBackground runs this mount command again as a background process
+// in its own session (a closed terminal does not reach it) and returns once
+// that process says the mount is ready, over a private sd_notify socket.
+// The child keeps this process's standard error for its log.
+func mountInBackground(args []string) error {
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	name := fmt.Sprintf("@dsfs-ready-%d-%d", os.Getpid(), time.Now().UnixNano())
+	sock, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: name, Net: "unixgram"})
+	if err != nil {
+		return fmt.Errorf("readiness socket: %w", err)
+	}
+	defer sock.Close()
+	null, err := os.Open(os.DevNull)
+	if err != nil {
+		return err
+	}
+	defer null.Close()
+	cmd := exec.Command(exe, append(append([]string{"mount"}, args...), "--background=false")...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = null, null, os.Stderr
+	cmd.Env = append(os.Environ(), "NOTIFY_SOCKET="+name)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	// Until the child is ready, a Ctrl-C here stops it.
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	defer signal.Stop(sig)
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	ready := make(chan struct{})
+	go func() {
+		buf := make([]byte, 4096)
+		for {
+			n, err := sock.Read(buf)
+			if err != nil {
+				return
+			}
+			if slices.Contains(strings.Split(string(buf[:n]), "\n"), sdnotify.Ready) {
+				close(ready)
+				return
+			}
+		}
+	}()
+	for {
+		select {
+		case <-ready:
+			cmd.Process.Release()
+			return nil
+		case err := <-exited:
+			return fmt.Errorf("the mount process exited before the mount was ready (%v)", err)
+		case s := <-sig:
+			cmd.Process.Signal(s)
+		}
+	}
 }
 
 // viewHelp lists the views, one line each, for --views.
@@ -152,7 +325,7 @@ func viewHelp() string {
 	return b.String()
 }
 
-func viewNamesOf(root *views.Node) []string {
+func viewNamesOf(root *vfile.Node) []string {
 	var names []string
 	for _, c := range root.Children {
 		names = append(names, c.Name)
@@ -161,11 +334,14 @@ func viewNamesOf(root *views.Node) []string {
 }
 
 func runUmount(args []string) error {
-	pos, err := parse(flags("umount"), args, 1, 1)
+	fs := flags("umount")
+	lazy := fs.Bool("lazy", false, "detach now even while files are open; the mount process exits when the last is closed")
+	fs.BoolVar(lazy, "z", false, "short for --lazy")
+	pos, err := parse(fs, args, 1, 1)
 	if err != nil {
 		return err
 	}
-	if err := vfs.Unmount(pos[0]); err != nil {
+	if err := vfs.Unmount(pos[0], *lazy); err != nil {
 		return err
 	}
 	fmt.Println("unmounted", pos[0])

@@ -4,19 +4,19 @@ import (
 	"log/slog"
 	"strings"
 
-	"github.com/dsfs/dsfs/manifest"
+	"github.com/dsfs/dsfs/checkpoint"
 )
 
 // problemReport is the catalog's problems as logged and as .dsfs/stats.json
 // shows them: grouped by file and reason, capped, computed once.
 type problemReport struct {
-	Total   int                     `json:"total"`
-	Groups  []manifest.ProblemGroup `json:"groups"`
-	Omitted int                     `json:"omitted,omitempty"` // problems in groups past the cap
+	Total   int                       `json:"total"`
+	Groups  []checkpoint.ProblemGroup `json:"groups"`
+	Omitted int                       `json:"omitted,omitempty"` // problems in groups past the cap
 }
 
-func newProblemReport(ps []manifest.Problem) *problemReport {
-	groups, omitted := manifest.GroupProblems(ps)
+func newProblemReport(ps []checkpoint.Problem) *problemReport {
+	groups, omitted := checkpoint.GroupProblems(ps)
 	return &problemReport{Total: len(ps), Groups: groups, Omitted: omitted}
 }
 

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -11,7 +10,9 @@ import (
 	"time"
 
 	"github.com/dsfs/dsfs/diskcache"
+	"github.com/dsfs/dsfs/q2"
 	"github.com/dsfs/dsfs/q2check"
+	"github.com/dsfs/dsfs/vfile"
 	"github.com/dsfs/dsfs/views"
 )
 
@@ -31,17 +32,17 @@ func addQ2Flags(fs *flag.FlagSet) *q2Flags {
 	return f
 }
 
-// options returns views options carrying the flags, opening the disk cache.
-func (f *q2Flags) options(viewNames []string) (views.Options, error) {
-	opt := views.Options{Views: viewNames, Revision: f.revision}
+// apply sets the q2/ fields of opt, opening the disk cache.
+func (f *q2Flags) apply(opt *views.Options) error {
+	opt.Revision = f.revision
 	if f.cacheDir != "" {
 		c, err := diskcache.Open(f.cacheDir, int64(f.cacheGB*(1<<30)), nil)
 		if err != nil {
-			return opt, err
+			return err
 		}
 		opt.DiskCache = c
 	}
-	return opt, nil
+	return nil
 }
 
 // signalContext is cancelled by Ctrl-C or SIGTERM.
@@ -50,13 +51,13 @@ func signalContext() (context.Context, context.CancelFunc) {
 }
 
 // openQ2 opens the checkpoint at dir and plans its q2/ view.
-func openQ2(dir string, opt views.Options) (*source, *views.Q2, error) {
+func openQ2(dir string, opt views.Options) (*source, *q2.Plan, error) {
 	opt.Views = []string{"q2"}
 	src, err := openSource(dir, opt)
 	if err != nil {
 		return nil, nil, err
 	}
-	q, err := views.PlanQ2(src.cat, opt)
+	q, err := q2.New(src.cat, q2.Options{DiskCache: opt.DiskCache, Cache: opt.Cache, Revision: opt.Revision})
 	if err != nil {
 		src.Close()
 		return nil, nil, err
@@ -121,8 +122,8 @@ func runAudit(args []string) error {
 	if pos[0] != "q2" {
 		return usagef("only q2 can be audited, not %q", pos[0])
 	}
-	opt, err := qf.options(nil)
-	if err != nil {
+	var opt views.Options
+	if err := qf.apply(&opt); err != nil {
 		return err
 	}
 	src, q, err := openQ2(pos[1], opt)
@@ -151,9 +152,9 @@ func runAudit(args []string) error {
 }
 
 func writeJSON(path string, v any) error {
-	b, err := json.MarshalIndent(v, "", "  ")
+	b, err := vfile.JSON(v)
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(path, append(b, '\n'), 0o644)
+	return os.WriteFile(path, b, 0o644)
 }

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dsfs/dsfs/manifest"
+	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/simd"
 	"github.com/dsfs/dsfs/synth"
 )
@@ -47,7 +47,7 @@ func BenchmarkV2LiteLayer(b *testing.B) {
 	if err := synth.WriteMLA(v2LiteLayer(), dir); err != nil {
 		b.Fatal(err)
 	}
-	cat, err := manifest.Open(dir)
+	cat, err := checkpoint.Open(dir)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/dsfs/dsfs/manifest"
+	"github.com/dsfs/dsfs/checkpoint"
 )
 
 // Output is what one decoder layer computed for a batch of sequences, on
@@ -98,7 +98,7 @@ func (f *forward) free() {
 }
 
 // vector uploads a 1-D tensor.
-func (f *forward) vector(t *manifest.Tensor) (Buffer, error) {
+func (f *forward) vector(t *checkpoint.Tensor) (Buffer, error) {
 	start := time.Now()
 	v, err := readRowsF32(t, 0, 1)
 	if err != nil {
@@ -112,7 +112,7 @@ func (f *forward) vector(t *manifest.Tensor) (Buffer, error) {
 }
 
 // matmul sets dst = x · tᵀ, loading t for the one product.
-func (f *forward) matmul(dst, x Mat, t *manifest.Tensor) error {
+func (f *forward) matmul(dst, x Mat, t *checkpoint.Tensor) error {
 	hm, release, err := f.read(t)
 	if err != nil {
 		return err
@@ -126,7 +126,7 @@ func (f *forward) matmul(dst, x Mat, t *manifest.Tensor) error {
 
 // read reads and decodes a weight matrix on the host, counting the time
 // and bytes.
-func (f *forward) read(t *manifest.Tensor) (HostMatrix, func(), error) {
+func (f *forward) read(t *checkpoint.Tensor) (HostMatrix, func(), error) {
 	if err := f.ctx.Err(); err != nil {
 		return HostMatrix{}, nil, err
 	}
@@ -141,7 +141,7 @@ func (f *forward) read(t *manifest.Tensor) (HostMatrix, func(), error) {
 }
 
 // tensorBytes is the checkpoint bytes of a weight, its scale included.
-func tensorBytes(t *manifest.Tensor) int64 {
+func tensorBytes(t *checkpoint.Tensor) int64 {
 	if t.Scale != nil {
 		return t.Size + t.Scale.Size
 	}
@@ -329,7 +329,7 @@ func (f *forward) attention(h Mat) (Mat, error) {
 }
 
 // mlp sets dst = w2(silu(w1 x) ⊙ w3 x) for the projections w (w1, w2, w3).
-func (f *forward) mlp(dst, x Mat, w [3]*manifest.Tensor) error {
+func (f *forward) mlp(dst, x Mat, w [3]*checkpoint.Tensor) error {
 	var hm [3]HostMatrix
 	for i, t := range w {
 		m, release, err := f.read(t)

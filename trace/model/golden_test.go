@@ -11,8 +11,8 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/internal/testdata"
-	"github.com/dsfs/dsfs/manifest"
 )
 
 // array is a golden.json array.
@@ -101,7 +101,7 @@ func loadGolden(t *testing.T, name string) (*Model, *golden) {
 			}
 		}
 	}
-	cat, err := manifest.Open(dir)
+	cat, err := checkpoint.Open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,7 +7,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/dsfs/dsfs/manifest"
+	"github.com/dsfs/dsfs/checkpoint"
 )
 
 // Model is a DeepSeek-V2/V3 checkpoint ready to run layer by layer. Open
@@ -17,8 +17,8 @@ type Model struct {
 	Config *Config
 	Naming Naming
 
-	cat    *manifest.Catalog
-	embed  *manifest.Tensor
+	cat    *checkpoint.Catalog
+	embed  *checkpoint.Tensor
 	layers []*layer // nil for a layer with problems
 	// problems[l] lists what is wrong with layer l's tensors.
 	problems [][]string
@@ -27,24 +27,24 @@ type Model struct {
 // layer is the tensors of one decoder layer.
 type layer struct {
 	index              int
-	attnNorm, ffnNorm  *manifest.Tensor
-	wq, wqA, qNorm     *manifest.Tensor // wq, or wqA + qNorm + wqB
-	wqB                *manifest.Tensor
-	wkvA, kvNorm, wkvB *manifest.Tensor
-	wo                 *manifest.Tensor
-	dense              [3]*manifest.Tensor // w1, w2, w3 of a dense FFN
-	gate, bias         *manifest.Tensor    // the router; bias may be nil
-	experts            [][3]*manifest.Tensor
-	shared             [3]*manifest.Tensor // nil entries without shared experts
+	attnNorm, ffnNorm  *checkpoint.Tensor
+	wq, wqA, qNorm     *checkpoint.Tensor // wq, or wqA + qNorm + wqB
+	wqB                *checkpoint.Tensor
+	wkvA, kvNorm, wkvB *checkpoint.Tensor
+	wo                 *checkpoint.Tensor
+	dense              [3]*checkpoint.Tensor // w1, w2, w3 of a dense FFN
+	gate, bias         *checkpoint.Tensor    // the router; bias may be nil
+	experts            [][3]*checkpoint.Tensor
+	shared             [3]*checkpoint.Tensor // nil entries without shared experts
 	// all is every tensor of the layer in the catalog, for accounting.
-	all []*manifest.Tensor
+	all []*checkpoint.Tensor
 }
 
 // Open checks that cat holds a model this engine runs. It fails for a
 // configuration it cannot run (an *UnsupportedError says what is missing)
 // or without an embedding table; problems confined to a layer are reported
 // by Problems, and layers from the first bad one on cannot run.
-func Open(cat *manifest.Catalog) (*Model, error) {
+func Open(cat *checkpoint.Catalog) (*Model, error) {
 	if cat.ConfigBytes == nil {
 		return nil, errors.New("config.json: missing or unreadable")
 	}
@@ -99,7 +99,7 @@ func Open(cat *manifest.Catalog) (*Model, error) {
 func (m *Model) Checked() int { return len(m.problems) }
 
 // Catalog returns the checkpoint the model reads.
-func (m *Model) Catalog() *manifest.Catalog { return m.cat }
+func (m *Model) Catalog() *checkpoint.Catalog { return m.cat }
 
 // Problems lists what is wrong with the tensors of layer l (nil when it can
 // run), for l < Checked().
@@ -147,7 +147,7 @@ func (c *checker) fail(format string, args ...any) {
 
 // tensor finds the tensor with the flat name's spelling in the model's
 // naming and checks its shape (a vector when cols is 0) and dtype.
-func (c *checker) tensor(name string, rows, cols int) *manifest.Tensor {
+func (c *checker) tensor(name string, rows, cols int) *checkpoint.Tensor {
 	t := c.m.cat.Tensor(name)
 	want := []int64{int64(rows)}
 	if cols > 0 {
@@ -195,7 +195,7 @@ func (c *checker) layer(l int) *layer {
 	ly.kvNorm = c.tensor(name("attn.kv_norm.weight"), cfg.KVLoRA, 0)
 	ly.wkvB = c.tensor(name("attn.wkv_b.weight"), cfg.Heads*(cfg.QKNope+cfg.VHead), cfg.KVLoRA)
 	ly.wo = c.tensor(name("attn.wo.weight"), cfg.Hidden, cfg.Heads*cfg.VHead)
-	mlp := func(prefix string, inter int) (w [3]*manifest.Tensor) {
+	mlp := func(prefix string, inter int) (w [3]*checkpoint.Tensor) {
 		w[0] = c.tensor(n.Name(prefix+".w1.weight"), inter, cfg.Hidden)
 		w[1] = c.tensor(n.Name(prefix+".w2.weight"), cfg.Hidden, inter)
 		w[2] = c.tensor(n.Name(prefix+".w3.weight"), inter, cfg.Hidden)
@@ -214,7 +214,7 @@ func (c *checker) layer(l int) *layer {
 			c.fail("n_routed_experts %d: layer %d holds only %d tensors", cfg.RoutedExperts, l, len(ly.all))
 			return ly
 		}
-		ly.experts = make([][3]*manifest.Tensor, cfg.RoutedExperts)
+		ly.experts = make([][3]*checkpoint.Tensor, cfg.RoutedExperts)
 		for e := range ly.experts {
 			for i, p := range []string{"w1", "w2", "w3"} {
 				rows, cols := cfg.MoEInter, cfg.Hidden

@@ -13,9 +13,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/codecs"
 	"github.com/dsfs/dsfs/internal/testdata"
-	"github.com/dsfs/dsfs/manifest"
 	"github.com/dsfs/dsfs/safetensors"
 	"github.com/dsfs/dsfs/synth"
 )
@@ -144,7 +144,7 @@ func TestUnsupportedV41(t *testing.T) {
 	if err := synth.WriteSpec(spec, dir); err != nil {
 		t.Fatal(err)
 	}
-	cat, err := manifest.Open(dir)
+	cat, err := checkpoint.Open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,7 +171,7 @@ type source struct {
 
 func readCheckpoint(t *testing.T, dir string) (map[string]source, []byte) {
 	t.Helper()
-	cat, err := manifest.Open(dir)
+	cat, err := checkpoint.Open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,7 +204,7 @@ func writeCheckpoint(t *testing.T, dir string, tensors map[string]source, config
 
 func openDir(t *testing.T, dir string) *Model {
 	t.Helper()
-	cat, err := manifest.Open(dir)
+	cat, err := checkpoint.Open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -449,12 +449,12 @@ func TestHostileCounts(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.key+"="+tt.value, func(t *testing.T) {
-			cfg, err := manifest.PatchConfig(config, []string{tt.key}, json.Number(tt.value))
+			cfg, err := checkpoint.PatchConfig(config, []string{tt.key}, json.Number(tt.value))
 			if err != nil {
 				t.Fatal(err)
 			}
 			if tt.key == "n_routed_experts" { // keep the routing settings consistent
-				if cfg, err = manifest.PatchConfig(cfg, []string{"n_group"}, json.Number("1")); err != nil {
+				if cfg, err = checkpoint.PatchConfig(cfg, []string{"n_group"}, json.Number("1")); err != nil {
 					t.Fatal(err)
 				}
 			}

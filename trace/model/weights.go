@@ -10,8 +10,8 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/codecs"
-	"github.com/dsfs/dsfs/manifest"
 	"github.com/dsfs/dsfs/safetensors"
 )
 
@@ -21,12 +21,12 @@ var littleEndian = binary.NativeEndian.Uint16([]byte{1, 0}) == 1
 
 // decodable reports whether the engine can decode t to float32, and if
 // not, why.
-func decodable(t *manifest.Tensor) error {
+func decodable(t *checkpoint.Tensor) error {
 	switch t.DType {
 	case safetensors.BF16, safetensors.F16, safetensors.F32:
 		return nil
 	case safetensors.F8E4M3:
-		if t.Format == manifest.FormatFP8 && t.Scale != nil {
+		if t.Format == checkpoint.FormatFP8 && t.Scale != nil {
 			return nil
 		}
 		return fmt.Errorf("F8_E4M3 without a block scale (%s.weight_scale_inv or .scale) that fits it", t.Name)
@@ -35,12 +35,12 @@ func decodable(t *manifest.Tensor) error {
 }
 
 // tensorErr wraps err with the shard and tensor it concerns.
-func tensorErr(t *manifest.Tensor, err error) error {
+func tensorErr(t *checkpoint.Tensor, err error) error {
 	return fmt.Errorf("%s: tensor %s: %w", t.Shard.Name, t.Name, err)
 }
 
 // readBytes reads bytes [off, off+n) of t's data.
-func readBytes(t *manifest.Tensor, off, n int64) ([]byte, error) {
+func readBytes(t *checkpoint.Tensor, off, n int64) ([]byte, error) {
 	b := make([]byte, n)
 	return b, readInto(t, b, off)
 }
@@ -48,27 +48,22 @@ func readBytes(t *manifest.Tensor, off, n int64) ([]byte, error) {
 // readInto reads len(b) bytes at offset off of t's data. Large reads are
 // split over a few goroutines: from the page cache a read is a memory
 // copy, which one core does at a fraction of the memory bandwidth.
-func readInto(t *manifest.Tensor, b []byte, off int64) error {
+func readInto(t *checkpoint.Tensor, b []byte, off int64) error {
 	const piece = 4 << 20
 	parts := min(runtime.GOMAXPROCS(0), len(b)/piece)
 	if parts <= 1 {
-		if _, err := t.Shard.ReadAt(b, t.Offset+off); err != nil {
-			return tensorErr(t, err)
-		}
-		return nil
+		_, err := t.ReadAt(b, off)
+		return err
 	}
 	var g errgroup.Group
 	for i := range parts {
 		lo, hi := len(b)*i/parts, len(b)*(i+1)/parts
 		g.Go(func() error {
-			_, err := t.Shard.ReadAt(b[lo:hi], t.Offset+off+int64(lo))
+			_, err := t.ReadAt(b[lo:hi], off+int64(lo))
 			return err
 		})
 	}
-	if err := g.Wait(); err != nil {
-		return tensorErr(t, err)
-	}
-	return nil
+	return g.Wait()
 }
 
 // Large buffers for weights are recycled, so that a forward neither
@@ -93,7 +88,7 @@ func getFloats(n int) []float32 {
 // multiply it as it is), every other format is decoded to float32.
 // release hands the buffers back for reuse once the matrix is no longer
 // used.
-func readMatrix(t *manifest.Tensor) (m HostMatrix, release func(), err error) {
+func readMatrix(t *checkpoint.Tensor) (m HostMatrix, release func(), err error) {
 	rows, cols := int(t.Shape[0]), int(t.Shape[1])
 	m = HostMatrix{Rows: rows, Cols: cols}
 	b := getBytes(int(t.Size))
@@ -129,7 +124,7 @@ func bf16Values(b []byte) []uint16 {
 }
 
 // decodeParallel decodes a whole matrix over the cores, in runs of rows.
-func decodeParallel(f []float32, b []byte, t *manifest.Tensor, rows, cols int) error {
+func decodeParallel(f []float32, b []byte, t *checkpoint.Tensor, rows, cols int) error {
 	const perPart = 1 << 20 // values
 	parts := min(runtime.GOMAXPROCS(0), rows*cols/perPart, rows)
 	if parts <= 1 {
@@ -148,7 +143,7 @@ func decodeParallel(f []float32, b []byte, t *manifest.Tensor, rows, cols int) e
 
 // readRowsF32 decodes rows [r0, r1) of t (a vector counts as one row of
 // its length) to float32.
-func readRowsF32(t *manifest.Tensor, r0, r1 int) ([]float32, error) {
+func readRowsF32(t *checkpoint.Tensor, r0, r1 int) ([]float32, error) {
 	cols := int(t.Shape[len(t.Shape)-1])
 	rowBytes := int64(cols) * int64(t.DType.Bits()) / 8
 	b, err := readBytes(t, int64(r0)*rowBytes, int64(r1-r0)*rowBytes)
@@ -160,7 +155,7 @@ func readRowsF32(t *manifest.Tensor, r0, r1 int) ([]float32, error) {
 }
 
 // decodeRows decodes the bytes b of rows [r0, r1) of t into out.
-func decodeRows(out []float32, b []byte, t *manifest.Tensor, r0, r1 int) error {
+func decodeRows(out []float32, b []byte, t *checkpoint.Tensor, r0, r1 int) error {
 	cols := int(t.Shape[len(t.Shape)-1])
 	switch t.DType {
 	case safetensors.BF16:
@@ -182,7 +177,7 @@ func decodeRows(out []float32, b []byte, t *manifest.Tensor, r0, r1 int) error {
 // decodeFP8 multiplies E4M3 rows [r0, r1) of t by their block scales
 // (F32 weight_scale_inv as DeepSeek-V3 stores them, or E8M0), as
 // model.py's weight_dequant does in float32.
-func decodeFP8(out []float32, b []byte, t *manifest.Tensor, r0, r1, cols int) error {
+func decodeFP8(out []float32, b []byte, t *checkpoint.Tensor, r0, r1, cols int) error {
 	s := t.Scale
 	br, bc := int(t.Block[0]), int(t.Block[1])
 	sCols := int(s.Shape[1])

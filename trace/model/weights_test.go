@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/codecs"
-	"github.com/dsfs/dsfs/manifest"
 	"github.com/dsfs/dsfs/safetensors"
 	"github.com/dsfs/dsfs/synth"
 )
@@ -48,7 +48,7 @@ func TestReadFP8(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cat, err := manifest.Open(dir)
+	cat, err := checkpoint.Open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

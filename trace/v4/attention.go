@@ -1,6 +1,7 @@
 package v4
 
 import (
+	"context"
 	"math"
 	"sort"
 	"time"
@@ -52,7 +53,7 @@ func (f *forward) attention(x []float32) ([]float32, error) {
 			}
 			k := kv[(row+t)*hd : (row+t+1)*hd]
 			rp.apply(k[hd-rd:], t, false)
-			actQuantFP8(k[:hd-rd], kvQuantBlock)
+			simd.QuantE4M3(k[:hd-rd], kvQuantBlock)
 		}
 		sa, err := f.seqAttention(x[row*cfg.Hidden:(row+T)*cfg.Hidden], out.QR[row*cfg.QLoRA:(row+T)*cfg.QLoRA],
 			q[row*h*hd:(row+T)*h*hd], kv[row*hd:(row+T)*hd], o[row*h*hd:(row+T)*h*hd], rp)
@@ -77,9 +78,30 @@ func (f *forward) attention(x []float32) ([]float32, error) {
 	g, r := cfg.OGroups, cfg.OLoRA
 	gw := h * hd / g
 	z := make([]float32, f.n*g*r)
-	if f.n > 0 {
+	switch {
+	case f.n == 0:
+	case f.dev != nil:
+		// Group i's inputs gathered into rows of their own, through the
+		// backend as any product.
+		xi := make([]float32, f.n*gw)
+		for i := range g {
+			for t := range f.n {
+				copy(xi[t*gw:(t+1)*gw], o[t*h*hd+i*gw:t*h*hd+(i+1)*gw])
+			}
+			zi, err := f.mm(&linear{w: w.woA.w[i*r*gw : (i+1)*r*gw], rows: r, cols: gw}, xi, f.n, false)
+			if err != nil {
+				return nil, err
+			}
+			for t := range f.n {
+				copy(z[t*g*r+i*r:t*g*r+(i+1)*r], zi[t*r:(t+1)*r])
+			}
+		}
+	default:
 		start := time.Now()
 		for i := range g {
+			if err := f.ctx.Err(); err != nil {
+				return nil, err
+			}
 			simd.MatMulT(z[i*r:], g*r, o[i*gw:], h*hd, w.woA.w[i*r*gw:], gw, f.n, r, gw)
 		}
 		f.out.GEMMTime += time.Since(start)
@@ -147,16 +169,17 @@ func (f *forward) seqAttention(x, qr, q, kv, o []float32, rp *rope) (SeqAttentio
 		copy(idx[nw:], compIdx[t*kc:(t+1)*kc])
 	}
 	all := append(append([]float32(nil), kv...), comp...)
-	sparseAttention(o, q, all, w.sink, sa.TopK, sa.K, cfg.Heads, cfg.HeadDim, float32(1/math.Sqrt(float64(cfg.HeadDim))))
-	return sa, nil
+	err := f.attend(o, q, all, w.sink, sa.TopK, sa.K, cfg.Heads, cfg.HeadDim, float32(1/math.Sqrt(float64(cfg.HeadDim))))
+	return sa, err
 }
 
 // sparseAttention is kernel.py's sparse_attn: for query t and head h over
 // the rows idx[t] (-1 = none) of kv (K = V), softmax(scale·q·k) with the
-// head's sink logit (unscaled) in the denominator.
-func sparseAttention(o, q, kv, sink []float32, idx []int32, k, heads, d int, scale float32) {
+// head's sink logit (unscaled) in the denominator. It looks at ctx before
+// each query.
+func sparseAttention(ctx context.Context, o, q, kv, sink []float32, idx []int32, k, heads, d int, scale float32) error {
 	T := len(idx) / max(k, 1)
-	parallelFor(T, func(t int) {
+	return parallelForCtx(ctx, T, func(t int) {
 		s := make([]float32, k)
 		ids := idx[t*k : (t+1)*k]
 		for h := range heads {
@@ -178,9 +201,7 @@ func sparseAttention(o, q, kv, sink []float32, idx []int32, k, heads, d int, sca
 				}
 				p := float32(math.Exp(float64(s[j] - mx)))
 				sum += p
-				for c, v := range kv[int(r)*d : (int(r)+1)*d] {
-					oh[c] += p * v
-				}
+				simd.Axpy(oh, p, kv[int(r)*d:(int(r)+1)*d])
 			}
 			sum += float32(math.Exp(float64(sink[h] - mx)))
 			for c := range oh {
@@ -226,7 +247,7 @@ func (f *forward) compress(x []float32, c *compressorWeights, rp *rope, rotate b
 		}
 	}
 	out := make([]float32, nc*hd)
-	parallelFor(nc, func(g int) {
+	err = parallelForCtx(f.ctx, nc, func(g int) {
 		rows := make([]int, 0, 2*ratio) // token of each pooled row
 		offs := make([]int, 0, 2*ratio) // channel offset of each pooled row
 		p := make([]float32, 2*ratio)
@@ -262,15 +283,20 @@ func (f *forward) compress(x []float32, c *compressorWeights, rp *rope, rotate b
 			o[ch] = acc
 		}
 	})
+	if err != nil {
+		return nil, err
+	}
 	rmsNormInto(out, out, c.norm, hd, cfg.NormEps)
 	for g := range nc {
 		e := out[g*hd : (g+1)*hd]
 		rp.apply(e[hd-rd:], g*ratio, false)
-		if rotate {
-			hadamard(e, float32(math.Pow(float64(hd), -0.5)))
-			actQuantFP4(e, fp4Block)
-		} else {
-			actQuantFP8(e[:hd-rd], kvQuantBlock)
+		if !rotate {
+			simd.QuantE4M3(e[:hd-rd], kvQuantBlock)
+		}
+	}
+	if rotate {
+		if err := f.rotateFP4(out, hd, float32(math.Pow(float64(hd), -0.5))); err != nil {
+			return nil, err
 		}
 	}
 	return out, nil
@@ -290,11 +316,11 @@ func (f *forward) indexer(x, qr []float32, rp *rope, sa *SeqAttention) (int, err
 	hs := float32(math.Pow(float64(dh), -0.5))
 	for t := range T {
 		for h := range nh {
-			qh := q[(t*nh+h)*dh : (t*nh+h+1)*dh]
-			rp.apply(qh[dh-rd:], t, false)
-			hadamard(qh, hs)
-			actQuantFP4(qh, fp4Block)
+			rp.apply(q[(t*nh+h)*dh+dh-rd:(t*nh+h+1)*dh], t, false)
 		}
+	}
+	if err := f.rotateFP4(q, dh, hs); err != nil {
+		return 0, err
 	}
 	keys, err := f.compress(x, w.idxCompressor, rp, true)
 	if err != nil {
@@ -315,7 +341,7 @@ func (f *forward) indexer(x, qr []float32, rp *rope, sa *SeqAttention) (int, err
 	sa.IndexScores = make([]float32, T*nc)
 	sa.IndexTopK = make([]int32, T*k)
 	sa.IndexMargin = make([]float32, T)
-	parallelFor(T, func(t int) {
+	err = parallelForCtx(f.ctx, T, func(t int) {
 		order := make([]int, nc)
 		sc := sa.IndexScores[t*nc : (t+1)*nc]
 		for j := range nc {
@@ -348,5 +374,5 @@ func (f *forward) indexer(x, qr []float32, rp *rope, sa *SeqAttention) (int, err
 			sa.IndexMargin[t] = sc[order[k-1]] - sc[order[k]]
 		}
 	})
-	return k, nil
+	return k, err
 }

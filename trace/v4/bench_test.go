@@ -8,13 +8,17 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/codecs"
-	"github.com/dsfs/dsfs/manifest"
+	"github.com/dsfs/dsfs/cuda"
 	"github.com/dsfs/dsfs/safetensors"
+	"github.com/dsfs/dsfs/trace/model"
 )
 
 // flashLayer writes a one-layer checkpoint with V4-Flash's layer shapes
@@ -165,7 +169,10 @@ func flashLayer(b *testing.B, dir string, experts int) {
 // the shares of time in matrix products and in reading and decoding
 // weights. DSFS_V4_BENCH_EXPERTS sets the number of routed experts
 // (default 256, V4-Flash's: a 3.3 GB layer file in a temporary
-// directory).
+// directory). DSFS_V4_BENCH_DEVICE=cuda runs the forwards on the CUDA
+// backend and then once on the host, and reports the largest
+// max|Δ|/max|ref| of the layer's outputs and the tokens routed
+// differently (bench/gpu-check.sh).
 func BenchmarkFlashLayer(b *testing.B) {
 	experts := 256
 	if s := os.Getenv("DSFS_V4_BENCH_EXPERTS"); s != "" {
@@ -177,7 +184,7 @@ func BenchmarkFlashLayer(b *testing.B) {
 	}
 	dir := b.TempDir()
 	flashLayer(b, dir, experts)
-	cat, err := manifest.Open(dir)
+	cat, err := checkpoint.Open(dir)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -212,14 +219,31 @@ func BenchmarkFlashLayer(b *testing.B) {
 			stream = append(stream, emb[r:r+m.Config.Hidden]...)
 		}
 	}
+	var dev model.Backend
+	switch s := os.Getenv("DSFS_V4_BENCH_DEVICE"); s {
+	case "", "cpu":
+	case "cuda":
+		cb, err := cuda.NewBackend(cuda.Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer cb.Close()
+		dev = cb
+	default:
+		b.Fatalf("DSFS_V4_BENCH_DEVICE=%q: want cpu or cuda", s)
+	}
+	m.SetBackend(dev)
 	var total, gemm, load time.Duration
 	var run int
+	var last *LayerOutput
+	cpu0 := cpuTime(b)
 	b.ResetTimer()
 	for range b.N {
 		out, err := m.Forward(context.Background(), 0, stream, seqs, A8)
 		if err != nil {
 			b.Fatal(err)
 		}
+		last = out
 		total += out.Time
 		gemm += out.GEMMTime
 		load += out.LoadTime
@@ -229,4 +253,33 @@ func BenchmarkFlashLayer(b *testing.B) {
 	b.ReportMetric(gemm.Seconds()/total.Seconds(), "gemm-share")
 	b.ReportMetric(load.Seconds()/total.Seconds(), "load-share")
 	b.ReportMetric(float64(run), "experts-run")
+	// On a shared machine the wall time depends on the neighbours; the
+	// process's CPU time per forward does much less.
+	b.ReportMetric((cpuTime(b)-cpu0).Seconds()/float64(b.N), "cpu-s/op")
+	if dev == nil {
+		return
+	}
+	b.StopTimer()
+	m.SetBackend(nil)
+	want, err := m.Forward(context.Background(), 0, stream, seqs, A8)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(max(relDiff(last.AttnOut, want.AttnOut), relDiff(last.FFNOut, want.FFNOut), relDiff(last.StreamOut, want.StreamOut)), "max-rel-err")
+	k, differ := want.Routes.K, 0
+	for t := range want.Tokens {
+		if !slices.Equal(slices.Sorted(slices.Values(last.Routes.IDs[t*k:(t+1)*k])), slices.Sorted(slices.Values(want.Routes.IDs[t*k:(t+1)*k]))) {
+			differ++
+		}
+	}
+	b.ReportMetric(float64(differ), "tokens-routed-differently")
+}
+
+// cpuTime is the process's user and system CPU time so far.
+func cpuTime(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

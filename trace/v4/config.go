@@ -221,6 +221,19 @@ func IsV4(configJSON []byte) bool {
 // that file is what DeepSeek's generate.py builds the model from.
 // ModelArgs defaults fill in what neither sets, as model.py would.
 func ParseConfig(hf, args []byte) (*Config, error) {
+	c, err := parseConfig(hf, args)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.validate(); err != nil {
+		return nil, fmt.Errorf("config.json: %w", err)
+	}
+	return c, nil
+}
+
+// parseConfig is ParseConfig without the checks of the settings against
+// each other, which differ between V4 and V4.1.
+func parseConfig(hf, args []byte) (*Config, error) {
 	var h hfConfig
 	if err := json.Unmarshal(hf, &h); err != nil {
 		return nil, fmt.Errorf("config.json: %w", err)
@@ -322,9 +335,6 @@ func ParseConfig(hf, args []byte) (*Config, error) {
 	if len(missing) > 0 {
 		return nil, fmt.Errorf("config.json: missing %s", strings.Join(missing, ", "))
 	}
-	if err := c.validate(); err != nil {
-		return nil, fmt.Errorf("config.json: %w", err)
-	}
 	return c, nil
 }
 
@@ -383,8 +393,22 @@ func (c *Config) yarn(a *argsConfig, h *hfConfig) error {
 }
 
 // validate checks the settings against each other and against what the
-// forward's operations require.
+// V4 forward's operations require.
 func (c *Config) validate() error {
+	if err := c.validateShared(); err != nil {
+		return err
+	}
+	switch {
+	case (c.HeadDim-c.RopeDim)%64 != 0:
+		return fmt.Errorf("head_dim %d minus qk_rope_head_dim %d is not a multiple of 64 (the KV fake-quant block)", c.HeadDim, c.RopeDim)
+	case c.IndexDim <= c.RopeDim || bits.OnesCount(uint(c.IndexDim)) != 1 || c.IndexDim%32 != 0:
+		return fmt.Errorf("index_head_dim %d must be a power of two, a multiple of 32 and above qk_rope_head_dim (Hadamard, FP4 blocks)", c.IndexDim)
+	}
+	return nil
+}
+
+// validateShared is what V4 and V4.1 both require of their settings.
+func (c *Config) validateShared() error {
 	pos := []struct {
 		name string
 		v    int
@@ -408,10 +432,6 @@ func (c *Config) validate() error {
 			len(c.CompressRatios), c.Layers+c.MTPLayers)
 	case c.RopeDim%2 != 0 || c.RopeDim >= c.HeadDim:
 		return fmt.Errorf("qk_rope_head_dim %d must be even and below head_dim %d", c.RopeDim, c.HeadDim)
-	case (c.HeadDim-c.RopeDim)%64 != 0:
-		return fmt.Errorf("head_dim %d minus qk_rope_head_dim %d is not a multiple of 64 (the KV fake-quant block)", c.HeadDim, c.RopeDim)
-	case c.IndexDim <= c.RopeDim || bits.OnesCount(uint(c.IndexDim)) != 1 || c.IndexDim%32 != 0:
-		return fmt.Errorf("index_head_dim %d must be a power of two, a multiple of 32 and above qk_rope_head_dim (Hadamard, FP4 blocks)", c.IndexDim)
 	case c.Heads%c.OGroups != 0:
 		return fmt.Errorf("o_groups %d does not divide num_attention_heads %d", c.OGroups, c.Heads)
 	case c.TopK > c.RoutedExperts:

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/internal/testdata"
-	"github.com/dsfs/dsfs/manifest"
 )
 
 // tinyConfigs returns v4-tiny's config.json and inference/config.json.
@@ -155,7 +155,7 @@ func TestRoles(t *testing.T) {
 // with its tensors: the layers concerned report what is wrong, by name.
 func TestOpenChecksTensors(t *testing.T) {
 	dir := filepath.Join(testdata.Dir(t), "trace", "v4-tiny")
-	cat, err := manifest.Open(dir)
+	cat, err := checkpoint.Open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

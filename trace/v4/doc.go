@@ -27,6 +27,17 @@
 // keys to FP4 after a Hadamard rotation). Top-k choices (indexer, router)
 // break exact ties towards the lower index.
 //
+// DeepSeek-V4.1-Flash (inference/model.py and engram.py at Hugging Face
+// revision dba1be0a) runs through Open41 and Model41.Forward: CSA2 roles
+// derived from the config (full, reindex, reuse, candidate source) with
+// the shared compressed KV, index keys, picks and candidate mask carried
+// in State41 from layer to layer, single-pass mHC with the carried
+// pre_mix, FP4 compressed KV with E4M3 scales per 16, FP8 window KV over
+// whole 32-blocks, Engram n-gram memory (token map, primes and numpy's
+// multipliers computed as engram.py does, table rows read on demand), and
+// the router with gate_temp and norm_topk_prob. A8 quantises activations
+// per block of 32 there.
+//
 // Arithmetic is float32 on the host: the matrix products run on simd's
 // kernels, the rest in plain Go.
 package v4

@@ -87,6 +87,9 @@ func (m *Model) Forward(ctx context.Context, l int, stream []float32, seqs [][]i
 	if l < 0 || l >= cfg.Layers {
 		return nil, fmt.Errorf("layer %d outside [0, %d)", l, cfg.Layers)
 	}
+	if l >= len(m.layers) {
+		return nil, fmt.Errorf("layer %d cannot run: %v", l, m.problems[len(m.problems)-1])
+	}
 	if m.layers[l] == nil {
 		return nil, fmt.Errorf("layer %d cannot run: %v", l, m.problems[l])
 	}
@@ -106,11 +109,11 @@ func (m *Model) Forward(ctx context.Context, l int, stream []float32, seqs [][]i
 		return nil, fmt.Errorf("layer %d: %d stream values for %d tokens of %d x %d", l, len(stream), n, cfg.HCMult, cfg.Hidden)
 	}
 	start := time.Now()
-	w, err := m.loadLayer(l)
+	w, err := m.loadLayer(ctx, l)
 	if err != nil {
 		return nil, fmt.Errorf("layer %d: %w", l, err)
 	}
-	f := &forward{cfg: cfg, ctx: ctx, w: w, l: l, a8: p == A8, seqs: seqs, n: n,
+	f := &forward{cfg: cfg, ctx: ctx, w: w, l: l, a8: p == A8, seqs: seqs, n: n, dev: newDevice(m.backend),
 		out: &LayerOutput{Layer: l, Tokens: n, Precision: p, LoadTime: time.Since(start), WeightBytes: w.bytes}}
 	if err := f.run(stream); err != nil {
 		return nil, fmt.Errorf("layer %d: %w", l, err)
@@ -131,34 +134,43 @@ type forward struct {
 	n          int
 	out        *LayerOutput
 	expertLoad time.Duration
+	// v41 selects V4.1's router: logits divided by gateTemp, weights
+	// normalised (by their sum + 1e-20) only with normTopK and k > 1.
+	v41      bool
+	gateTemp float32
+	normTopK bool
+	dev      *device // nil: everything on the host
 }
 
 // mm is w.apply, timed as matrix-product time.
 func (f *forward) mm(w *linear, x []float32, m int, a8 bool) ([]float32, error) {
 	start := time.Now()
 	defer func() { f.out.GEMMTime += time.Since(start) }()
-	return w.apply(x, m, a8)
+	if f.dev != nil {
+		return w.applyOn(f.ctx, f.dev, x, m, a8)
+	}
+	return w.apply(f.ctx, x, m, a8)
 }
 
 func (f *forward) run(stream []float32) error {
 	cfg, w, out := f.cfg, f.w, f.out
 	d := cfg.Hidden
-	x, hc := f.hcPre(stream, &w.hcAttn)
-	out.HCAttn = hc
-	out.AttnIn = rmsNorm(x, w.attnNorm, cfg.NormEps)
-	if err := f.ctx.Err(); err != nil {
+	x, hc, err := f.hcPre(stream, &w.hcAttn)
+	if err != nil {
 		return err
 	}
+	out.HCAttn = hc
+	out.AttnIn = rmsNorm(x, w.attnNorm, cfg.NormEps)
 	attn, err := f.attention(out.AttnIn)
 	if err != nil {
 		return err
 	}
 	out.AttnOut = attn
 	out.StreamMid = hcPost(attn, stream, hc, cfg.HCMult, d)
-	if err := f.ctx.Err(); err != nil {
+	x, hc, err = f.hcPre(out.StreamMid, &w.hcFFN)
+	if err != nil {
 		return err
 	}
-	x, hc = f.hcPre(out.StreamMid, &w.hcFFN)
 	out.HCFFN = hc
 	out.FFNIn = rmsNorm(x, w.ffnNorm, cfg.NormEps)
 	ffn, err := f.moe(out.FFNIn)
@@ -202,16 +214,22 @@ func sigmoid(x float32) float32 { return float32(1 / (1 + math.Exp(-float64(x)))
 // hcPre computes a site's coefficients from the streams x [tokens, hc, D]
 // and collapses them with pre: mixes = (x·fnᵀ)·rsqrt(mean(x²) + eps) per
 // token over hc·D, then the Sinkhorn in kernel.py's op order.
-func (f *forward) hcPre(x []float32, s *hcWeights) ([]float32, HC) {
+func (f *forward) hcPre(x []float32, s *hcWeights) ([]float32, HC, error) {
 	cfg := f.cfg
 	n, d := cfg.HCMult, cfg.Hidden
 	hd := n * d
 	mix := (2 + n) * n
-	mixes, _ := f.mm(s.fn, x, f.n, false)
+	mixes, err := f.mm(s.fn, x, f.n, false)
+	if err != nil {
+		return nil, HC{}, err
+	}
 	eps := float32(cfg.HCEps)
 	hc := HC{Pre: make([]float32, f.n*n), Post: make([]float32, f.n*n), Comb: make([]float32, f.n*n*n)}
 	y := make([]float32, f.n*d)
 	for t := range f.n {
+		if err := f.ctx.Err(); err != nil {
+			return nil, HC{}, err
+		}
 		xt := x[t*hd : (t+1)*hd]
 		var ss float32
 		for _, v := range xt {
@@ -231,7 +249,7 @@ func (f *forward) hcPre(x []float32, s *hcWeights) ([]float32, HC) {
 			}
 		}
 	}
-	return y, hc
+	return y, hc, nil
 }
 
 // sinkhorn is kernel.py's hc_split_sinkhorn for one token.

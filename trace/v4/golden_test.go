@@ -14,8 +14,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/internal/testdata"
-	"github.com/dsfs/dsfs/manifest"
 )
 
 // tolerance is testdata/trace/README-v4's: every float tensor within
@@ -144,7 +144,7 @@ func loadGolden(t *testing.T) (*Model, *golden) {
 	if err := json.Unmarshal(b, &g); err != nil {
 		t.Fatal(err)
 	}
-	cat, err := manifest.Open(dir)
+	cat, err := checkpoint.Open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -355,7 +355,7 @@ func TestGoldenChain(t *testing.T) {
 					t.Logf("layer %d: worst max|Δ|/max %.3g", l, c.worst)
 					stream = out.StreamOut
 				}
-				fin, err := m.Logits(stream)
+				fin, err := m.Logits(context.Background(), stream)
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -1,6 +1,7 @@
 package v4
 
 import (
+	"context"
 	"fmt"
 	"math"
 )
@@ -16,7 +17,7 @@ type Final struct {
 // Logits runs the hc head, the final norm and the head on stream
 // [tokens, hc, D] (every position, as model.py's ParallelHead computes
 // the last): pre = sigmoid(mixes·scale + base) + hc_eps, no Sinkhorn.
-func (m *Model) Logits(stream []float32) (*Final, error) {
+func (m *Model) Logits(ctx context.Context, stream []float32) (*Final, error) {
 	cfg := m.Config
 	if len(m.headProblems) > 0 {
 		return nil, fmt.Errorf("head cannot run: %v", m.headProblems)
@@ -27,13 +28,19 @@ func (m *Model) Logits(stream []float32) (*Final, error) {
 		return nil, fmt.Errorf("%d stream values are not whole tokens of %d x %d", len(stream), n, d)
 	}
 	tokens := len(stream) / hd
-	ld := &loader{}
+	ld := &loader{ctx: ctx}
 	fn, base, scale := ld.lin(m.hcHead.fn), ld.vec(m.hcHead.base), ld.vec(m.hcHead.scale)
 	norm, head := ld.vec(m.norm), ld.lin(m.head)
 	if ld.err != nil {
 		return nil, ld.err
 	}
-	mixes, err := fn.apply(stream, tokens, false)
+	apply := func(w *linear, x []float32) ([]float32, error) {
+		if d := newDevice(m.backend); d != nil {
+			return w.applyOn(ctx, d, x, tokens, false)
+		}
+		return w.apply(ctx, x, tokens, false)
+	}
+	mixes, err := apply(fn, stream)
 	if err != nil {
 		return nil, err
 	}
@@ -57,6 +64,6 @@ func (m *Model) Logits(stream []float32) (*Final, error) {
 		}
 	}
 	out.Norm = rmsNorm(out.Hidden, norm, cfg.NormEps)
-	out.Logits, err = head.apply(out.Norm, tokens, false)
+	out.Logits, err = apply(head, out.Norm)
 	return out, err
 }

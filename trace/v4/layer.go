@@ -1,5 +1,7 @@
 package v4
 
+import "context"
+
 // hcWeights are one hyper-connection site's decoded weights.
 type hcWeights struct {
 	fn          *linear
@@ -39,8 +41,10 @@ type layerWeights struct {
 // loader decodes tensors, keeping the first error and counting the
 // checkpoint bytes read (scales included).
 type loader struct {
+	ctx   context.Context
 	err   error
 	bytes int64
+	arena *arena // where FP8 and MXFP4 codes are read; nil: new buffers
 }
 
 func (ld *loader) count(r *tensorRef) {
@@ -50,18 +54,27 @@ func (ld *loader) count(r *tensorRef) {
 	}
 }
 
+// stop reports whether nothing more is to be read: an earlier error, or
+// the context done (a layer's weights are gigabytes to read).
+func (ld *loader) stop() bool {
+	if ld.err == nil && ld.ctx != nil {
+		ld.err = ld.ctx.Err()
+	}
+	return ld.err != nil
+}
+
 func (ld *loader) lin(r *tensorRef) *linear {
-	if ld.err != nil || r == nil {
+	if r == nil || ld.stop() {
 		return nil
 	}
 	ld.count(r)
-	w, err := load(r)
+	w, err := load(r, ld.arena)
 	ld.err = err
 	return w
 }
 
 func (ld *loader) vec(r *tensorRef) []float32 {
-	if ld.err != nil || r == nil {
+	if r == nil || ld.stop() {
 		return nil
 	}
 	ld.count(r)
@@ -81,10 +94,10 @@ func (ld *loader) compressor(t *compressorTensors, ratio, hd int) *compressorWei
 	return &compressorWeights{ape: ld.vec(t.ape), wkv: ld.lin(t.wkv), wgate: ld.lin(t.wgate), norm: ld.vec(t.norm), ratio: ratio, hd: hd}
 }
 
-// loadLayer decodes layer l's weights.
-func (m *Model) loadLayer(l int) (*layerWeights, error) {
+// loadLayer decodes layer l's weights, stopping when ctx is done.
+func (m *Model) loadLayer(ctx context.Context, l int) (*layerWeights, error) {
 	cfg, t := m.Config, m.layers[l]
-	ld := &loader{}
+	ld := &loader{ctx: ctx}
 	w := &layerWeights{t: t}
 	w.attnNorm, w.ffnNorm = ld.vec(t.attnNorm), ld.vec(t.ffnNorm)
 	w.hcAttn, w.hcFFN = ld.hc(t.hcAttn), ld.hc(t.hcFFN)
@@ -95,7 +108,7 @@ func (m *Model) loadLayer(l int) (*layerWeights, error) {
 	// unquantised (a plain einsum), so it never counts as quantised.
 	w.woA = ld.lin(t.woA)
 	if w.woA != nil {
-		w.woA.w, w.woA.h = w.woA.floats(), nil
+		w.woA.w, w.woA.h, w.woA.c = w.woA.floats(), nil, nil
 		bf16Round(w.woA.w)
 		w.woA.quant = false
 	}

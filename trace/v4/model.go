@@ -6,7 +6,8 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/dsfs/dsfs/manifest"
+	"github.com/dsfs/dsfs/checkpoint"
+	"github.com/dsfs/dsfs/trace/model"
 )
 
 // Model is a DeepSeek-V4 checkpoint in DeepSeek's flat layout, checked
@@ -15,12 +16,13 @@ import (
 type Model struct {
 	Config *Config
 
-	cat               *manifest.Catalog
+	cat               *checkpoint.Catalog
 	embed, head, norm *tensorRef
 	hcHead            hcTensors
 	layers            []*layerTensors // nil for a layer with problems
 	problems          [][]string      // per layer
 	headProblems      []string        // the hc head, final norm and head
+	backend           model.Backend   // nil: the host engine
 }
 
 // hcTensors are one hyper-connection site's mixing weights: fn [m, hc·D],
@@ -52,7 +54,7 @@ type layerTensors struct {
 // one (nil otherwise). It fails for a configuration it cannot read or
 // without an embedding table; problems confined to a layer are reported
 // by Problems.
-func Open(cat *manifest.Catalog, inference []byte) (*Model, error) {
+func Open(cat *checkpoint.Catalog, inference []byte) (*Model, error) {
 	if cat.ConfigBytes == nil {
 		return nil, errors.New("config.json: missing or unreadable")
 	}
@@ -76,9 +78,18 @@ func Open(cat *manifest.Catalog, inference []byte) (*Model, error) {
 		scale: c.tensor("hc_head_scale", kindFloat, 1, 0),
 	}
 	m.headProblems = c.problems
-	m.layers = make([]*layerTensors, cfg.Layers)
-	m.problems = make([][]string, cfg.Layers)
-	for l := range cfg.Layers {
+	// A config may name more layers than the checkpoint holds (a hostile
+	// one 10^9, with as many compress_ratios): check one by one only up to
+	// the first layer past the last that has tensors, and let that layer's
+	// problem speak for the rest.
+	last := -1
+	for _, t := range cat.Tensors {
+		last = max(last, t.Layer)
+	}
+	n := min(cfg.Layers, last+2)
+	m.layers = make([]*layerTensors, n)
+	m.problems = make([][]string, n)
+	for l := range n {
 		c.problems = nil
 		ly := c.layer(cfg, l)
 		if len(c.problems) == 0 {
@@ -86,11 +97,20 @@ func Open(cat *manifest.Catalog, inference []byte) (*Model, error) {
 		}
 		m.problems[l] = c.problems
 	}
+	if n < cfg.Layers {
+		m.problems[n-1] = []string{fmt.Sprintf("no tensors in the checkpoint, nor for layers %d-%d (config.json num_hidden_layers %d)", n, cfg.Layers-1, cfg.Layers)}
+	}
 	return m, nil
 }
 
+// Checked is the number of layers Open checked tensor by tensor: the
+// config's layer count, or fewer when the config names layers the
+// checkpoint holds no tensors for, in which case the last checked layer's
+// problem covers every layer from it on.
+func (m *Model) Checked() int { return len(m.problems) }
+
 // Problems lists what is wrong with the tensors of layer l (nil when it
-// can run).
+// can run), for l < Checked().
 func (m *Model) Problems(l int) []string { return m.problems[l] }
 
 // HeadProblems lists what is wrong with the hc head, final norm and head.
@@ -160,6 +180,13 @@ func (c *checker) layer(cfg *Config, l int) *layerTensors {
 		ly.tid2eid = c.tensor(f+"gate.tid2eid", kindIDs, cfg.Vocab, cfg.TopK)
 	} else {
 		ly.bias = c.tensor(f+"gate.bias", kindFloat, cfg.RoutedExperts, 0)
+	}
+	// Three matrices an expert: a config claiming more experts than the
+	// checkpoint has tensors for (a hostile one 10^9) is one problem, not
+	// one per claimed matrix.
+	if n := len(c.cat.Tensors); 3*cfg.RoutedExperts > n {
+		c.fail("n_routed_experts %d: the checkpoint holds %d tensors in all, fewer than 3 per expert", cfg.RoutedExperts, n)
+		return ly
 	}
 	ly.experts = make([][3]*tensorRef, cfg.RoutedExperts)
 	for e := range ly.experts {

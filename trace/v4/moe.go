@@ -66,6 +66,11 @@ func (f *forward) route(x []float32, ids []int32) (Routes, error) {
 	if err != nil {
 		return Routes{}, err
 	}
+	if f.v41 {
+		for i := range logits {
+			logits[i] /= f.gateTemp
+		}
+	}
 	r := Routes{K: k, IDs: make([]int32, f.n*k), Weights: make([]float32, f.n*k), Margin: make([]float32, f.n), Hash: w.tid2eid != nil}
 	if !r.Hash {
 		r.Scores = make([]float32, f.n*e)
@@ -100,9 +105,13 @@ func (f *forward) route(x []float32, ids []int32) (Routes, error) {
 			tw[j] = scores[id]
 			sum += tw[j]
 		}
+		norm, eps := cfg.ScoreFunc != ScoreSoftmax, float32(0)
+		if f.v41 {
+			norm, eps = f.normTopK && k > 1, 1e-20
+		}
 		for j := range tw {
-			if cfg.ScoreFunc != ScoreSoftmax {
-				tw[j] /= sum
+			if norm {
+				tw[j] /= sum + eps
 			}
 			tw[j] *= float32(cfg.RouteScale)
 		}
@@ -127,22 +136,34 @@ func (f *forward) moe(x []float32) ([]float32, error) {
 	}
 	f.out.Routes = r
 	y := make([]float32, f.n*d)
+	// Each expert's matrices are dead when the next one is read.
+	codes := &arena{}
 	for e := range cfg.RoutedExperts {
 		var rows []int
 		var wts []float32
 		for t := range f.n {
 			for j := range k {
-				if r.IDs[t*k+j] == int32(e) {
-					rows = append(rows, t)
-					wts = append(wts, r.Weights[t*k+j])
+				if r.IDs[t*k+j] != int32(e) {
+					continue
 				}
+				// model.py's y[idx] += expert(x[idx], w) gathers, adds and
+				// stores back with a non-accumulating index_put, so a token
+				// listed twice for one expert (tid2eid can do that) gets
+				// one contribution: the last slot's, which is stored last.
+				if n := len(rows); n > 0 && rows[n-1] == t {
+					wts[n-1] = r.Weights[t*k+j]
+					continue
+				}
+				rows = append(rows, t)
+				wts = append(wts, r.Weights[t*k+j])
 			}
 		}
 		if len(rows) == 0 {
 			continue
 		}
 		start := time.Now()
-		ld := &loader{}
+		codes.reset()
+		ld := &loader{ctx: f.ctx, arena: codes}
 		var ew [3]*linear
 		for i := range ew {
 			ew[i] = ld.lin(w.t.experts[e][i])

@@ -1,8 +1,10 @@
 package v4
 
 import (
+	"context"
 	"runtime"
 	"sync"
+	"sync/atomic"
 )
 
 // parallelFor calls fn(i) for i in [0, n) over up to GOMAXPROCS
@@ -28,4 +30,23 @@ func parallelFor(n int, fn func(i int)) {
 		}()
 	}
 	wg.Wait()
+}
+
+// parallelForCtx is parallelFor with a look at ctx before each i: once
+// ctx is done the rest is skipped (what was computed is then
+// meaningless) and ctx's error returned, so that a cancelled read stops
+// within one i's work.
+func parallelForCtx(ctx context.Context, n int, fn func(i int)) error {
+	var stopped atomic.Bool
+	parallelFor(n, func(i int) {
+		if stopped.Load() {
+			return
+		}
+		if ctx.Err() != nil {
+			stopped.Store(true)
+			return
+		}
+		fn(i)
+	})
+	return ctx.Err()
 }

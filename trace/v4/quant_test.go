@@ -1,12 +1,14 @@
 package v4
 
 import (
+	"fmt"
 	"math"
 	"math/bits"
 	"math/rand/v2"
 	"testing"
 
 	"github.com/dsfs/dsfs/codecs"
+	"github.com/dsfs/dsfs/simd"
 )
 
 // nearest returns the value of codes (ascending by value for codes
@@ -96,9 +98,9 @@ func TestActQuant(t *testing.T) {
 		max   float32
 		round func(float32) float32
 	}{
-		{"fp8/128", actQuantFP8, 128, 448, roundE4M3},
-		{"fp8/64", actQuantFP8, 64, 448, roundE4M3},
-		{"fp4/32", actQuantFP4, 32, 6, roundE2M1},
+		{"fp8/128", simd.QuantE4M3, 128, 448, roundE4M3},
+		{"fp8/64", simd.QuantE4M3, 64, 448, roundE4M3},
+		{"fp4/32", simd.QuantE2M1, 32, 6, roundE2M1},
 	} {
 		for range 200 {
 			x := make([]float32, 2*tc.block)
@@ -144,7 +146,7 @@ func TestHadamard(t *testing.T) {
 		}
 		got := append([]float32(nil), x...)
 		scale := float32(1 / math.Sqrt(float64(n)))
-		hadamard(got, scale)
+		simd.Hadamard(got, scale)
 		for i := range n {
 			var want float64
 			for j := range n {
@@ -187,5 +189,83 @@ func TestSinkhorn(t *testing.T) {
 		if pre[j] <= 0 || pre[j] > 1+1e-6 || post[j] <= 0 || post[j] >= 2 {
 			t.Errorf("pre %g post %g out of range (seed %d)", pre[j], post[j], seed)
 		}
+	}
+}
+
+// TestSimdQuantMatchesReference runs simd's bit-level quantisers, roundings
+// and Hadamard (what the forward uses) against the float64 definitions in
+// quantref_test.go on random blocks spanning 2^-140 to 2^40 in scale, with
+// zeros, negative zeros, exact ties and the formats' edges mixed in: every
+// value identical bit for bit.
+func TestSimdQuantMatchesReference(t *testing.T) {
+	seed := rand.Uint64()
+	rng := rand.New(rand.NewPCG(seed, 9))
+	value := func() float32 {
+		switch rng.IntN(8) {
+		case 0:
+			return float32(math.Copysign(0, rng.NormFloat64()))
+		case 1: // an exact tie or edge of either format, at some scale
+			// E2M1 ties (0.25 .. 5), E4M3 ties (1.0625, 1.1875 and below
+			// 2^-6 odd multiples of 2^-10), the largest values, 2^-6.
+			edges := []float64{0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5, 1.0625, 1.1875, 0.0009765625, 0.0029296875, 448, 464, 0.015625}
+			return float32(math.Copysign(edges[rng.IntN(len(edges))]*math.Ldexp(1, rng.IntN(20)-10), rng.NormFloat64()))
+		}
+		return float32(rng.NormFloat64() * math.Ldexp(1, rng.IntN(180)-140))
+	}
+	same := func(what string, got, want []float32) {
+		t.Helper()
+		for i := range want {
+			if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+				t.Fatalf("%s: element %d is %g (%#x), want %g (%#x) (seed %d)", what, i, got[i], math.Float32bits(got[i]), want[i], math.Float32bits(want[i]), seed)
+			}
+		}
+	}
+	for range 2000 {
+		v := value()
+		if a := float32(math.Abs(float64(v))); a <= 448 {
+			same("RoundE4M3", []float32{simd.RoundE4M3(v)}, []float32{roundE4M3(v)})
+		}
+		if a := float32(math.Abs(float64(v))); a <= 6 {
+			same("RoundE2M1", []float32{simd.RoundE2M1(v)}, []float32{roundE2M1(v)})
+		}
+		if v > 0 {
+			same("CeilPow2", []float32{simd.CeilPow2(v)}, []float32{ceilLog2Pow2(v)})
+		}
+	}
+	for _, tc := range []struct {
+		name  string
+		got   func([]float32, int)
+		want  func([]float32, int)
+		block int
+	}{
+		{"QuantE4M3/128", simd.QuantE4M3, actQuantFP8Ref, 128},
+		{"QuantE4M3/64", simd.QuantE4M3, actQuantFP8Ref, 64},
+		{"QuantE2M1/32", simd.QuantE2M1, actQuantFP4Ref, 32},
+	} {
+		for range 300 {
+			x := make([]float32, tc.block*(1+rng.IntN(4)))
+			sc := float32(math.Ldexp(1, rng.IntN(60)-30))
+			for i := range x {
+				x[i] = value()
+				if rng.IntN(2) == 0 { // most blocks of one magnitude, as activations are
+					x[i] = float32(rng.NormFloat64()) * sc
+				}
+			}
+			got, want := append([]float32(nil), x...), append([]float32(nil), x...)
+			tc.got(got, tc.block)
+			tc.want(want, tc.block)
+			same(tc.name, got, want)
+		}
+	}
+	for _, n := range []int{1, 2, 64, 128, 512} {
+		x := make([]float32, n)
+		for i := range x {
+			x[i] = value()
+		}
+		got, want := append([]float32(nil), x...), append([]float32(nil), x...)
+		scale := float32(1 / math.Sqrt(float64(n)))
+		simd.Hadamard(got, scale)
+		hadamardRef(want, scale)
+		same(fmt.Sprintf("Hadamard/%d", n), got, want)
 	}
 }

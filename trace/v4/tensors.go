@@ -6,9 +6,10 @@ import (
 	"math"
 	"slices"
 
+	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/codecs"
-	"github.com/dsfs/dsfs/manifest"
 	"github.com/dsfs/dsfs/safetensors"
+	"github.com/dsfs/dsfs/simd"
 )
 
 // tensorKind is what a tensor may be stored as.
@@ -29,21 +30,23 @@ const (
 
 // tensorRef is a checked tensor and its logical shape.
 type tensorRef struct {
-	t          *manifest.Tensor
+	t          *checkpoint.Tensor
 	rows, cols int // cols is 0 for a vector
 	// quant is set for FP8 and MXFP4 weights: DeepSeek's linear()
-	// quantises their input to FP8 (the a8 precision).
-	quant bool
+	// quantises their input to FP8 (the a8 precision), per block of
+	// actBlock values (0: V4's 128).
+	quant    bool
+	actBlock int
 }
 
 // tensorErr wraps err with the shard and tensor it concerns.
-func tensorErr(t *manifest.Tensor, err error) error {
+func tensorErr(t *checkpoint.Tensor, err error) error {
 	return fmt.Errorf("%s: tensor %s: %w", t.Shard.Name, t.Name, err)
 }
 
 // checker resolves tensors by name and collects what is wrong with them.
 type checker struct {
-	cat      *manifest.Catalog
+	cat      *checkpoint.Catalog
 	problems []string
 }
 
@@ -76,13 +79,13 @@ func (c *checker) tensor(name string, kind tensorKind, rows, cols int) *tensorRe
 			return bad(fmt.Sprintf("dtype %s, want I32 or I64", t.DType))
 		}
 	case kind == kindExpert && t.DType == safetensors.I8:
-		if t.Format != manifest.FormatMXFP4 || t.Scale == nil {
+		if t.Format != checkpoint.FormatMXFP4 || t.Scale == nil {
 			return bad("I8 without an MXFP4 scale (.scale, F8_E8M0, one per 32 values) that fits it")
 		}
 		want = []int64{int64(rows), int64(cols / 2)}
 		r.quant = true
 	case (kind == kindLinear || kind == kindExpert) && t.DType == safetensors.F8E4M3:
-		if t.Format != manifest.FormatFP8 || t.Scale == nil {
+		if t.Format != checkpoint.FormatFP8 || t.Scale == nil {
 			return bad("F8_E4M3 without a block scale (.scale) that fits it")
 		}
 		r.quant = true
@@ -97,13 +100,44 @@ func (c *checker) tensor(name string, kind tensorKind, rows, cols int) *tensorRe
 }
 
 // read reads the whole of t's data.
-func read(t *manifest.Tensor) ([]byte, error) {
-	b := make([]byte, t.Size)
-	if _, err := t.Shard.ReadAt(b, t.Offset); err != nil {
+func read(t *checkpoint.Tensor) ([]byte, error) { return readInto(t, nil) }
+
+// readInto reads the whole of t's data into bytes taken from a (nil: new
+// ones).
+func readInto(t *checkpoint.Tensor, a *arena) ([]byte, error) {
+	b := a.take(int(t.Size))
+	if _, err := t.ReadAt(b, 0); err != nil {
 		return nil, tensorErr(t, err)
 	}
 	return b, nil
 }
+
+// arena hands out byte slices from one buffer that is reused once what
+// was taken from it is dead: a forward reads its routed experts, 12 MB
+// each on V4-Flash, one after the other, and fresh buffers cost as much
+// zeroing and page faults as the read itself.
+type arena struct {
+	buf []byte
+	off int
+}
+
+// take returns n bytes, from a's buffer when a is not nil (growing it,
+// without moving what was taken since the last reset).
+func (a *arena) take(n int) []byte {
+	if a == nil {
+		return make([]byte, n)
+	}
+	if a.off+n > len(a.buf) {
+		a.buf, a.off = make([]byte, max(2*len(a.buf), n)), 0
+	}
+	b := a.buf[a.off : a.off+n : a.off+n]
+	a.off += n
+	return b
+}
+
+// reset makes the whole buffer available again: everything taken from it
+// must be dead.
+func (a *arena) reset() { a.off = 0 }
 
 // floats decodes r to float32, [rows, cols] row-major: FP8 times its
 // block scales, MXFP4 times its group scales, as the reference
@@ -125,20 +159,17 @@ func (r *tensorRef) floats() ([]float32, error) {
 		for i := range out {
 			out[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
 		}
-	case safetensors.F8E4M3:
-		return out, decodeFP8(out, b, t, r.rows, r.cols)
-	case safetensors.I8:
-		s, err := read(t.Scale)
+	case safetensors.F8E4M3, safetensors.I8:
+		c, err := r.coded(b, nil)
 		if err != nil {
 			return nil, err
 		}
 		// Runs of rows over the cores: a routed expert is millions of
-		// values, and decoding is most of a layer's load time.
+		// values.
 		const rowsPerTask = 64
-		per := len(s) / r.rows // scales per row
 		parallelFor((r.rows+rowsPerTask-1)/rowsPerTask, func(i int) {
 			lo, hi := i*rowsPerTask, min((i+1)*rowsPerTask, r.rows)
-			codecs.DecodeMXFP4(out[lo*r.cols:hi*r.cols], b[lo*per*16:hi*per*16], s[lo*per:hi*per])
+			c.decode(out[lo*r.cols:hi*r.cols], lo, hi)
 		})
 	default:
 		return nil, tensorErr(t, fmt.Errorf("dtype %s does not decode to floats", t.DType))
@@ -151,7 +182,7 @@ func (r *tensorRef) row(dst []float32, i int) error {
 	t := r.t
 	size := t.DType.Bits() / 8
 	b := make([]byte, len(dst)*size)
-	if _, err := t.Shard.ReadAt(b, t.Offset+int64(i)*int64(len(b))); err != nil {
+	if _, err := t.ReadAt(b, int64(i)*int64(len(b))); err != nil {
 		return tensorErr(t, err)
 	}
 	switch t.DType {
@@ -169,33 +200,79 @@ func (r *tensorRef) row(dst []float32, i int) error {
 	return nil
 }
 
-// decodeFP8 multiplies E4M3 values by their block scales (E8M0 or F32).
-func decodeFP8(out []float32, b []byte, t *manifest.Tensor, rows, cols int) error {
-	s := t.Scale
-	sb, err := read(s)
-	if err != nil {
-		return err
+// coded is an FP8 or MXFP4 weight [rows, cols] as the checkpoint stores
+// it, decoded a run of rows at a time (into a matrix product's cache-sized
+// blocks, so that a layer's weights are never all widened to float32).
+type coded struct {
+	codes []byte
+	cols  int
+	// FP8: E4M3 codes times fp8Scale [⌈rows/br⌉, sCols], one per block
+	// of br x bc.
+	fp8Scale      []float32
+	br, bc, sCols int
+	// MXFP4: two E2M1 codes a byte times mxScale, one E8M0 per 32 values
+	// of a row.
+	mxScale []byte
+}
+
+// e8m0Values maps an E8M0 scale byte to its value, as codecs decodes it
+// (simd.DecodeE2M1 with it is codecs.DecodeMXFP4 bit for bit).
+var e8m0Values = func() (v [256]float32) {
+	for b := range v {
+		v[b] = codecs.E8M0ToFloat32(byte(b))
 	}
-	br, bc := int(t.Block[0]), int(t.Block[1])
-	sCols := int(s.Shape[1])
-	scale := make([]float32, len(sb)/(s.DType.Bits()/8))
-	for i := range scale {
+	return v
+}()
+
+// e4m3Values maps an E4M3 byte to its value, as codecs decodes it.
+var e4m3Values = func() (v [256]float32) {
+	for b := range v {
+		v[b] = codecs.E4M3ToFloat32(byte(b))
+	}
+	return v
+}()
+
+// coded reads r's scales (into bytes from a) to go with its codes b (FP8
+// or MXFP4 only).
+func (r *tensorRef) coded(b []byte, a *arena) (*coded, error) {
+	t, s := r.t, r.t.Scale
+	sb, err := readInto(s, a)
+	if err != nil {
+		return nil, err
+	}
+	c := &coded{codes: b, cols: r.cols}
+	if t.DType == safetensors.I8 {
+		c.mxScale = sb
+		return c, nil
+	}
+	c.br, c.bc, c.sCols = int(t.Block[0]), int(t.Block[1]), int(s.Shape[1])
+	c.fp8Scale = make([]float32, len(sb)/(s.DType.Bits()/8))
+	for i := range c.fp8Scale {
 		switch s.DType {
 		case safetensors.F8E8M0:
-			scale[i] = codecs.E8M0ToFloat32(sb[i])
+			c.fp8Scale[i] = codecs.E8M0ToFloat32(sb[i])
 		case safetensors.F32:
-			scale[i] = math.Float32frombits(binary.LittleEndian.Uint32(sb[4*i:]))
+			c.fp8Scale[i] = math.Float32frombits(binary.LittleEndian.Uint32(sb[4*i:]))
 		default:
-			return tensorErr(s, fmt.Errorf("scale dtype %s is neither F8_E8M0 nor F32", s.DType))
+			return nil, tensorErr(s, fmt.Errorf("scale dtype %s is neither F8_E8M0 nor F32", s.DType))
 		}
 	}
-	parallelFor(rows, func(r int) {
-		srow := scale[r/br*sCols:]
-		for c := range cols {
-			out[r*cols+c] = codecs.E4M3ToFloat32(b[r*cols+c]) * srow[c/bc]
-		}
-	})
-	return nil
+	return c, nil
+}
+
+// decode writes rows j0 to j1 into dst [j1-j0, cols] as the reference
+// dequantises them: FP8 times its block scale, MXFP4 times its group
+// scale. It may run concurrently for disjoint rows.
+func (c *coded) decode(dst []float32, j0, j1 int) {
+	if c.mxScale != nil {
+		per := c.cols / codecs.MXBlock // scales per row
+		simd.DecodeE2M1(dst, c.codes[j0*c.cols/2:j1*c.cols/2], c.mxScale[j0*per:j1*per], &e8m0Values)
+		return
+	}
+	for r := j0; r < j1; r++ {
+		simd.DecodeScaled(dst[(r-j0)*c.cols:(r-j0+1)*c.cols], c.codes[r*c.cols:(r+1)*c.cols], &e4m3Values,
+			c.fp8Scale[r/c.br*c.sCols:(r/c.br+1)*c.sCols], c.bc)
+	}
 }
 
 // ids decodes an I32 or I64 tensor to ints, checking each against

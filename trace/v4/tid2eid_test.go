@@ -9,8 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/internal/testdata"
-	"github.com/dsfs/dsfs/manifest"
 	"github.com/dsfs/dsfs/safetensors"
 )
 
@@ -71,7 +71,7 @@ func rewriteTiny(t *testing.T, change func(spec *safetensors.Spec, data []byte) 
 
 func openDir(t *testing.T, dir string) *Model {
 	t.Helper()
-	cat, err := manifest.Open(dir)
+	cat, err := checkpoint.Open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,5 +136,88 @@ func TestTid2eidOutOfRange(t *testing.T) {
 	_, err := m.Forward(context.Background(), 1, s.Modes["a8"].Layers[1].StreamIn.f32(t), [][]int{s.TokenIDs}, A8)
 	if err == nil || !strings.Contains(err.Error(), "tensor layers.1.ffn.gate.tid2eid: entry 7 is 16, outside [0, 16)") {
 		t.Errorf("error %v", err)
+	}
+}
+
+// TestTid2eidRepeatedExpert runs a hash layer whose tid2eid sends the
+// first prompt token to one expert in two slots. model.py's
+// y[idx] += expert(x[idx], w) stores with a non-accumulating index_put,
+// so the token gets that expert once, with the weight of the later slot;
+// every token's FFN output must be that sum, built here expert by expert
+// from single-row products.
+func TestTid2eidRepeatedExpert(t *testing.T) {
+	_, g := loadGolden(t)
+	s := g.Sequences[0]
+	tok := s.TokenIDs[0]
+	const name = "layers.0.ffn.gate.tid2eid"
+	var k int
+	dir := rewriteTiny(t, func(sp *safetensors.Spec, b []byte) []byte {
+		if sp.Name != name {
+			return b
+		}
+		k = int(sp.Shape[1])
+		b = slices.Clone(b)
+		row := b[4*tok*k:]
+		first := binary.LittleEndian.Uint32(row)
+		binary.LittleEndian.PutUint32(row[4:], first)
+		return b
+	})
+	m := openDir(t, dir)
+	for _, p := range []Precision{A8, FP32} {
+		out, err := m.Forward(context.Background(), 0, s.Modes[string(p)].Layers[0].StreamIn.f32(t), [][]int{s.TokenIDs}, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids := out.Routes.IDs
+		if ids[0] != ids[1] {
+			t.Fatalf("%s: token 0 routes %v, want a repeated expert", p, ids[:k])
+		}
+		w, err := m.loadLayer(context.Background(), 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := &forward{cfg: m.Config, ctx: context.Background(), w: w, a8: p == A8, out: &LayerOutput{}}
+		d := m.Config.Hidden
+		for tt := range out.Tokens {
+			x := out.FFNIn[tt*d : (tt+1)*d]
+			want := make([]float32, d)
+			for e := range m.Config.RoutedExperts {
+				wt, chosen := float32(0), false
+				for j := range k {
+					if ids[tt*k+j] == int32(e) {
+						wt, chosen = out.Routes.Weights[tt*k+j], true
+					}
+				}
+				if !chosen {
+					continue
+				}
+				ld := &loader{ctx: context.Background()}
+				var ew [3]*linear
+				for i := range ew {
+					ew[i] = ld.lin(w.t.experts[e][i])
+				}
+				if ld.err != nil {
+					t.Fatal(ld.err)
+				}
+				ye, err := f.expert(x, 1, ew, []float32{wt})
+				if err != nil {
+					t.Fatal(err)
+				}
+				for c, v := range ye {
+					want[c] += v
+				}
+			}
+			ys, err := f.expert(x, 1, w.shared, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for c, v := range ys {
+				want[c] += v
+			}
+			if got := out.FFNOut[tt*d : (tt+1)*d]; !slices.Equal(got, want) {
+				t.Fatalf("%s: token %d (id %d, experts %v): FFN output differs from one contribution per expert, first values %v, want %v",
+					p, tt, s.TokenIDs[tt], ids[tt*k:(tt+1)*k], got[:4], want[:4])
+			}
+		}
 	}
 }

@@ -1,0 +1,92 @@
+package checkpoint
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/dsfs/dsfs/safetensors"
+	"github.com/dsfs/dsfs/sourcefile"
+	"golang.org/x/sync/semaphore"
+)
+
+// ErrChanged is wrapped by the errors of Shard.ReadAt when the file changed
+// since it was opened (sourcefile.ErrChanged): the bytes may mix two
+// versions, so none are returned.
+var ErrChanged = sourcefile.ErrChanged
+
+// openShard opens and validates the shard name (slash-separated, relative
+// to dir), which must resolve inside rs. The file stays open in the
+// returned Shard.
+func openShard(rs roots, dir, name string, parsing *semaphore.Weighted) (_ *Shard, err error) {
+	p := filepath.Join(dir, filepath.FromSlash(name))
+	osf, fi, err := rs.open(p)
+	if err != nil {
+		return nil, err
+	}
+	f, err := sourcefile.FromFile(p, osf)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			f.Close()
+		}
+	}()
+	// Headers in the decoder cost a few times their length: take the
+	// length (the reader checks it) from the budget of headers in flight.
+	var n [8]byte
+	if _, err := f.ReadAt(n[:], 0); err == nil {
+		w := int64(min(binary.LittleEndian.Uint64(n[:]), maxParsing))
+		parsing.Acquire(context.Background(), w)
+		defer parsing.Release(w)
+	}
+	h, err := safetensors.ReadHeaderLimit(f, fi.Size(), MaxTensors)
+	if err != nil {
+		return nil, err
+	}
+	return &Shard{Name: name, Path: p, Size: fi.Size(), ModTime: fi.ModTime(), Header: h, f: f, id: idOf(fi)}, nil
+}
+
+func notRegular(fi os.FileInfo) error {
+	return fmt.Errorf("not a regular file (mode %s)", fi.Mode().Type())
+}
+
+// ReadAt reads len(p) bytes at offset off of the shard file with pread, so
+// a file truncated under the mount gives an error, never a fault. After
+// reading it checks that the file is still the one opened, unchanged
+// (sourcefile.File.ReadAt); if not it returns 0 and an error wrapping
+// ErrChanged. At the end of the file it returns io.EOF, unwrapped, as
+// io.ReaderAt asks. It is safe for concurrent use.
+func (s *Shard) ReadAt(p []byte, off int64) (int, error) {
+	return s.f.ReadAt(p, off)
+}
+
+// ReadAt reads bytes [off, off+len(p)) of the tensor's data, which must lie
+// within the tensor. It reads all of p or fails; errors name the shard and
+// the tensor.
+func (t *Tensor) ReadAt(p []byte, off int64) (int, error) {
+	if off < 0 || off > t.Size || int64(len(p)) > t.Size-off {
+		return 0, fmt.Errorf("%s: tensor %s: bytes [%d, %d) are outside its %d", t.Shard.Name, t.Name, off, off+int64(len(p)), t.Size)
+	}
+	n, err := t.Shard.ReadAt(p, t.Offset+off)
+	if n == len(p) {
+		return n, nil
+	}
+	if err == nil || err == io.EOF {
+		err = io.ErrUnexpectedEOF
+	}
+	return n, fmt.Errorf("%s: tensor %s: %w", t.Shard.Name, t.Name, err)
+}
+
+// File is the shard's open source file, for callers that check it (the
+// mount, before it lets the kernel read the file directly).
+func (s *Shard) File() *sourcefile.File { return s.f }
+
+// Close closes the shard file; later reads fail.
+func (s *Shard) Close() error {
+	return s.f.Close()
+}

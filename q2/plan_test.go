@@ -1,0 +1,71 @@
+package q2
+
+import (
+	"testing"
+
+	"github.com/dsfs/dsfs/checkpoint"
+)
+
+func TestQ2ShardNames(t *testing.T) {
+	tests := []struct {
+		sources, want []string
+	}{
+		{[]string{"model-00001-of-00048.safetensors", "model-00048-of-00048.safetensors"},
+			[]string{"quant-00001-of-00048.safetensors", "quant-00048-of-00048.safetensors"}},
+		{[]string{"model.safetensors"}, []string{"quant-model.safetensors"}},
+		{[]string{"sub/model-00002-of-00003.safetensors"}, []string{"sub/quant-00002-of-00003.safetensors"}},
+		{[]string{"a-00001-of-00002.safetensors", "b-00001-of-00002.safetensors"},
+			[]string{"quant-a-00001-of-00002.safetensors", "quant-b-00001-of-00002.safetensors"}},
+	}
+	for _, tt := range tests {
+		cat := &checkpoint.Catalog{}
+		for i, n := range tt.sources {
+			if i%2 == 0 { // bad shards are named alike
+				cat.Shards = append(cat.Shards, &checkpoint.Shard{Name: n})
+			} else {
+				cat.BadShards = append(cat.BadShards, checkpoint.BadShard{Name: n})
+			}
+		}
+		names := ShardNames(cat)
+		for i, n := range tt.sources {
+			if names[n] != tt.want[i] {
+				t.Errorf("%s: named %s, want %s", n, names[n], tt.want[i])
+			}
+		}
+	}
+}
+
+func TestSourceRevision(t *testing.T) {
+	snap := "/root/.cache/huggingface/hub/models--deepseek-ai--DeepSeek-V4.1-Flash/snapshots/0123abcd"
+	tests := []struct {
+		dir, flag, repo, rev string
+	}{
+		{snap, "", "deepseek-ai/DeepSeek-V4.1-Flash", "0123abcd"},
+		{snap, "v2", "deepseek-ai/DeepSeek-V4.1-Flash", "v2"},
+		{"/data/ckpt", "", "unknown", "unknown"},
+		{"/data/ckpt", "main", "unknown", "main"},
+	}
+	for _, tt := range tests {
+		repo, rev := sourceRevision(tt.dir, tt.flag)
+		if repo != tt.repo || rev != tt.rev {
+			t.Errorf("sourceRevision(%q, %q) = %q, %q; want %q, %q", tt.dir, tt.flag, repo, rev, tt.repo, tt.rev)
+		}
+	}
+}
+
+func TestHumanFigures(t *testing.T) {
+	tests := []struct {
+		n            int64
+		gb, thousand string
+	}{
+		{0, "0.00", "0"},
+		{999, "0.00", "999"},
+		{1_234_567_890, "1.23", "1,234,567,890"},
+		{475_200_000_000_000, "475,200.00", "475,200,000,000,000"},
+	}
+	for _, tt := range tests {
+		if g, c := humanGB(tt.n), commas(tt.n); g != tt.gb || c != tt.thousand {
+			t.Errorf("%d: humanGB %s commas %s, want %s %s", tt.n, g, c, tt.gb, tt.thousand)
+		}
+	}
+}

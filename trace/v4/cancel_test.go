@@ -1,0 +1,70 @@
+package v4
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"path/filepath"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/dsfs/dsfs/internal/testdata"
+)
+
+// TestCancelMidLayer cancels a CSA layer of v4-tiny on a prompt long
+// enough that its indexer (quadratic in the prompt) runs for seconds: the
+// forward returns the cancellation within a fraction of a second and
+// leaves no goroutine behind.
+func TestCancelMidLayer(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	rng := rand.New(rand.NewPCG(seed, 1))
+	m := openDir(t, filepath.Join(testdata.Dir(t), "trace", "v4-tiny"))
+	const tokens = 8192
+	l := 2
+	if m.Config.Kind(l) != CSA {
+		t.Fatalf("layer %d of v4-tiny is %v, want a CSA layer", l, m.Config.Kind(l))
+	}
+	ids := make([]int, tokens)
+	for i := range ids {
+		ids[i] = rng.IntN(m.Config.Vocab)
+	}
+	stream := make([]float32, tokens*m.Config.HCMult*m.Config.Hidden)
+	for i := range stream {
+		stream[i] = float32(rng.NormFloat64())
+	}
+
+	before := runtime.NumGoroutine()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := m.Forward(ctx, l, stream, [][]int{ids}, A8)
+		done <- err
+	}()
+	var err error
+	select {
+	case err = <-done:
+		t.Fatalf("seed %d: the layer ended within 200 ms (%v): the prompt is too short to test cancelling", seed, err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	start := time.Now()
+	cancel()
+	err = <-done
+	latency := time.Since(start)
+	t.Logf("cancelled mid-layer: Forward returned %v after %v", err, latency)
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("seed %d: Forward after cancel: %v", seed, err)
+	}
+	if latency > 500*time.Millisecond {
+		t.Fatalf("seed %d: Forward returned %v after the cancel, want under 0.5 s", seed, latency)
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := runtime.NumGoroutine(); n > before {
+		buf := make([]byte, 1<<16)
+		t.Fatalf("%d goroutines after the cancel, %d before:\n%s", n, before, buf[:runtime.Stack(buf, true)])
+	}
+}

@@ -1,0 +1,133 @@
+package vfile
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dsfs/dsfs/blockcache"
+)
+
+// derived is a Blocks segment whose byte i is f(i), computed per block.
+func derived(id string, n, blockLen int64) *Blocks {
+	return &Blocks{ID: id, N: n, BlockLen: blockLen, Compute: func(_ context.Context, i int64, dst []byte) error {
+		for j := range dst {
+			dst[j] = byte((i*blockLen + int64(j)) * 7)
+		}
+		return nil
+	}}
+}
+
+func TestReaderMatchesConcatenation(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	rng := rand.New(rand.NewPCG(seed, 1))
+	src := make([]byte, 5000)
+	for i := range src {
+		src[i] = byte(rng.Uint32())
+	}
+	blocks := derived("d", 3001, 256)
+	f := NewFile(Bytes("header--"), Range{R: bytes.NewReader(src), Off: 100, N: 1234}, Bytes{}, blocks, Bytes("tail"))
+	var want []byte
+	want = append(want, "header--"...)
+	want = append(want, src[100:1334]...)
+	for i := range int64(3001) {
+		want = append(want, byte(i*7))
+	}
+	want = append(want, "tail"...)
+	if f.Size() != int64(len(want)) {
+		t.Fatalf("Size = %d, want %d", f.Size(), len(want))
+	}
+	cache := blockcache.New(4096, 2)
+	defer cache.Close()
+	r := NewReader(f, cache)
+	for range 2000 {
+		off := rng.Int64N(int64(len(want)) + 10)
+		p := make([]byte, rng.IntN(3000))
+		n, err := r.ReadAt(p, off)
+		end := min(off+int64(len(p)), int64(len(want)))
+		if off >= int64(len(want)) {
+			if n != 0 || err != io.EOF {
+				t.Fatalf("seed %d: ReadAt past end at %d = %d, %v", seed, off, n, err)
+			}
+			continue
+		}
+		if !bytes.Equal(p[:n], want[off:end]) {
+			t.Fatalf("seed %d: ReadAt(%d, len %d) differs", seed, off, len(p))
+		}
+		if short := end-off < int64(len(p)); short != (err == io.EOF) || (err != nil && err != io.EOF) {
+			t.Fatalf("seed %d: ReadAt(%d, len %d) = %d, %v", seed, off, len(p), n, err)
+		}
+	}
+}
+
+func TestReaderReportsSegmentErrors(t *testing.T) {
+	bad := errors.New("source changed")
+	f := NewFile(Bytes("ok"), &Blocks{ID: "bad", N: 10, BlockLen: 10,
+		Compute: func(context.Context, int64, []byte) error { return bad }})
+	cache := blockcache.New(1<<20, 1)
+	defer cache.Close()
+	if _, err := NewReader(f, cache).ReadAt(make([]byte, 12), 0); !errors.Is(err, bad) {
+		t.Fatalf("ReadAt = %v, want %v", err, bad)
+	}
+	short := NewFile(Range{R: bytes.NewReader([]byte("abc")), N: 10})
+	if _, err := NewReader(short, cache).ReadAt(make([]byte, 10), 0); !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Fatalf("ReadAt of a truncated source = %v, want ErrUnexpectedEOF", err)
+	}
+}
+
+func TestReadAheadFollowsSequentialReaders(t *testing.T) {
+	blocks := derived("ra", 64<<20, 1<<20)
+	f := NewFile(blocks)
+	cache := blockcache.New(128<<20, 4)
+	defer cache.Close()
+	r := NewReader(f, cache)
+	p := make([]byte, 1<<20)
+	for off := int64(0); off < 4<<20; off += 1 << 20 {
+		if _, err := r.ReadAt(p, off); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s := cache.Stats(); s.ReadAhead == 0 {
+		t.Fatalf("no read-ahead for a sequential reader: %+v", s)
+	}
+}
+
+func TestSmallSegmentsNeedNoCache(t *testing.T) {
+	var segs []Segment
+	var want []byte
+	for i := range 100 {
+		v := byte(i)
+		segs = append(segs, Small{ID: fmt.Sprint("s", i), N: 4, Compute: func(_ context.Context, dst []byte) error {
+			copy(dst, []byte{v, v, v, v})
+			return nil
+		}})
+		want = append(want, v, v, v, v)
+	}
+	bad := errors.New("group unreadable")
+	segs = append(segs, Small{ID: "bad", N: 4, Compute: func(context.Context, []byte) error { return bad }})
+	f := NewFile(segs...)
+	cache := blockcache.New(1<<20, 1)
+	defer cache.Close()
+	r := NewReader(f, cache)
+	got := make([]byte, len(want))
+	for off := 0; off < len(want); off += 3 { // reads that split scalars
+		if _, err := r.ReadAt(got[off:min(off+3, len(want))], int64(off)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("read %v, want %v", got, want)
+	}
+	if s := cache.Stats(); s.Misses != 0 || s.ReadAhead != 0 {
+		t.Fatalf("scalars went through the cache: %+v", s)
+	}
+	if _, err := r.ReadAt(make([]byte, 4), int64(len(want))); !errors.Is(err, bad) || !strings.Contains(err.Error(), "bad") {
+		t.Fatalf("failing scalar: %v", err)
+	}
+}
