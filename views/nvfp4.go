@@ -145,8 +145,10 @@ func (n *nvfp4) Rewrite(t *checkpoint.Tensor) ([]tensorfile.Out, bool) {
 			Codec: tensorfile.Copy, Sources: []*checkpoint.Tensor{t}},
 		{Name: b + ".weight_scale", DType: safetensors.F8E4M3, Shape: []int64{rows, 2 * scaleRow}, Data: scale,
 			Codec: "nvfp4_weight_scale", Sources: scaleSources},
+		// Last in the file: g takes every scale of the group to compute,
+		// and a reader of the header must not wait for it.
 		{Name: b + ".weight_scale_2", DType: safetensors.F32, Shape: []int64{}, Data: global,
-			Codec: "nvfp4_weight_scale_2", Sources: g.scales},
+			Codec: "nvfp4_weight_scale_2", Sources: g.scales, Tail: true},
 	}, true
 }
 
