@@ -2,6 +2,7 @@ package views
 
 import (
 	"context"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -33,7 +34,40 @@ type nvGroups struct {
 // of one expert, or w2 alone.
 type nvGroup struct {
 	scales []*checkpoint.Tensor
-	g      func() (int, error)
+
+	once sync.Once
+	ge   int
+	err  error
+}
+
+// g returns the group's global exponent, reading its scales the first time.
+func (g *nvGroup) g() (int, error) { return g.from(nil) }
+
+// from returns the group's global exponent, computed from bufs (the
+// scales' bytes, in the order of scales) when it is not known yet; nil
+// bufs are read.
+func (g *nvGroup) from(bufs [][]byte) (int, error) {
+	g.once.Do(func() {
+		if bufs == nil {
+			if bufs, g.err = g.read(); g.err != nil {
+				return
+			}
+		}
+		g.ge = codecs.GlobalExponent(bufs...)
+	})
+	return g.ge, g.err
+}
+
+// read returns the bytes of the group's scales.
+func (g *nvGroup) read() ([][]byte, error) {
+	bufs := make([][]byte, len(g.scales))
+	for i, sc := range g.scales {
+		bufs[i] = make([]byte, sc.Size)
+		if _, err := sc.ReadAt(bufs[i], 0); err != nil {
+			return nil, err
+		}
+	}
+	return bufs, nil
 }
 
 func nvfp4Rewriter(s *Set) (Rewriter, error) {
@@ -86,16 +120,6 @@ func (n *nvGroups) group(t *checkpoint.Tensor) *nvGroup {
 		}
 	}
 	sort.Slice(g.scales, func(i, j int) bool { return g.scales[i].Name < g.scales[j].Name })
-	g.g = sync.OnceValues(func() (int, error) {
-		bufs := make([][]byte, len(g.scales))
-		for i, sc := range g.scales {
-			bufs[i] = make([]byte, sc.Size)
-			if _, err := sc.ReadAt(bufs[i], 0); err != nil {
-				return 0, err
-			}
-		}
-		return codecs.GlobalExponent(bufs...), nil
-	})
 	n.groups[name] = g
 	return g
 }
@@ -204,18 +228,10 @@ type nvReport struct {
 	codecs.NVFP4Counts
 }
 
-// counts returns the global exponent of an expert weight and its block
-// counts. Clamped blocks follow from the scales alone; only their codes are
-// read, to tell whether they are lossy.
-func (n *nvfp4) counts(t *checkpoint.Tensor) (int, codecs.NVFP4Counts, error) {
-	g, err := n.group(t).g()
-	if err != nil {
-		return 0, codecs.NVFP4Counts{}, err
-	}
-	sc := make([]byte, t.Scale.Size)
-	if _, err := t.Scale.ReadAt(sc, 0); err != nil {
-		return 0, codecs.NVFP4Counts{}, err
-	}
+// counts returns the block counts of an expert weight whose scale bytes
+// are sc, under global exponent g. Clamped blocks follow from the scales
+// alone; only their codes are read, to tell whether they are lossy.
+func counts(t *checkpoint.Tensor, sc []byte, g int) (codecs.NVFP4Counts, error) {
 	const blockBytes = codecs.MXBlock / 2
 	// Codes of blocks that are not clamped do not change the counts, so
 	// they stay zero; a tensor with many clamped blocks is read whole.
@@ -226,6 +242,7 @@ func (n *nvfp4) counts(t *checkpoint.Tensor) (int, codecs.NVFP4Counts, error) {
 			clamped = append(clamped, i)
 		}
 	}
+	var err error
 	if len(clamped) > len(sc)/64 {
 		_, err = t.ReadAt(w, 0)
 	} else {
@@ -236,27 +253,50 @@ func (n *nvfp4) counts(t *checkpoint.Tensor) (int, codecs.NVFP4Counts, error) {
 		}
 	}
 	if err != nil {
-		return 0, codecs.NVFP4Counts{}, err
+		return codecs.NVFP4Counts{}, err
 	}
-	return g, codecs.CountNVFP4(w, sc, g), nil
+	return codecs.CountNVFP4(w, sc, g), nil
 }
 
-// report counts clamped and lossy blocks of every expert in parallel,
-// reading every scale and the codes of clamped blocks.
+// report counts clamped and lossy blocks of every expert in parallel, a
+// global-exponent group at a time: each scale is read once, for the
+// group's exponent (kept for the weight_scale blocks) and its counts, and
+// the codes of clamped blocks.
 func (n *nvfp4) report(ctx context.Context) (any, error) {
 	rows := make([]nvReport, len(n.experts))
+	byGroup := make(map[*nvGroup][]int) // expert indices
+	var order []*nvGroup
+	for i, t := range n.experts {
+		g := n.group(t)
+		if byGroup[g] == nil {
+			order = append(order, g)
+		}
+		byGroup[g] = append(byGroup[g], i)
+	}
 	eg, ctx := errgroup.WithContext(ctx)
 	eg.SetLimit(workers())
-	for i, t := range n.experts {
+	for _, grp := range order {
 		eg.Go(func() error {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			g, c, err := n.counts(t)
+			bufs, err := grp.read()
 			if err != nil {
 				return err
 			}
-			rows[i] = nvReport{Tensor: base(t.Name), Shard: t.Shard.Name, G: g, NVFP4Counts: c}
+			ge, err := grp.from(bufs)
+			if err != nil {
+				return err
+			}
+			for _, i := range byGroup[grp] {
+				t := n.experts[i]
+				k := slices.Index(grp.scales, t.Scale)
+				c, err := counts(t, bufs[k], ge)
+				if err != nil {
+					return err
+				}
+				rows[i] = nvReport{Tensor: base(t.Name), Shard: t.Shard.Name, G: ge, NVFP4Counts: c}
+			}
 			return nil
 		})
 	}
