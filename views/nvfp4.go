@@ -233,29 +233,35 @@ type nvReport struct {
 // alone; only their codes are read, to tell whether they are lossy.
 func counts(t *checkpoint.Tensor, sc []byte, g int) (codecs.NVFP4Counts, error) {
 	const blockBytes = codecs.MXBlock / 2
-	// Codes of blocks that are not clamped do not change the counts, so
-	// they stay zero; a tensor with many clamped blocks is read whole.
-	w := make([]byte, t.Size)
 	var clamped []int
 	for i, b := range sc {
 		if k := int(b) - 127 - g; b != codecs.E8M0NaN && (k < codecs.E4M3MinPow2 || k > codecs.E4M3MaxPow2) {
 			clamped = append(clamped, i)
 		}
 	}
-	var err error
+	// A tensor with many clamped blocks is read whole; otherwise only the
+	// clamped blocks' codes, block by block.
 	if len(clamped) > len(sc)/64 {
-		_, err = t.ReadAt(w, 0)
-	} else {
-		for _, i := range clamped {
-			if _, err = t.ReadAt(w[i*blockBytes:(i+1)*blockBytes], int64(i*blockBytes)); err != nil {
-				break
-			}
+		w := make([]byte, t.Size)
+		if _, err := t.ReadAt(w, 0); err != nil {
+			return codecs.NVFP4Counts{}, err
+		}
+		return codecs.CountNVFP4(w, sc, g), nil
+	}
+	c := codecs.NVFP4Counts{Blocks: int64(len(sc) - len(clamped))}
+	for _, b := range sc {
+		if b == codecs.E8M0NaN {
+			c.NaN++
 		}
 	}
-	if err != nil {
-		return codecs.NVFP4Counts{}, err
+	var blk [blockBytes]byte
+	for _, i := range clamped {
+		if _, err := t.ReadAt(blk[:], int64(i*blockBytes)); err != nil {
+			return codecs.NVFP4Counts{}, err
+		}
+		c.Add(codecs.CountNVFP4(blk[:], sc[i:i+1], g))
 	}
-	return codecs.CountNVFP4(w, sc, g), nil
+	return c, nil
 }
 
 // report counts clamped and lossy blocks of every expert in parallel, a
