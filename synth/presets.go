@@ -169,6 +169,6 @@ func benchSpec() Spec {
 		HCMult:            4,
 		EngramLayers:      []int{1, 3}, EngramRows: 2 << 20, EngramHeads: 8,
 		MTPLayers: 1, MTPExperts: 8, DSparkTargets: []int{1, 2, 3}, MarkovRank: 256,
-		MaxShardBytes: 3 << 29, // 1.5 GiB
+		MaxShardBytes: 7 << 28, // 1.75 GiB
 	}
 }
