@@ -29,18 +29,35 @@ type Role string
 // The roles a tensor can have.
 const (
 	RoleRoutedExpert Role = "routed_expert"
-	RoleMTPExpert    Role = "mtp_expert"
+	RoleMTPExpert    Role = "mtp_expert" // a routed expert of an MTP block or DSpark stage
 	RoleSharedExpert Role = "shared_expert"
 	RoleDense        Role = "dense" // the FFN projections of a dense (non-MoE) layer
 	RoleAttention    Role = "attention"
 	RoleRouter       Role = "router"
-	RoleEngram       Role = "engram"
-	RoleNorm         Role = "norm"
-	RoleEmbed        Role = "embed"
-	RoleHead         Role = "head"
-	RoleVision       Role = "vision"
-	RoleMHC          Role = "mhc"
-	RoleOther        Role = "other"
+	// RoleEngram is an Engram table (engram.embed: the n-gram hash rows
+	// and their scales); RoleEngramProj the rest of the Engram block (its
+	// key/value projection wkv and the gate weights q_weight, k_weight).
+	RoleEngram     Role = "engram"
+	RoleEngramProj Role = "engram_proj"
+	RoleNorm       Role = "norm"
+	RoleEmbed      Role = "embed"
+	RoleHead       Role = "head"
+	// RoleMTPProj is the input projection of an MTP block or DSpark stage
+	// (V4's e_proj and h_proj, V3's eh_proj, V4.1's main_proj).
+	RoleMTPProj Role = "mtp_proj"
+	// RoleDraftHead is a head of a DSpark draft stage: the Markov head
+	// (markov_head.embed, markov_head.head, of rank dspark_markov_rank,
+	// not vocabulary by hidden size) and the acceptance confidence head.
+	RoleDraftHead Role = "draft_head"
+	RoleVision    Role = "vision" // the vision tower
+	// RoleVisionProjector maps the vision tower's output into the language
+	// model (V4.1's aligner, a multi_modal_projector).
+	RoleVisionProjector Role = "vision_projector"
+	// RoleImageToken is a learned embedding that marks an image span
+	// (image_start, image_end, image_newline).
+	RoleImageToken Role = "image_token"
+	RoleMHC        Role = "mhc"
+	RoleOther      Role = "other"
 )
 
 // Format is the official storage format of a tensor, scale tensors included.
@@ -132,9 +149,12 @@ func (p Problem) String() string {
 // Names of the files the catalog reads itself.
 const (
 	ConfigName = "config.json"
-	IndexName  = "model.safetensors.index.json"
-	singleName = "model.safetensors"
-	shardExt   = ".safetensors"
+	// InferenceConfigName is DeepSeek's inference/config.json: ModelArgs'
+	// settings, which its reference code builds the model from.
+	InferenceConfigName = "inference/config.json"
+	IndexName           = "model.safetensors.index.json"
+	singleName          = "model.safetensors"
+	shardExt            = ".safetensors"
 )
 
 // Catalog is an opened checkpoint directory. It does not change after
@@ -145,9 +165,11 @@ type Catalog struct {
 	// config.json is absent or does not parse.
 	Config      *Config
 	ConfigBytes []byte // config.json as read; nil when absent
-	IndexBytes  []byte // the index as read; nil when absent
-	Shards      []*Shard
-	Tensors     []*Tensor // sorted by name, each name once
+	// InferenceConfigBytes is inference/config.json as read; nil when absent.
+	InferenceConfigBytes []byte
+	IndexBytes           []byte // the index as read; nil when absent
+	Shards               []*Shard
+	Tensors              []*Tensor // sorted by name, each name once
 	// Files is every other regular file under Dir (symbolic links
 	// followed, hidden directories such as .cache skipped), config.json and
 	// the index included, sorted by name. Files the index names as shards
@@ -208,7 +230,7 @@ func Open(dir string) (*Catalog, error) {
 			top[f.Name] = true
 		}
 	}
-	c.readConfig(top[ConfigName])
+	c.readConfig(top[ConfigName], slices.ContainsFunc(files, func(f File) bool { return f.Name == InferenceConfigName }))
 	names, idx := c.shardNames(top, files)
 	if !top[ConfigName] && !top[IndexName] && len(names) == 0 {
 		return nil, fmt.Errorf("%s: no %s and no safetensors files", abs, ConfigName)
@@ -388,20 +410,35 @@ func (c *Catalog) walk() (files []File, broken, outside []string, err error) {
 	return files, broken, outside, nil
 }
 
-func (c *Catalog) readConfig(present bool) {
-	if !present {
-		return
+func (c *Catalog) readConfig(present, inference bool) {
+	if inference {
+		b, err := c.readJSONFile(filepath.Join(c.Dir, filepath.FromSlash(InferenceConfigName)), maxConfigSize)
+		if err != nil {
+			c.problem(InferenceConfigName, "", "unreadable: "+pathErrReason(err))
+		} else {
+			c.InferenceConfigBytes = b
+		}
 	}
-	b, err := c.readJSONFile(filepath.Join(c.Dir, ConfigName), maxConfigSize)
-	if err != nil {
-		c.problem(ConfigName, "", "unreadable: "+pathErrReason(err))
+	var b []byte
+	if present {
+		var err error
+		if b, err = c.readJSONFile(filepath.Join(c.Dir, ConfigName), maxConfigSize); err != nil {
+			c.problem(ConfigName, "", "unreadable: "+pathErrReason(err))
+			return
+		}
+	}
+	if b == nil && c.InferenceConfigBytes == nil {
 		return
 	}
 	c.ConfigBytes = b
-	cfg, errs := parseConfig(b)
+	cfg, errs := parseConfigs(b, c.InferenceConfigBytes)
 	c.Config = cfg
 	for _, e := range errs {
-		c.problem(ConfigName, "", e.Error())
+		file := ConfigName
+		if strings.HasPrefix(e.Error(), InferenceConfigName+": ") {
+			file = InferenceConfigName
+		}
+		c.problem(file, "", strings.TrimPrefix(e.Error(), file+": "))
 	}
 }
 

@@ -172,8 +172,15 @@ func classifyName(name string, numLayers int) nameClass {
 	if len(c) == 0 {
 		return r
 	}
-	if isVision(c[0]) {
+	switch {
+	case c[0] == "aligner" || strings.HasSuffix(c[0], "projector"):
+		r.role = RoleVisionProjector
+		return r
+	case isVision(c[0]):
 		r.role = RoleVision
+		return r
+	case len(c) == 1 && strings.HasPrefix(c[0], "image_"):
+		r.role = RoleImageToken
 		return r
 	}
 	if len(c) >= 3 {
@@ -209,8 +216,14 @@ func classifyName(name string, numLayers int) nameClass {
 		r.role = RoleRouter
 	case ffn && proj(c[1]) != "":
 		r.role, r.proj = RoleDense, proj(c[1])
-	case c[0] == "engram":
+	case c[0] == "engram" && len(c) >= 2 && c[1] == "embed":
 		r.role = RoleEngram
+	case c[0] == "engram":
+		r.role = RoleEngramProj
+	case r.mtp >= 0 && (c[0] == "markov_head" || c[0] == "confidence_head"):
+		r.role = RoleDraftHead
+	case r.mtp >= 0 && isMTPProj(c[0]):
+		r.role = RoleMTPProj
 	case c[0] == "attn" || c[0] == "self_attn":
 		r.role = RoleAttention
 	case hasComponent(c, isNorm):
@@ -267,8 +280,13 @@ func proj(s string) string {
 }
 
 func isVision(first string) bool {
-	return strings.HasPrefix(first, "vision") || strings.HasPrefix(first, "visual") ||
-		first == "vit" || strings.HasSuffix(first, "projector")
+	return strings.HasPrefix(first, "vision") || strings.HasPrefix(first, "visual") || first == "vit"
+}
+
+// isMTPProj matches the input projections of an MTP block: main_proj
+// (V4.1 DSpark), e_proj and h_proj (V4), eh_proj (V3).
+func isMTPProj(s string) bool {
+	return s == "main_proj" || s == "e_proj" || s == "h_proj" || s == "eh_proj"
 }
 
 // isNorm matches attn_norm, ffn_norm, enorm, hnorm, input_layernorm,

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -13,12 +14,15 @@ import (
 // Config is what the views need from config.json, with the whole document
 // in Raw. Each typed field is read from the top level, else from
 // text_config (where multimodal checkpoints nest the language model's
-// settings); a field that is absent stays zero.
+// settings), else from DeepSeek's inference/config.json (ModelArgs'
+// spellings: dim, n_layers, ...); a field that is absent stays zero.
 type Config struct {
 	// Raw is the whole document with numbers as json.Number, so that
 	// re-encoding keeps their text. Nil when config.json is absent or is
 	// not a JSON object.
 	Raw map[string]any
+	// Inference is inference/config.json, read like Raw; nil when absent.
+	Inference map[string]any
 
 	ModelType     string   // model_type
 	Architectures []string // architectures
@@ -50,15 +54,40 @@ func ParseConfig(data []byte) (*Config, error) {
 }
 
 func parseConfig(data []byte) (*Config, []error) {
+	return parseConfigs(data, nil)
+}
+
+// parseConfigs parses config.json and, when inference is not nil,
+// inference/config.json, which fills what config.json leaves unset. Each
+// count and the expert dtype they both give must agree: an error names
+// each difference.
+func parseConfigs(data, inference []byte) (*Config, []error) {
 	c := &Config{}
 	raw, err := decodeObject(data)
 	if err != nil {
-		return c, []error{err}
+		if data != nil || inference == nil {
+			return c, []error{err}
+		}
+		raw = map[string]any{}
 	}
 	c.Raw = raw
+	if data == nil {
+		c.Raw = nil
+	}
 	r := fieldReader{scopes: []map[string]any{raw}}
 	if tc, ok := raw["text_config"].(map[string]any); ok {
 		r.scopes = append(r.scopes, tc)
+	}
+	var inf fieldReader
+	if inference != nil {
+		args, err := decodeObject(inference)
+		if err != nil {
+			r.errs = append(r.errs, fmt.Errorf("%s: %w", InferenceConfigName, err))
+		} else {
+			c.Inference = args
+			r.scopes = append(r.scopes, args)
+			inf = fieldReader{scopes: []map[string]any{args}, prefix: InferenceConfigName + ": "}
+		}
 	}
 	c.ModelType = r.str("model_type")
 	c.Architectures = r.strs("architectures")
@@ -83,7 +112,29 @@ func parseConfig(data []byte) (*Config, []error) {
 	if c.Quant.ExpertDType == "" {
 		c.Quant.ExpertDType = r.str("expert_dtype")
 	}
+	if c.Inference != nil {
+		r.errs = append(r.errs, disagreements(c, &inf)...)
+	}
 	return c, r.errs
+}
+
+// disagreements compares what inference/config.json says with what the
+// catalog read (config.json first): DeepSeek's reference code builds the
+// model from the one, Hugging Face loaders from the other.
+func disagreements(c *Config, inf *fieldReader) []error {
+	var errs []error
+	for _, d := range []struct {
+		key  string
+		have int
+	}{{"n_layers", c.NumLayers}, {"dim", c.HiddenSize}, {"n_routed_experts", c.RoutedExperts}, {"n_mtp_layers", c.MTPLayers}} {
+		if v := inf.count(d.key); v != 0 && v != d.have {
+			errs = append(errs, fmt.Errorf("%s: %s %d, but config.json says %d", InferenceConfigName, d.key, v, d.have))
+		}
+	}
+	if v := inf.str("expert_dtype"); v != "" && v != c.Quant.ExpertDType {
+		errs = append(errs, fmt.Errorf("%s: expert_dtype %q, but config.json says %q", InferenceConfigName, v, c.Quant.ExpertDType))
+	}
+	return append(errs, inf.errs...)
 }
 
 // checkCounts compares the counts config.json gives with the tensors the
@@ -273,4 +324,44 @@ func PatchConfig(data []byte, path []string, value any) ([]byte, error) {
 		return nil, fmt.Errorf("patching config.json: %w", err)
 	}
 	return buf.Bytes(), nil
+}
+
+// PatchTopLevelString returns the JSON object data with the string value
+// of its top-level key replaced by value, every other byte as it was:
+// DeepSeek's inference/config.json keeps its own layout (lists on one
+// line) for the people who read it. A key that is absent, or whose value
+// is not a string, is an error.
+func PatchTopLevelString(data []byte, key, value string) ([]byte, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return nil, errors.New("not a JSON object")
+	}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, err
+		}
+		k, _ := tok.(string)
+		keyEnd := dec.InputOffset()
+		if k != key {
+			var skip json.RawMessage
+			if err := dec.Decode(&skip); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		v, err := dec.Token()
+		if _, ok := v.(string); err != nil || !ok {
+			return nil, fmt.Errorf("%s is not a string", key)
+		}
+		end := dec.InputOffset()
+		// The value starts at its opening quote after the colon.
+		start := keyEnd + int64(bytes.IndexByte(data[keyEnd:end], '"'))
+		enc, err := json.Marshal(value)
+		if err != nil {
+			return nil, err
+		}
+		return slices.Concat(data[:start], enc, data[end:]), nil
+	}
+	return nil, fmt.Errorf("no key %s", key)
 }

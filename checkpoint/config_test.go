@@ -3,6 +3,7 @@ package checkpoint
 import (
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -193,5 +194,68 @@ func TestCountsAgainstTensors(t *testing.T) {
 				t.Errorf("problems:\n%q\nwant\n%q", got, tt.want)
 			}
 		})
+	}
+}
+
+// TestParseConfigs reads DeepSeek-V4.1's two config files: the nested
+// Hugging Face config.json first, inference/config.json for what it lacks,
+// and a count the two give differently is an error naming both.
+func TestParseConfigs(t *testing.T) {
+	hf := `{"model_type": "deepseek_v41", "quantization_config": {"quant_method": "fp8", "expert_dtype": "fp4"},
+		"text_config": {"num_hidden_layers": 40, "hidden_size": 5120, "n_routed_experts": 384}}`
+	tests := []struct {
+		name, hf, args string
+		want           Config
+		errs           []string
+	}{
+		{"agree", hf, `{"n_layers": 40, "dim": 5120, "n_mtp_layers": 3, "expert_dtype": "fp4"}`,
+			Config{ModelType: "deepseek_v41", NumLayers: 40, HiddenSize: 5120, RoutedExperts: 384, MTPLayers: 3,
+				Quant: QuantConfig{Method: "fp8", ExpertDType: "fp4"}}, nil},
+		{"inference only", "", `{"n_layers": 43, "dim": 4096, "n_routed_experts": 256, "expert_dtype": "fp4"}`,
+			Config{NumLayers: 43, HiddenSize: 4096, RoutedExperts: 256, Quant: QuantConfig{ExpertDType: "fp4"}}, nil},
+		{"disagree", hf, `{"n_layers": 43, "dim": 5120, "expert_dtype": "nvfp4"}`,
+			Config{ModelType: "deepseek_v41", NumLayers: 40, HiddenSize: 5120, RoutedExperts: 384,
+				Quant: QuantConfig{Method: "fp8", ExpertDType: "fp4"}},
+			[]string{`inference/config.json: n_layers 43, but config.json says 40`,
+				`inference/config.json: expert_dtype "nvfp4", but config.json says "fp4"`}},
+		{"inference not JSON", hf, `{"n_layers": `,
+			Config{ModelType: "deepseek_v41", NumLayers: 40, HiddenSize: 5120, RoutedExperts: 384,
+				Quant: QuantConfig{Method: "fp8", ExpertDType: "fp4"}},
+			[]string{`inference/config.json: not a JSON object`}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var hf []byte
+			if tt.hf != "" {
+				hf = []byte(tt.hf)
+			}
+			got, errs := parseConfigs(hf, []byte(tt.args))
+			got.Raw, got.Inference = nil, nil
+			if !reflect.DeepEqual(*got, tt.want) {
+				t.Errorf("got %+v\nwant %+v", *got, tt.want)
+			}
+			if len(errs) != len(tt.errs) {
+				t.Fatalf("errors %v, want %d", errs, len(tt.errs))
+			}
+			for i, e := range errs {
+				if !strings.HasPrefix(e.Error(), tt.errs[i]) {
+					t.Errorf("error %q, want %q", e, tt.errs[i])
+				}
+			}
+		})
+	}
+}
+
+func TestPatchTopLevelString(t *testing.T) {
+	in := "{\n    \"n_layers\": 40,\n    \"lists\": [1, 2],\n    \"nested\": {\"expert_dtype\": \"x\"},\n    \"expert_dtype\" :  \"fp4\",\n    \"dtype\": \"fp8\"\n}\n"
+	got, err := PatchTopLevelString([]byte(in), "expert_dtype", "nvfp4")
+	want := strings.Replace(in, `:  "fp4"`, `:  "nvfp4"`, 1)
+	if err != nil || string(got) != want {
+		t.Errorf("got %q, %v\nwant %q", got, err, want)
+	}
+	for _, key := range []string{"n_layers", "missing"} {
+		if _, err := PatchTopLevelString([]byte(in), key, "v"); err == nil {
+			t.Errorf("%s: no error", key)
+		}
 	}
 }

@@ -10,4 +10,7 @@ package codecs
 // cache keys. Any change to a byte this package produces (a rounding rule, a
 // clamp, the choice of a global exponent, a table entry) must bump it, or
 // caches would serve bytes made under the old rule.
-const Version = "1"
+//
+// 2: nvfp4/'s weight_scale_2 scalars moved after every other tensor of a
+// shard, so that opening a shard no longer computes every global scale.
+const Version = "2"

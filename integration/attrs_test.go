@@ -260,7 +260,7 @@ func TestPermissionsForOtherUsers(t *testing.T) {
 	}
 	src := copyTiny(t)
 	run(t, "chmod", "-R", "a+rX", src)
-	const private, public, own = goodShard, "model-00002-of-00004.safetensors", "tokenizer_config.json"
+	const private, public, own = goodShard, "model-00005-of-00014.safetensors", "tokenizer_config.json"
 	if err := os.Chmod(filepath.Join(src, private), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -283,7 +283,7 @@ func TestPermissionsForOtherUsers(t *testing.T) {
 	}{
 		{"source/" + private, false},
 		{"nvfp4/" + private, false},
-		{"q2/quant-00001-of-00004.safetensors", false},
+		{"q2/quant-00003-of-00014.safetensors", false},
 		{"nvfp4/TRANSCODE.json", false}, // made from every shard
 		{"source/" + public, true},
 		{"nvfp4/" + public, true},

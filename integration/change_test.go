@@ -85,7 +85,7 @@ func TestSourceFilesChangedUnderTheMount(t *testing.T) {
 				if len(lines) != 1 || !strings.Contains(lines[0], file.name) || !strings.Contains(lines[0], change.how) {
 					t.Errorf("want one log line naming %s and %q, got:\n%s", file.name, change.how, strings.Join(lines, "\n"))
 				}
-				const other = "model-00002-of-00004.safetensors"
+				const other = "model-00005-of-00014.safetensors"
 				run(t, "cmp", m.path("source", other), filepath.Join(src, other))
 				run(t, "sha256sum", m.path("nvfp4", other), m.path("engram-fp4", other))
 			})

@@ -33,13 +33,17 @@ func TestHostileLayerCount(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				for _, key := range []string{"num_hidden_layers", "n_layers"} {
+				// DeepSeek-V4.1 nests the count under text_config.
+				for _, key := range [][]string{{"num_hidden_layers"}, {"n_layers"}, {"text_config", "num_hidden_layers"}} {
 					var doc map[string]any
 					json.Unmarshal(b, &doc)
-					if _, ok := doc[key]; !ok {
+					if tc, ok := doc[key[0]].(map[string]any); ok && len(key) == 2 {
+						doc = tc
+					}
+					if _, ok := doc[key[len(key)-1]]; !ok {
 						continue
 					}
-					if b, err = checkpoint.PatchConfig(b, []string{key}, json.Number(n)); err != nil {
+					if b, err = checkpoint.PatchConfig(b, key, json.Number(n)); err != nil {
 						t.Fatal(err)
 					}
 				}

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/internal/testdata"
 	"github.com/dsfs/dsfs/safetensors"
 	"github.com/dsfs/dsfs/synth"
@@ -345,8 +346,25 @@ func TestTraceBadInput(t *testing.T) {
 		layers  int      // layer files served
 		noFiles bool     // trace/ holds ERROR.txt alone
 	}{
-		{"unknown architecture", func(t *testing.T) string { return tinySrc },
-			[]string{"deepseek_v4", "Engram", "dense FFN layers"}, 0, true},
+		{"unknown architecture", func(t *testing.T) string {
+			// DeepSeek-V4 with Engram blocks, which no release has.
+			dir := t.TempDir()
+			if err := synth.Write("v4-tiny", dir); err != nil {
+				t.Fatal(err)
+			}
+			p := filepath.Join(dir, checkpoint.ConfigName)
+			b, err := os.ReadFile(p)
+			if err == nil {
+				b, err = checkpoint.PatchConfig(b, []string{"engram_layer_ids"}, []any{1})
+			}
+			if err == nil {
+				err = os.WriteFile(p, b, 0o644)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			return dir
+		}, []string{"deepseek_v4", "Engram"}, 0, true},
 		{"no tokenizer for the default prompts", func(t *testing.T) string { return filepath.Join(testdata.Dir(t), "trace", "v3-tiny") },
 			[]string{"no tokenizer.json", "token_ids"}, 0, true},
 		{"missing tensor", func(t *testing.T) string {

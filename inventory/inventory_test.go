@@ -29,22 +29,13 @@ var tinyDir string
 
 func TestMain(m *testing.M) { tinyckpt.Main(m, "v41-tiny", &tinyDir) }
 
-// copyDir copies the regular files of src into a new temporary directory.
+// copyDir copies the checkpoint in src (inference/ included) into a new
+// temporary directory.
 func copyDir(t *testing.T, src string) string {
 	t.Helper()
 	dst := t.TempDir()
-	ents, err := os.ReadDir(src)
-	if err != nil {
+	if err := os.CopyFS(dst, os.DirFS(src)); err != nil {
 		t.Fatal(err)
-	}
-	for _, e := range ents {
-		b, err := os.ReadFile(filepath.Join(src, e.Name()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dst, e.Name()), b, 0o644); err != nil {
-			t.Fatal(err)
-		}
 	}
 	return dst
 }
@@ -456,7 +447,7 @@ func TestOverview(t *testing.T) {
 	for _, tn := range cat.Tensors {
 		bytes += tn.Size
 	}
-	if o.Tensors != len(cat.Tensors) || o.Bytes != bytes || o.Shards != 4 {
+	if o.Tensors != len(cat.Tensors) || o.Bytes != bytes || o.Shards != 14 {
 		t.Errorf("overview %d tensors %d bytes %d shards", o.Tensors, o.Bytes, o.Shards)
 	}
 	sum := func(m map[string]Tally) (n int, b int64) {
@@ -472,12 +463,17 @@ func TestOverview(t *testing.T) {
 		}
 	}
 	m := o.Model
-	if m.Layers != 4 || m.MoELayers != 3 || !reflect.DeepEqual(m.ExpertsPerLayer, []int{8, 8}) ||
-		!reflect.DeepEqual(m.MTP, []int{0}) || m.MTPExperts != 8 || !reflect.DeepEqual(m.EngramLayers, []int{1, 3}) {
+	if m.Layers != 6 || m.MoELayers != 6 || !reflect.DeepEqual(m.ExpertsPerLayer, []int{8, 8}) ||
+		!reflect.DeepEqual(m.MTP, []int{0, 1, 2}) || !reflect.DeepEqual(m.MTPExpertsPerBlock, []int{8, 8, 8}) ||
+		!reflect.DeepEqual(m.EngramLayers, []int{1, 3}) {
 		t.Errorf("model facts %+v", m)
 	}
+	// The vision path: 11 tower tensors, the aligner's 4, image_start/newline/end.
+	if v := m.Vision; v.Tower != 11 || v.Projector != 4 || v.ImageTokens != 3 || v.Tensors != 18 || v.Bytes <= 0 {
+		t.Errorf("vision facts %+v", v)
+	}
 	md := string(o.Markdown())
-	for _, want := range []string{"| mxfp4 | 96 |", "## Problems", "None found"} {
+	for _, want := range []string{"| mxfp4 | 216 |", "## Problems", "None found", "vision path | 18 tensors"} {
 		if !strings.Contains(md, want) {
 			t.Errorf("README lacks %q", want)
 		}

@@ -62,10 +62,23 @@ type ModelFacts struct {
 	MoELayers  int   `json:"moe_layers"`  // layers with routed experts
 	// ExpertsPerLayer is [fewest, most] routed experts of a MoE layer.
 	ExpertsPerLayer []int `json:"experts_per_layer"`
-	MTP             []int `json:"mtp"`         // multi-token-prediction blocks
-	MTPExperts      int   `json:"mtp_experts"` // routed experts over all MTP blocks
-	EngramLayers    []int `json:"engram_layers"`
-	VisionTensors   int   `json:"vision_tensors"`
+	MTP             []int `json:"mtp"` // multi-token-prediction blocks (DSpark stages)
+	// MTPExpertsPerBlock is the number of routed experts of each MTP
+	// block, in the order of MTP (DeepSeek-V4.1-Flash: [128, 128, 128]).
+	MTPExpertsPerBlock []int `json:"mtp_experts_per_block"`
+	EngramLayers       []int `json:"engram_layers"`
+	// Vision counts the whole vision path: the tower, its projector into
+	// the language model and the image-span tokens.
+	Vision VisionFacts `json:"vision"`
+}
+
+// VisionFacts counts the tensors of the vision path by part.
+type VisionFacts struct {
+	Tensors     int   `json:"tensors"` // all three parts
+	Bytes       int64 `json:"bytes"`
+	Tower       int   `json:"tower"`
+	Projector   int   `json:"projector"`
+	ImageTokens int   `json:"image_tokens"`
 }
 
 // NewOverview describes cat from its headers.
@@ -122,9 +135,18 @@ func NewOverview(cat *checkpoint.Catalog) *Overview {
 		if t.Role == checkpoint.RoleEngram && t.Layer >= 0 {
 			engram[t.Layer] = true
 		}
-		if t.Role == checkpoint.RoleVision {
-			o.Model.VisionTensors++
+		switch v := &o.Model.Vision; t.Role {
+		case checkpoint.RoleVision:
+			v.Tower++
+		case checkpoint.RoleVisionProjector:
+			v.Projector++
+		case checkpoint.RoleImageToken:
+			v.ImageTokens++
+		default:
+			continue
 		}
+		o.Model.Vision.Tensors++
+		o.Model.Vision.Bytes += t.Size
 	}
 	m := &o.Model
 	ls := slices.Sorted(maps.Keys(layers))
@@ -141,7 +163,14 @@ func NewOverview(cat *checkpoint.Catalog) *Overview {
 		m.ExpertsPerLayer[0], m.ExpertsPerLayer[1] = min(m.ExpertsPerLayer[0], n), max(m.ExpertsPerLayer[1], n)
 	}
 	m.MTP = slices.Sorted(maps.Keys(mtp))
-	m.MTPExperts = len(mtpExperts)
+	m.MTPExpertsPerBlock = make([]int, len(m.MTP))
+	for i, b := range m.MTP {
+		for k := range mtpExperts {
+			if k[0] == b {
+				m.MTPExpertsPerBlock[i]++
+			}
+		}
+	}
 	m.EngramLayers = slices.Sorted(maps.Keys(engram))
 	if m.MTP == nil {
 		m.MTP = []int{}
@@ -181,9 +210,10 @@ func (o *Overview) Markdown() []byte {
 	if len(m.ExpertsPerLayer) == 2 {
 		row("routed experts per MoE layer", fmt.Sprintf("%d to %d", m.ExpertsPerLayer[0], m.ExpertsPerLayer[1]))
 	}
-	row("MTP blocks", fmt.Sprintf("%v (%d routed experts)", m.MTP, m.MTPExperts))
+	row("MTP blocks", fmt.Sprintf("%v (routed experts per block: %v)", m.MTP, m.MTPExpertsPerBlock))
 	row("Engram tables in layers", fmt.Sprint(m.EngramLayers))
-	row("vision tensors", m.VisionTensors)
+	row("vision path", fmt.Sprintf("%d tensors, %s (tower %d, projector %d, image tokens %d)",
+		m.Vision.Tensors, human(m.Vision.Bytes), m.Vision.Tower, m.Vision.Projector, m.Vision.ImageTokens))
 
 	table := func(title, key string, t map[string]Tally) {
 		fmt.Fprintf(&b, "\n## By %s\n\n| %s | tensors | bytes |\n|---|---:|---:|\n", title, key)

@@ -214,13 +214,20 @@ func importance() Importance {
 	}
 }
 
-// title names the model in the documents: the repository, else the source
-// directory.
+// title names the model in the documents: the repository, else what
+// config.json calls the model and the source directory it was read from
+// (a checkpoint outside a Hugging Face cache has no repository name).
 func (q *Plan) title() string {
 	if q.Repo != "unknown" {
 		return q.Repo
 	}
-	return filepath.Base(q.cat.Dir)
+	dir := filepath.Base(q.cat.Dir)
+	if c := q.cat.Config; len(c.Architectures) > 0 {
+		return c.Architectures[0] + " checkpoint " + dir
+	} else if c.ModelType != "" {
+		return c.ModelType + " checkpoint " + dir
+	}
+	return "checkpoint " + dir
 }
 
 func (q *Plan) artifact() string { return q.title() + " mixed-Q2 routed experts" }

@@ -34,7 +34,28 @@ func (l *Layout) DataStart() int64 { return int64(len(l.Header)) }
 // rank, then name) with a compact header padded with spaces so that the
 // data section starts at a multiple of 8.
 func NewLayout(meta []Meta, specs []Spec) (*Layout, error) {
-	specs = append([]Spec(nil), specs...)
+	return NewLayoutTail(meta, specs, nil)
+}
+
+// NewLayoutTail is NewLayout with the tail tensors laid out after all the
+// others (each part in the reference order). Readers accept it: the format
+// asks for contiguous data, not an order (the reference reader sorts by
+// offset). A tail tensor that would not start on a multiple of its element
+// size is an error.
+func NewLayoutTail(meta []Meta, specs, tail []Spec) (*Layout, error) {
+	byRank := func(specs []Spec) []Spec {
+		specs = append([]Spec(nil), specs...)
+		sort.Slice(specs, func(i, j int) bool {
+			ri, rj := rank[specs[i].DType], rank[specs[j].DType]
+			if ri != rj {
+				return ri < rj
+			}
+			return specs[i].Name < specs[j].Name
+		})
+		return specs
+	}
+	head := len(specs)
+	specs = append(byRank(specs), byRank(tail)...)
 	seen := make(map[string]bool, len(specs))
 	for _, s := range specs {
 		if !s.DType.Known() {
@@ -45,13 +66,6 @@ func NewLayout(meta []Meta, specs []Spec) (*Layout, error) {
 		}
 		seen[s.Name] = true
 	}
-	sort.Slice(specs, func(i, j int) bool {
-		ri, rj := rank[specs[i].DType], rank[specs[j].DType]
-		if ri != rj {
-			return ri < rj
-		}
-		return specs[i].Name < specs[j].Name
-	})
 	var buf bytes.Buffer
 	buf.Write(make([]byte, 8))
 	buf.WriteByte('{')
@@ -71,10 +85,13 @@ func NewLayout(meta []Meta, specs []Spec) (*Layout, error) {
 	}
 	l := &Layout{Tensors: make([]Tensor, 0, len(specs))}
 	var off int64
-	for _, s := range specs {
+	for i, s := range specs {
 		n, err := ByteLen(s.DType, s.Shape)
 		if err != nil {
 			return nil, fmt.Errorf("tensor %q: %w", s.Name, err)
+		}
+		if size := int64(s.DType.Bits() / 8); i >= head && size > 1 && off%size != 0 {
+			return nil, fmt.Errorf("tensor %q: would start at offset %d, not a multiple of its %d-byte elements", s.Name, off, size)
 		}
 		t := Tensor{Name: s.Name, DType: s.DType, Shape: s.Shape, Begin: off, End: off + n}
 		off += n

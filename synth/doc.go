@@ -1,10 +1,15 @@
-// Package synth writes deterministic synthetic DeepSeek-V4.1 checkpoints:
+// Package synth writes deterministic synthetic DeepSeek checkpoints:
 // safetensors shards in the official flat naming with their index,
-// config.json and tokenizer_config.json, for tests, demos and benchmarks
-// of everything that reads a checkpoint.
+// config.json, inference/config.json and tokenizer_config.json, for tests,
+// demos and benchmarks of everything that reads a checkpoint.
 //
-// Write writes a named preset (Presets lists them: v41-tiny, v41-bench,
-// v41-full-sparse). WriteSpec writes any Spec, so a test can start from
+// Write writes a named preset (Presets lists them). v41-full-sparse and
+// v4-full-sparse are DeepSeek-V4.1-Flash and DeepSeek-V4-Flash as
+// released: every tensor name, dtype and shape, the shard assignment, the
+// headers as the reference serializer writes them (no __metadata__), the
+// index and both config files (the layouts and their sources:
+// LAYOUTS.md); v41-tiny and v4-tiny hold every pattern of those at small
+// sizes. WriteSpec writes any Spec, so a test can start from
 // TinySpec and change a size. WriteShard writes one hand-made shard from
 // raw tensors, and PatchTensor edits one tensor of a written checkpoint in
 // place (a NaN scale, an Inf), for bad-input tests.

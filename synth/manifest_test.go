@@ -27,10 +27,17 @@ func TestTinyCatalogs(t *testing.T) {
 		roles[tt.Role]++
 	}
 	for role, want := range map[checkpoint.Role]int{
-		checkpoint.RoleRoutedExpert: 3 * 8 * 6,
-		checkpoint.RoleMTPExpert:    8 * 6,
-		checkpoint.RoleEngram:       4,
-		checkpoint.RoleEmbed:        1,
+		checkpoint.RoleRoutedExpert:    6 * 8 * 6,
+		checkpoint.RoleMTPExpert:       3 * 8 * 6,
+		checkpoint.RoleEngram:          4,
+		checkpoint.RoleEngramProj:      8,
+		checkpoint.RoleEmbed:           1,
+		checkpoint.RoleHead:            1,
+		checkpoint.RoleDraftHead:       3,
+		checkpoint.RoleMTPProj:         2,
+		checkpoint.RoleVisionProjector: 4,
+		checkpoint.RoleImageToken:      3,
+		checkpoint.RoleOther:           0,
 	} {
 		if roles[role] != want {
 			t.Errorf("%d tensors of role %s, want %d", roles[role], role, want)

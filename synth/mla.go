@@ -306,3 +306,7 @@ func V3TinySpec() MLASpec {
 		MaxShardBytes: 1550 << 10,
 	}
 }
+
+// shardMeta is the __metadata__ of a V2/V3 shard, as torch's save_file
+// writes it through save_pretrained.
+var shardMeta = []safetensors.Meta{{Key: "format", Value: "pt"}}

@@ -27,9 +27,11 @@ func (p *Preset) Validate() error {
 // Presets lists the presets Write knows, in the order a help text shows them.
 func Presets() []Preset {
 	return []Preset{
-		{"v41-tiny", "DeepSeek-V4.1 layout in 27 MB: 4 layers (1 dense), 8 MXFP4 experts, 2 Engram tables, MTP, 4 shards", TinySpec(), nil},
-		{"v41-bench", "DeepSeek-V4.1 layout in 2.8 GiB of realistic values, 2 shards of over 1 GiB, for throughput benchmarks", benchSpec(), nil},
-		{"v41-full-sparse", "the full DeepSeek-V4.1-Flash tensor list (48 shards, ~96k tensors, ~475 GiB) as sparse files of zeros", fullSparseSpec(), nil},
+		{"v41-tiny", "DeepSeek-V4.1-Flash layout in 28 MB: 6 layers (every CSA2 role, 2 Engram blocks), 8 MXFP4 experts, 3 DSpark stages, vision, 15 shards", TinySpec(), nil},
+		{"v41-bench", "DeepSeek-V4.1-Flash layout in 2.9 GiB of realistic values, 2 shards of over 1 GiB, for throughput benchmarks", benchSpec(), nil},
+		{"v41-full-sparse", "DeepSeek-V4.1-Flash exactly (48 shards, 96,085 tensors, 475.24 GiB) as sparse files of zeros", V41FlashSpec(), nil},
+		{"v4-tiny", "DeepSeek-V4-Flash layout in 14 MB: 4 layers (hash, SWA, CSA, HCA), 8 MXFP4 experts, mtp.0, hc head, 7 shards", V4TinySpec(), nil},
+		{"v4-full-sparse", "DeepSeek-V4-Flash exactly (46 shards, 69,187 tensors, 148.65 GiB) as sparse files of zeros", V4FlashSpec(), nil},
 		{"v2lite-tiny", "DeepSeek-V2-Lite layout (MLA, softmax routing) in 2.6 MB with a tokenizer: 4 layers (1 dense), 8 experts, for trace/", Spec{}, ptr(V2LiteTinySpec())},
 		{"v3-tiny", "DeepSeek-V3 layout (q LoRA, sigmoid + bias group routing) in 3.1 MB with a tokenizer: 4 layers (1 dense), 16 experts, for trace/", Spec{}, ptr(V3TinySpec())},
 	}
@@ -63,67 +65,110 @@ func v4CompressRatios(n int) []int {
 	return r
 }
 
-// TinySpec is the v41-tiny preset: every kind of tensor of the V4.1 layout,
-// every matrix dimension a multiple of 256, 27 MB in 4 shards.
-func TinySpec() Spec {
+// V41FlashSpec is DeepSeek-V4.1-Flash as released (LAYOUTS.md): 40 layers
+// of 384 experts, CSA2 sources on layers 2, 8, 14, 20 (KV) and those with
+// 24, 28, 32, 36 (index), Engram on layers 1 and 14, 3 DSpark stages of
+// 128 experts, a 32-block vision tower; 48 shards, 96,085 tensors,
+// 510,286,023,000 bytes of data.
+func V41FlashSpec() Spec {
+	ratios := make([]int, 40)
+	for i := 2; i < 40; i++ {
+		ratios[i] = 2
+		if i >= 20 {
+			ratios[i] = 1
+		}
+	}
 	return Spec{
-		Seed:   1,
-		Hidden: 512, Vocab: 1024,
-		Layers: 4, DenseLayers: 1, DenseInter: 1024,
-		Experts: 8, ActiveExperts: 2, MoEInter: 256, SharedInter: 256,
-		QLoRA: 256, Heads: 4, HeadDim: 256, OGroups: 2, OLoRA: 256,
-		IndexHeads: 4, IndexHeadDim: 64,
-		CompressRatios: v4CompressRatios(4),
-		HCMult:         4,
-		EngramLayers:   []int{1, 3}, EngramRows: 4096,
-		MTPLayers: 1, MTPExperts: 8,
-		VisionLayers: 1, VisionDim: 256,
-		MaxShardBytes: 7 << 20,
+		Seed: 3, Arch: ArchV41,
+		Hidden: 5120, Vocab: 129280, Layers: 40,
+		Experts: 384, ActiveExperts: 6, MoEInter: 2304, SharedInter: 2304,
+		QLoRA: 1280, Heads: 64, HeadDim: 512, OGroups: 8, OLoRA: 1024,
+		IndexHeads: 32, IndexHeadDim: 128,
+		CompressRatios:    ratios,
+		KVSourceLayers:    []int{2, 8, 14, 20},
+		IndexSourceLayers: []int{2, 8, 14, 20, 24, 28, 32, 36},
+		HCMult:            4,
+		EngramLayers:      []int{1, 14}, EngramRowsByLayer: []int64{384006168, 384016682}, EngramHeads: 8,
+		MTPLayers: 3, MTPExperts: 128, DSparkTargets: []int{37, 38, 39}, MarkovRank: 256,
+		VisionLayers: 32, VisionDim: 1024, VisionInter: 2816, VisionHeads: 16,
+		Sparse: true,
 	}
 }
 
-// benchSpec is the v41-bench preset: V4-Flash-sized matrices (16 experts
-// of 2048x4096 per MoE layer), two Engram tables of 528 MiB, in two shards
-// of 1.5 and 1.3 GiB.
-func benchSpec() Spec {
+// V4FlashSpec is DeepSeek-V4-Flash as released (LAYOUTS.md §13): 43
+// layers of 256 experts, the first 3 hash-routed, compress ratios 4 and
+// 128 alternating from layer 2, 128x128 FP8 blocks, one MTP block; 46
+// shards, 69,187 tensors, 159,609,485,896 bytes of data.
+func V4FlashSpec() Spec {
 	return Spec{
-		Seed:   2,
-		Hidden: 4096, Vocab: 16384,
-		Layers: 4, DenseLayers: 1, DenseInter: 4096,
-		Experts: 16, ActiveExperts: 6, MoEInter: 2048, SharedInter: 2048,
+		Seed: 4, Arch: ArchV4,
+		Hidden: 4096, Vocab: 129280, Layers: 43,
+		Experts: 256, ActiveExperts: 6, MoEInter: 2048, SharedInter: 2048,
 		QLoRA: 1024, Heads: 64, HeadDim: 512, OGroups: 8, OLoRA: 1024,
 		IndexHeads: 64, IndexHeadDim: 128,
-		CompressRatios: v4CompressRatios(4),
-		HCMult:         4,
-		EngramLayers:   []int{1, 3}, EngramRows: 2 << 20,
-		MTPLayers: 1, MTPExperts: 8,
-		MaxShardBytes: 3 << 29, // 1.5 GiB
+		CompressRatios: v4CompressRatios(43),
+		HCMult:         4, FP8Block: 128, HashLayers: 3,
+		MTPLayers: 1, MTPExperts: 256,
+		Sparse: true,
 	}
 }
 
-// fullSparseSpec is the v41-full-sparse preset. The real tensor list is not
-// public; this approximates it from the published figures (FORMATS.md):
-// 43 layers of which the first 3 are dense and 40 are MoE with 384 experts
-// of logical 2304x5120 / 5120x2304 (92,160 expert tensors, 268.9 GiB), two
-// Engram tables of 384M rows in layers 1 and 14 (188.8 GiB), 3 MTP layers
-// with 128 experts each (with their attention 7.2 GiB), FP8 attention,
-// shared and dense FFNs, BF16 embed, head and a 24-block vision tower, and
-// V4's compressors, indexers, norms, routers, sinks and hyper-connections.
-// It comes to 96,416 tensors and 474.9 GiB in 48 shards.
-func fullSparseSpec() Spec {
+// TinySpec is the v41-tiny preset: every tensor pattern of
+// DeepSeek-V4.1-Flash at small sizes, every matrix dimension a multiple of
+// 256, in the release's shard assignment. Layers 0 and 1 are sliding-window
+// only, 2 a ratio-2 CSA2 source (compressor with gate, indexer), 3 reuses
+// it, 4 a ratio-1 source (no gate), 5 an index source; Engram on 1 and 3.
+func TinySpec() Spec {
 	return Spec{
-		Seed:   3,
-		Hidden: 5120, Vocab: 129280,
-		Layers: 43, DenseLayers: 3, DenseInter: 6144,
-		Experts: 384, ActiveExperts: 6, MoEInter: 2304, SharedInter: 2304,
-		QLoRA: 1024, Heads: 32, HeadDim: 512, OGroups: 8, OLoRA: 1024,
-		IndexHeads: 64, IndexHeadDim: 128,
-		CompressRatios: v4CompressRatios(43),
-		HCMult:         4,
-		EngramLayers:   []int{1, 14}, EngramRows: 384_000_000,
-		MTPLayers: 3, MTPExperts: 128,
-		VisionLayers: 24, VisionDim: 1536,
-		MaxShardBytes: 13 << 29, // 6.5 GiB
-		Sparse:        true,
+		Seed: 1, Arch: ArchV41,
+		Hidden: 512, Vocab: 1024, Layers: 6,
+		Experts: 8, ActiveExperts: 2, MoEInter: 256, SharedInter: 256,
+		QLoRA: 256, Heads: 4, HeadDim: 256, OGroups: 2, OLoRA: 256,
+		IndexHeads: 4, IndexHeadDim: 128,
+		CompressRatios:    []int{0, 0, 2, 2, 1, 1},
+		KVSourceLayers:    []int{2, 4},
+		IndexSourceLayers: []int{2, 4, 5},
+		HCMult:            4,
+		EngramLayers:      []int{1, 3}, EngramRows: 4096, EngramHeads: 1,
+		MTPLayers: 3, MTPExperts: 8, DSparkTargets: []int{3, 4, 5}, MarkovRank: 64,
+		VisionLayers: 1, VisionDim: 256, VisionInter: 512, VisionHeads: 4,
+	}
+}
+
+// V4TinySpec is the v4-tiny preset: every tensor pattern of
+// DeepSeek-V4-Flash at small sizes: layers 0 and 1 hash-routed and
+// sliding-window only, 2 CSA (ratio 4, indexer), 3 HCA (ratio 128), the
+// head hyper-connection and mtp.0, 128x128 FP8 blocks.
+func V4TinySpec() Spec {
+	return Spec{
+		Seed: 5, Arch: ArchV4,
+		Hidden: 512, Vocab: 1024, Layers: 4,
+		Experts: 8, ActiveExperts: 2, MoEInter: 256, SharedInter: 256,
+		QLoRA: 256, Heads: 4, HeadDim: 256, OGroups: 2, OLoRA: 256,
+		IndexHeads: 4, IndexHeadDim: 128,
+		CompressRatios: v4CompressRatios(4),
+		HCMult:         4, FP8Block: 128, HashLayers: 2,
+		MTPLayers: 1, MTPExperts: 8,
+	}
+}
+
+// benchSpec is the v41-bench preset: the V4.1 layout with V4-Flash-sized
+// matrices (16 experts of 2048x4096 per layer) and two Engram tables of
+// 528 MiB, cut by size into two shards of over 1 GiB for throughput
+// benchmarks.
+func benchSpec() Spec {
+	return Spec{
+		Seed: 2, Arch: ArchV41,
+		Hidden: 4096, Vocab: 16384, Layers: 4,
+		Experts: 16, ActiveExperts: 6, MoEInter: 2048, SharedInter: 2048,
+		QLoRA: 1024, Heads: 64, HeadDim: 512, OGroups: 8, OLoRA: 1024,
+		IndexHeads: 32, IndexHeadDim: 128,
+		CompressRatios:    []int{0, 0, 2, 1},
+		KVSourceLayers:    []int{2},
+		IndexSourceLayers: []int{2, 3},
+		HCMult:            4,
+		EngramLayers:      []int{1, 3}, EngramRows: 2 << 20, EngramHeads: 8,
+		MTPLayers: 1, MTPExperts: 8, DSparkTargets: []int{1, 2, 3}, MarkovRank: 256,
+		MaxShardBytes: 7 << 28, // 1.75 GiB
 	}
 }

@@ -146,8 +146,8 @@ func TestTinyIndexCoversEveryTensorOnce(t *testing.T) {
 		if s != want {
 			t.Errorf("shard %d is %s, want %s", i, s, want)
 		}
-		if c.headers[s].Metadata["format"] != "pt" {
-			t.Errorf("%s: metadata %v lacks format pt", s, c.headers[s].Metadata)
+		if len(c.headers[s].Metadata) != 0 {
+			t.Errorf("%s: __metadata__ %v; the releases' shards have none", s, c.headers[s].Metadata)
 		}
 	}
 	seen := map[string]string{}
@@ -186,72 +186,71 @@ func TestTinyTensors(t *testing.T) {
 		name  string
 		dtype safetensors.DType
 		shape []int64
+		shard int
 	}{
-		{"embed.weight", safetensors.BF16, []int64{1024, 512}},
-		{"head.weight", safetensors.BF16, []int64{1024, 512}},
-		{"norm.weight", safetensors.BF16, []int64{512}},
-		{"hc_head_fn", safetensors.F32, []int64{4, 2048}},
-		{"hc_head_scale", safetensors.F32, []int64{1}},
-		{"layers.0.ffn.w1.weight", safetensors.F8E4M3, []int64{1024, 512}},
-		{"layers.0.ffn.w1.scale", safetensors.F8E8M0, []int64{32, 16}},
-		{"layers.0.ffn.w2.weight", safetensors.F8E4M3, []int64{512, 1024}},
-		{"layers.0.attn.wq_a.weight", safetensors.F8E4M3, []int64{256, 512}},
-		{"layers.0.attn.wq_a.scale", safetensors.F8E8M0, []int64{8, 16}},
-		{"layers.0.attn.wq_b.weight", safetensors.F8E4M3, []int64{1024, 256}},
-		{"layers.0.attn.wkv.weight", safetensors.F8E4M3, []int64{256, 512}},
-		{"layers.0.attn.wo_a.weight", safetensors.F8E4M3, []int64{512, 512}},
-		{"layers.0.attn.wo_b.scale", safetensors.F8E8M0, []int64{16, 16}},
-		{"layers.0.attn.q_norm.weight", safetensors.BF16, []int64{256}},
-		{"layers.0.attn.kv_norm.weight", safetensors.BF16, []int64{256}},
-		{"layers.0.attn.attn_sink", safetensors.F32, []int64{4}},
-		{"layers.0.hc_attn_fn", safetensors.F32, []int64{24, 2048}},
-		{"layers.0.hc_ffn_base", safetensors.F32, []int64{24}},
-		{"layers.0.hc_ffn_scale", safetensors.F32, []int64{3}},
-		{"layers.1.ffn.gate.weight", safetensors.BF16, []int64{8, 512}},
-		{"layers.1.ffn.gate.bias", safetensors.F32, []int64{8}},
-		{"layers.1.ffn.experts.0.w1.weight", safetensors.I8, []int64{256, 256}},
-		{"layers.1.ffn.experts.0.w1.scale", safetensors.F8E8M0, []int64{256, 16}},
-		{"layers.3.ffn.experts.7.w2.weight", safetensors.I8, []int64{512, 128}},
-		{"layers.3.ffn.experts.7.w2.scale", safetensors.F8E8M0, []int64{512, 8}},
-		{"layers.2.ffn.experts.5.w3.weight", safetensors.I8, []int64{256, 256}},
-		{"layers.2.ffn.shared_experts.w2.weight", safetensors.F8E4M3, []int64{512, 256}},
-		{"layers.2.ffn.shared_experts.w2.scale", safetensors.F8E8M0, []int64{16, 8}},
-		{"layers.1.engram.embed.weight", safetensors.F8E4M3, []int64{4096, 256}},
-		{"layers.1.engram.embed.scale", safetensors.F8E8M0, []int64{4096, 8}},
-		{"layers.3.engram.embed.weight", safetensors.F8E4M3, []int64{4096, 256}},
-		{"layers.2.attn.compressor.ape", safetensors.F32, []int64{4, 512}},
-		{"layers.2.attn.indexer.wq_b.weight", safetensors.F8E4M3, []int64{256, 256}},
-		{"layers.3.attn.compressor.wkv.weight", safetensors.BF16, []int64{256, 512}},
-		{"vision.blocks.0.attn.qkv.weight", safetensors.BF16, []int64{768, 256}},
-		{"mtp.0.main_proj.weight", safetensors.F8E4M3, []int64{512, 1024}},
-		{"mtp.0.main_proj.scale", safetensors.F8E8M0, []int64{16, 32}},
-		{"mtp.0.attn.wkv.weight", safetensors.F8E4M3, []int64{256, 512}},
-		{"mtp.0.ffn.experts.7.w1.weight", safetensors.I8, []int64{256, 256}},
-		{"mtp.0.ffn.experts.7.w2.scale", safetensors.F8E8M0, []int64{512, 8}},
-		{"mtp.0.ffn.gate.bias", safetensors.F32, []int64{8}},
-		{"mtp.0.hc_head_fn", safetensors.F32, []int64{4, 2048}},
-		{"mtp.0.norm.weight", safetensors.BF16, []int64{512}},
+		{"vision.patch_embed.proj.weight", safetensors.BF16, []int64{256, 588}, 1},
+		{"vision.blocks.0.attn.wqkv.weight", safetensors.BF16, []int64{768, 256}, 1},
+		{"vision.blocks.0.mlp.w1.weight", safetensors.BF16, []int64{1024, 256}, 1},
+		{"vision.blocks.0.mlp.w2.weight", safetensors.BF16, []int64{256, 512}, 1},
+		{"aligner.w1.weight", safetensors.BF16, []int64{512, 2304}, 1},
+		{"aligner.w2.bias", safetensors.BF16, []int64{512}, 1},
+		{"embed.weight", safetensors.BF16, []int64{1024, 512}, 2},
+		{"image_newline", safetensors.BF16, []int64{512}, 2},
+		{"layers.0.attn.wq_a.weight", safetensors.F8E4M3, []int64{256, 512}, 3},
+		{"layers.0.attn.wq_a.scale", safetensors.F8E8M0, []int64{8, 16}, 3},
+		{"layers.0.attn.wq_b.weight", safetensors.F8E4M3, []int64{1024, 256}, 3},
+		{"layers.0.attn.wkv.weight", safetensors.F8E4M3, []int64{256, 512}, 3},
+		{"layers.0.attn.wo_a.weight", safetensors.F8E4M3, []int64{512, 512}, 3},
+		{"layers.0.attn.wo_b.scale", safetensors.F8E8M0, []int64{16, 16}, 3},
+		{"layers.0.attn.q_norm.weight", safetensors.BF16, []int64{256}, 3},
+		{"layers.0.attn.kv_norm.weight", safetensors.BF16, []int64{256}, 3},
+		{"layers.0.attn.attn_sink", safetensors.F32, []int64{4}, 3},
+		{"layers.0.hc_attn_fn", safetensors.F32, []int64{24, 2048}, 3},
+		{"layers.0.hc_ffn_base", safetensors.F32, []int64{24}, 3},
+		{"layers.0.hc_ffn_scale", safetensors.F32, []int64{3}, 3},
+		{"layers.0.ffn.gate.weight", safetensors.BF16, []int64{8, 512}, 3},
+		{"layers.0.ffn.gate.bias", safetensors.F32, []int64{8}, 3},
+		{"layers.0.ffn.gate.bias_vl", safetensors.F32, []int64{8}, 3},
+		{"layers.1.ffn.experts.0.w1.weight", safetensors.I8, []int64{256, 256}, 4},
+		{"layers.1.ffn.experts.0.w1.scale", safetensors.F8E8M0, []int64{256, 16}, 4},
+		{"layers.3.ffn.experts.7.w2.weight", safetensors.I8, []int64{512, 128}, 6},
+		{"layers.3.ffn.experts.7.w2.scale", safetensors.F8E8M0, []int64{512, 8}, 6},
+		{"layers.2.ffn.shared_experts.w2.weight", safetensors.F8E4M3, []int64{512, 256}, 5},
+		{"layers.2.ffn.shared_experts.w2.scale", safetensors.F8E8M0, []int64{16, 8}, 5},
+		{"layers.2.attn.compressor.wgate.weight", safetensors.BF16, []int64{256, 512}, 5},
+		{"layers.2.attn.indexer.wk.weight", safetensors.BF16, []int64{128, 256}, 5},
+		{"layers.4.attn.compressor.wkv.weight", safetensors.BF16, []int64{256, 512}, 7},
+		{"layers.5.attn.indexer.wq_b.weight", safetensors.F8E4M3, []int64{512, 256}, 8},
+		{"layers.5.attn.indexer.weights_proj.weight", safetensors.BF16, []int64{4, 512}, 8},
+		{"head.weight", safetensors.BF16, []int64{1024, 512}, 9},
+		{"norm.weight", safetensors.BF16, []int64{512}, 9},
+		{"mtp.0.main_proj.weight", safetensors.F8E4M3, []int64{512, 1536}, 10},
+		{"mtp.0.main_proj.scale", safetensors.F8E8M0, []int64{16, 48}, 10},
+		{"mtp.0.ffn.experts.7.w1.weight", safetensors.I8, []int64{256, 256}, 10},
+		{"mtp.1.ffn.gate.bias_vl", safetensors.F32, []int64{8}, 11},
+		{"mtp.2.norm.weight", safetensors.BF16, []int64{512}, 12},
+		{"mtp.2.markov_head.embed.weight", safetensors.BF16, []int64{1024, 64}, 12},
+		{"mtp.2.confidence_head.proj.weight", safetensors.BF16, []int64{1, 576}, 12},
+		{"layers.1.engram.embed.weight", safetensors.F8E4M3, []int64{4096, 256}, 13},
+		{"layers.1.engram.embed.scale", safetensors.F8E8M0, []int64{4096, 8}, 13},
+		{"layers.1.engram.wkv.weight", safetensors.F8E4M3, []int64{2560, 768}, 13},
+		{"layers.1.engram.q_weight", safetensors.BF16, []int64{4, 512}, 13},
+		{"layers.3.engram.embed.weight", safetensors.F8E4M3, []int64{4096, 256}, 14},
 	} {
-		tt, _ := c.tensor(t, tc.name)
+		tt, shard := c.tensor(t, tc.name)
 		if tt.DType != tc.dtype || !slices.Equal(tt.Shape, tc.shape) {
 			t.Errorf("%s: %s %v, want %s %v", tc.name, tt.DType, tt.Shape, tc.dtype, tc.shape)
 		}
+		if want := fmt.Sprintf("model-%05d-of-00014.safetensors", tc.shard); shard != want {
+			t.Errorf("%s in %s, want %s", tc.name, shard, want)
+		}
 	}
-	for _, absent := range []string{"layers.0.ffn.gate.weight", "layers.1.ffn.w1.weight", "layers.0.engram.embed.weight",
-		"layers.1.attn.compressor.ape", "layers.3.attn.indexer.wq_b.weight", "mtp.0.attn.compressor.ape"} {
+	for _, absent := range []string{"layers.0.attn.compressor.wkv.weight", "layers.3.attn.indexer.wq_b.weight",
+		"layers.4.attn.compressor.wgate.weight", "layers.5.attn.indexer.wk.weight", "layers.0.engram.embed.weight",
+		"mtp.0.attn.compressor.wkv.weight", "mtp.1.main_proj.weight", "mtp.0.markov_head.embed.weight", "hc_head_fn"} {
 		if _, ok := c.index.WeightMap[absent]; ok {
 			t.Errorf("%s should not exist", absent)
 		}
-	}
-	// Routed experts: 3 MoE layers + 1 MTP layer, 8 experts, 6 tensors.
-	n := 0
-	for name := range c.index.WeightMap {
-		if strings.Contains(name, ".ffn.experts.") {
-			n++
-		}
-	}
-	if n != 4*8*6 {
-		t.Errorf("%d expert tensors, want %d", n, 4*8*6)
 	}
 	// Every expert matrix has logical dimensions that are multiples of 256.
 	for name := range c.index.WeightMap {
@@ -274,18 +273,25 @@ func TestTinyConfig(t *testing.T) {
 	if err := json.Unmarshal(b, &cfg); err != nil {
 		t.Fatal(err)
 	}
+	if cfg["model_type"] != "deepseek_v41" || cfg["image_token_id"] != 129264.0 {
+		t.Errorf("model_type %v, image_token_id %v", cfg["model_type"], cfg["image_token_id"])
+	}
+	tc, _ := cfg["text_config"].(map[string]any)
 	for key, want := range map[string]any{
-		"model_type": "deepseek_v4", "dim": 512.0, "hidden_size": 512.0, "n_layers": 4.0,
-		"num_hidden_layers": 4.0, "n_routed_experts": 8.0, "n_activated_experts": 2.0,
-		"moe_inter_dim": 256.0, "vocab_size": 1024.0, "num_nextn_predict_layers": 1.0,
+		"model_type": "deepseek_v41_text", "hidden_size": 512.0, "num_hidden_layers": 6.0,
+		"n_routed_experts": 8.0, "num_experts_per_tok": 2.0, "moe_intermediate_size": 256.0,
+		"vocab_size": 1024.0, "num_nextn_predict_layers": 3.0, "dspark_n_routed_experts": 8.0,
 	} {
-		if cfg[key] != want {
-			t.Errorf("config %s = %v, want %v", key, cfg[key], want)
+		if tc[key] != want {
+			t.Errorf("text_config.%s = %v, want %v", key, tc[key], want)
 		}
+	}
+	if vc, _ := cfg["vision_config"].(map[string]any); vc["num_hidden_layers"] != 1.0 || vc["hidden_size"] != 256.0 {
+		t.Errorf("vision_config %v", vc)
 	}
 	q, _ := cfg["quantization_config"].(map[string]any)
 	for key, want := range map[string]any{"quant_method": "fp8", "scale_fmt": "ue8m0", "expert_dtype": "fp4",
-		"fmt": "e4m3", "activation_scheme": "dynamic"} {
+		"activation_scheme": "dynamic"} {
 		if q[key] != want {
 			t.Errorf("quantization_config.%s = %v, want %v", key, q[key], want)
 		}
@@ -293,12 +299,23 @@ func TestTinyConfig(t *testing.T) {
 	if bs, _ := q["weight_block_size"].([]any); len(bs) != 2 || bs[0] != 32.0 || bs[1] != 32.0 {
 		t.Errorf("weight_block_size = %v, want [32 32]", q["weight_block_size"])
 	}
+	b, err = os.ReadFile(filepath.Join(dir, "inference", "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var args map[string]any
+	if err := json.Unmarshal(b, &args); err != nil {
+		t.Fatal(err)
+	}
+	if args["dim"] != 512.0 || args["n_layers"] != 6.0 || args["expert_dtype"] != "fp4" || args["n_mtp_layers"] != 3.0 {
+		t.Errorf("inference/config.json: %s", b)
+	}
 	if _, err := os.Stat(filepath.Join(dir, "tokenizer_config.json")); err != nil {
 		t.Error(err)
 	}
 }
 
-// hashDir returns the sha256 of every file in dir.
+// hashDir returns the sha256 of every file in dir (and inference/).
 func hashDir(t *testing.T, dir string) map[string]string {
 	t.Helper()
 	entries, err := os.ReadDir(dir)
@@ -307,6 +324,12 @@ func hashDir(t *testing.T, dir string) map[string]string {
 	}
 	out := map[string]string{}
 	for _, e := range entries {
+		if e.IsDir() {
+			for name, h := range hashDir(t, filepath.Join(dir, e.Name())) {
+				out[e.Name()+"/"+name] = h
+			}
+			continue
+		}
 		f, err := os.Open(filepath.Join(dir, e.Name()))
 		if err != nil {
 			t.Fatal(err)
@@ -375,12 +398,17 @@ func TestValidate(t *testing.T) {
 		{"too many dense", func(s *Spec) { s.DenseLayers = 5 }},
 		{"MoE without experts", func(s *Spec) { s.Experts = 0 }},
 		{"ratios length", func(s *Spec) { s.CompressRatios = []int{0, 4} }},
-		{"engram layer out of range", func(s *Spec) { s.EngramLayers = []int{4} }},
+		{"engram layer out of range", func(s *Spec) { s.EngramLayers = []int{6} }},
 		{"engram layer repeated", func(s *Spec) { s.EngramLayers = []int{1, 1} }},
 		{"engram rows", func(s *Spec) { s.EngramRows = 0 }},
 		{"MTP without experts", func(s *Spec) { s.MTPExperts = 0 }},
 		{"o groups", func(s *Spec) { s.OGroups = 3 }},
-		{"shard size", func(s *Spec) { s.MaxShardBytes = 0 }},
+		{"shard size", func(s *Spec) { s.MaxShardBytes = -1 }},
+		{"source layer out of range", func(s *Spec) { s.KVSourceLayers = []int{6} }},
+		{"DSpark without targets", func(s *Spec) { s.DSparkTargets = nil }},
+		{"engram rows by layer", func(s *Spec) { s.EngramRowsByLayer = []int64{1} }},
+		{"hash id type", func(s *Spec) { s.HashIDType = safetensors.F32 }},
+		{"arch", func(s *Spec) { s.Arch = 7 }},
 		{"indexer", func(s *Spec) { s.IndexHeads = 0 }},
 	} {
 		s := TinySpec()

@@ -278,3 +278,17 @@ func fillNormal(t *tables, rng *rand.PCG, dst []byte, f32 bool, mean, sd float64
 		binary.LittleEndian.PutUint16(dst[i:], bf16(v))
 	}
 }
+
+// fillHash writes a hash layer's tid2eid table: little-endian I64 or I32
+// expert ids, uniform in [0, experts).
+func fillHash(rng *rand.PCG, dst []byte, i64 bool, experts int) {
+	if i64 {
+		for i := 0; i+8 <= len(dst); i += 8 {
+			binary.LittleEndian.PutUint64(dst[i:], rng.Uint64()%uint64(experts))
+		}
+		return
+	}
+	for i := 0; i+4 <= len(dst); i += 4 {
+		binary.LittleEndian.PutUint32(dst[i:], uint32(rng.Uint64()%uint64(experts)))
+	}
+}

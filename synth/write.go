@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sync"
 
 	"github.com/dsfs/dsfs/safetensors"
@@ -17,8 +18,8 @@ import (
 // IndexName is the name of the shard index a checkpoint carries.
 const IndexName = "model.safetensors.index.json"
 
-// shardMeta is the __metadata__ of every shard, as torch's save_file writes it.
-var shardMeta = []safetensors.Meta{{Key: "format", Value: "pt"}}
+// InferenceConfigName is the folder of DeepSeek's inference/config.json.
+const InferenceConfigName = "inference"
 
 // chunkBytes is the weight bytes one generation job covers: large enough
 // for few, large writes, small enough to spread a tensor over every core.
@@ -33,22 +34,44 @@ type shard struct {
 	layout *safetensors.Layout
 }
 
-// planShards cuts the units into shards the way save_pretrained does: in
-// order, closing a shard before a unit would take it past maxBytes.
+// planShards cuts the units into shards: with maxBytes > 0 the way
+// save_pretrained does (in order, closing a shard before a unit would take
+// it past maxBytes), else by each unit's release shard. Headers are
+// written as DeepSeek's releases are, by the reference serializer without
+// __metadata__.
 func planShards(l *layout, maxBytes int64) ([]*shard, error) {
 	var shards []*shard
-	var cur *shard
-	var size int64
-	for i := range l.units {
-		u := &l.units[i]
-		n := u.bytes()
-		if cur == nil || len(cur.units) > 0 && size+n > maxBytes {
-			cur = new(shard)
-			shards = append(shards, cur)
-			size = 0
+	if maxBytes > 0 {
+		var cur *shard
+		var size int64
+		for i := range l.units {
+			u := &l.units[i]
+			n := u.bytes()
+			if cur == nil || len(cur.units) > 0 && size+n > maxBytes {
+				cur = new(shard)
+				shards = append(shards, cur)
+				size = 0
+			}
+			cur.units = append(cur.units, u)
+			size += n
 		}
-		cur.units = append(cur.units, u)
-		size += n
+	} else {
+		byTag := make(map[int]*shard)
+		var tags []int
+		for i := range l.units {
+			u := &l.units[i]
+			sh := byTag[u.shard]
+			if sh == nil {
+				sh = new(shard)
+				byTag[u.shard] = sh
+				tags = append(tags, u.shard)
+			}
+			sh.units = append(sh.units, u)
+		}
+		slices.Sort(tags)
+		for _, t := range tags {
+			shards = append(shards, byTag[t])
+		}
 	}
 	for i, sh := range shards {
 		sh.name = fmt.Sprintf("model-%05d-of-%05d.safetensors", i+1, len(shards))
@@ -56,7 +79,7 @@ func planShards(l *layout, maxBytes int64) ([]*shard, error) {
 		for _, u := range sh.units {
 			specs = append(specs, u.tensors...)
 		}
-		lay, err := safetensors.NewLayout(shardMeta, specs)
+		lay, err := safetensors.NewLayout(nil, specs)
 		if err != nil {
 			return nil, fmt.Errorf("synth: %s: %w", sh.name, err)
 		}
@@ -113,8 +136,19 @@ func writeSpec(s Spec, dir string, workers int) error {
 	if err := writeIndex(dir, shards); err != nil {
 		return err
 	}
-	if err := writeJSON(filepath.Join(dir, "config.json"), newConfig(&s)); err != nil {
+	var cfg any = newV41Config(&s)
+	inference := newV41Inference(&s)
+	if s.Arch == ArchV4 {
+		cfg, inference = newV4Config(&s), newV4Inference(&s)
+	}
+	if err := writeJSON(filepath.Join(dir, "config.json"), cfg); err != nil {
 		return err
+	}
+	if err := os.MkdirAll(filepath.Join(dir, InferenceConfigName), 0o755); err != nil {
+		return fmt.Errorf("synth: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, InferenceConfigName, "config.json"), inference, 0o644); err != nil {
+		return fmt.Errorf("synth: %w", err)
 	}
 	return writeJSON(filepath.Join(dir, "tokenizer_config.json"), tokenizerConfig)
 }
@@ -172,7 +206,7 @@ func jobs(shards []*shard, files []*os.File) []job {
 			n, rb := rows(u.tensors[0])
 			gran := int64(1)
 			if u.kind == kindFP8 {
-				gran = 32 // whole scale rows
+				gran = int64(u.block) // whole scale rows
 			}
 			per := max(gran, chunkBytes/max(rb, 1)/gran*gran)
 			for c, r0 := uint64(0), int64(0); r0 < n; c, r0 = c+1, r0+per {
@@ -252,7 +286,8 @@ func run(s *Spec, t *tables, j *job, buf []byte) ([]byte, error) {
 		_, rb := rows(ts)
 		r0, r1 := j.r0, j.r1
 		if u.kind == kindFP8 && k == 1 {
-			r0, r1 = r0/32, (r1+31)/32
+			b := int64(u.block)
+			r0, r1 = r0/b, (r1+b-1)/b
 		}
 		starts[k] = r0 * rb
 		lens[k] = (r1 - r0) * rb
@@ -277,6 +312,8 @@ func run(s *Spec, t *tables, j *job, buf []byte) ([]byte, error) {
 		fillPairs(&t.bf16Weight, rng, w)
 	case kindNormal:
 		fillNormal(t, rng, w, u.tensors[0].DType == safetensors.F32, u.mean, u.sd)
+	case kindHash:
+		fillHash(rng, w, u.tensors[0].DType == safetensors.I64, int(u.sd))
 	}
 	for k, ts := range u.tensors {
 		part := w
@@ -308,7 +345,15 @@ func writeIndex(dir string, shards []*shard) error {
 			ix.Metadata.TotalSize += t.Len()
 		}
 	}
-	return writeJSON(filepath.Join(dir, IndexName), ix)
+	// As the releases write it: json.dumps(indent=2), no final newline.
+	b, err := json.MarshalIndent(ix, "", "  ")
+	if err != nil {
+		return fmt.Errorf("synth: %s: %w", IndexName, err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, IndexName), b, 0o644); err != nil {
+		return fmt.Errorf("synth: %w", err)
+	}
+	return nil
 }
 
 // writeJSON writes v indented, as the Hugging Face tools do (map keys sorted).

@@ -27,6 +27,11 @@ type Out struct {
 	// Sources are the source tensors Data is made from, in the order the
 	// documents list them.
 	Sources []*checkpoint.Tensor
+	// Tail lays the tensor out after all the others (FORMATS.md: nvfp4/'s
+	// weight_scale_2), so that reading the header and the first tensors
+	// never computes it; in the reference order instead when the others do
+	// not end on a multiple of 8 bytes.
+	Tail bool
 }
 
 // Codecs of tensors that no transform computes.
@@ -51,15 +56,26 @@ func File(view string, outs []Out) (*vfile.File, error) {
 // Layout is File that also returns the layout, for callers that record
 // where each tensor landed.
 func Layout(view string, outs []Out) (*vfile.File, *safetensors.Layout, error) {
-	specs := make([]safetensors.Spec, len(outs))
+	specs := make([]safetensors.Spec, 0, len(outs))
+	var tail []safetensors.Spec
+	var headBytes int64
 	byName := make(map[string]vfile.Segment, len(outs))
-	for i, o := range outs {
-		specs[i] = safetensors.Spec{Name: o.Name, DType: o.DType, Shape: o.Shape}
+	for _, o := range outs {
+		s := safetensors.Spec{Name: o.Name, DType: o.DType, Shape: o.Shape}
+		if o.Tail {
+			tail = append(tail, s)
+		} else {
+			specs = append(specs, s)
+			headBytes += o.Data.Len()
+		}
 		byName[o.Name] = o.Data
 	}
-	l, err := safetensors.NewLayout([]safetensors.Meta{
+	if headBytes%8 != 0 {
+		specs, tail = append(specs, tail...), nil
+	}
+	l, err := safetensors.NewLayoutTail([]safetensors.Meta{
 		{Key: "format", Value: "pt"}, {Key: "dsfs.view", Value: view}, {Key: "dsfs.codec", Value: codecs.Version},
-	}, specs)
+	}, specs, tail)
 	if err != nil {
 		return nil, nil, err
 	}

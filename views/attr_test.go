@@ -1,7 +1,7 @@
 package views
 
 import (
-	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"testing"
@@ -40,33 +40,13 @@ func TestCombine(t *testing.T) {
 	}
 }
 
-// copyDir copies the regular files of src into a new directory.
+// copyDir copies the checkpoint in src (inference/ included) into a new
+// directory.
 func copyDir(t *testing.T, src string) string {
 	t.Helper()
 	dst := filepath.Join(t.TempDir(), "ckpt")
-	if err := os.Mkdir(dst, 0o755); err != nil {
+	if err := os.CopyFS(dst, os.DirFS(src)); err != nil {
 		t.Fatal(err)
-	}
-	ents, err := os.ReadDir(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range ents {
-		in, err := os.Open(filepath.Join(src, e.Name()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		out, err := os.Create(filepath.Join(dst, e.Name()))
-		if err == nil {
-			_, err = io.Copy(out, in)
-			if cerr := out.Close(); err == nil {
-				err = cerr
-			}
-		}
-		in.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
 	}
 	return dst
 }
@@ -80,16 +60,13 @@ func TestAttrsFollowSources(t *testing.T) {
 	}
 	dir := copyDir(t, tinyDir)
 	const (
-		private = "model-00001-of-00004.safetensors" // 0600, newest
-		other   = "model-00002-of-00004.safetensors" // another owner and group, 0640
-		plain   = "model-00003-of-00004.safetensors" // older than config.json
+		private = "model-00003-of-00014.safetensors" // 0600, newest
+		other   = "model-00004-of-00014.safetensors" // another owner and group, 0640
+		plain   = "model-00005-of-00014.safetensors" // older than config.json
 	)
 	t0 := time.Unix(1_700_000_000, 0)
 	tConfig, tPrivate := t0.Add(time.Hour), t0.Add(2*time.Hour)
-	ents, _ := os.ReadDir(dir)
-	for _, e := range ents {
-		os.Chtimes(filepath.Join(dir, e.Name()), t0, t0)
-	}
+	filepath.WalkDir(dir, func(p string, _ fs.DirEntry, _ error) error { return os.Chtimes(p, t0, t0) })
 	must := func(err error) {
 		t.Helper()
 		if err != nil {
@@ -130,7 +107,7 @@ func TestAttrsFollowSources(t *testing.T) {
 		{"nvfp4/config.json", 0o444, 0, 0, tConfig},
 		{"nvfp4/TRANSCODE.json", 0o400, 0, 0, tPrivate}, // the whole checkpoint
 		{"q2/plan.json", 0o400, 0, 0, tPrivate},         // the whole checkpoint
-		{"q2/quant-00003-of-00004.safetensors", 0o444, 0, 0, tConfig},
+		{"q2/quant-00005-of-00014.safetensors", 0o444, 0, 0, tConfig},
 		{"manifest/shards/" + private + ".json", 0o400, 0, 0, tPrivate},
 	} {
 		n, err := s.Root.Lookup(tc.path)

@@ -311,7 +311,16 @@ func (p *provenance) countBlocks(ctx context.Context, tds []*tensorDoc) error {
 			if err := ctx.Err(); err != nil {
 				return err
 			}
-			g, c, err := (&nvfp4{set: p.set}).counts(td.expert)
+			t := td.expert
+			g, err := (&nvfp4{set: p.set}).group(t).g()
+			if err != nil {
+				return err
+			}
+			sc := make([]byte, t.Scale.Size)
+			if _, err := t.Scale.ReadAt(sc, 0); err != nil {
+				return err
+			}
+			c, err := counts(t, sc, g)
 			if err != nil {
 				return err
 			}

@@ -2,6 +2,7 @@ package views
 
 import (
 	"context"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -33,7 +34,40 @@ type nvGroups struct {
 // of one expert, or w2 alone.
 type nvGroup struct {
 	scales []*checkpoint.Tensor
-	g      func() (int, error)
+
+	once sync.Once
+	ge   int
+	err  error
+}
+
+// g returns the group's global exponent, reading its scales the first time.
+func (g *nvGroup) g() (int, error) { return g.from(nil) }
+
+// from returns the group's global exponent, computed from bufs (the
+// scales' bytes, in the order of scales) when it is not known yet; nil
+// bufs are read.
+func (g *nvGroup) from(bufs [][]byte) (int, error) {
+	g.once.Do(func() {
+		if bufs == nil {
+			if bufs, g.err = g.read(); g.err != nil {
+				return
+			}
+		}
+		g.ge = codecs.GlobalExponent(bufs...)
+	})
+	return g.ge, g.err
+}
+
+// read returns the bytes of the group's scales.
+func (g *nvGroup) read() ([][]byte, error) {
+	bufs := make([][]byte, len(g.scales))
+	for i, sc := range g.scales {
+		bufs[i] = make([]byte, sc.Size)
+		if _, err := sc.ReadAt(bufs[i], 0); err != nil {
+			return nil, err
+		}
+	}
+	return bufs, nil
 }
 
 func nvfp4Rewriter(s *Set) (Rewriter, error) {
@@ -86,16 +120,6 @@ func (n *nvGroups) group(t *checkpoint.Tensor) *nvGroup {
 		}
 	}
 	sort.Slice(g.scales, func(i, j int) bool { return g.scales[i].Name < g.scales[j].Name })
-	g.g = sync.OnceValues(func() (int, error) {
-		bufs := make([][]byte, len(g.scales))
-		for i, sc := range g.scales {
-			bufs[i] = make([]byte, sc.Size)
-			if _, err := sc.ReadAt(bufs[i], 0); err != nil {
-				return 0, err
-			}
-		}
-		return codecs.GlobalExponent(bufs...), nil
-	})
 	n.groups[name] = g
 	return g
 }
@@ -145,13 +169,30 @@ func (n *nvfp4) Rewrite(t *checkpoint.Tensor) ([]tensorfile.Out, bool) {
 			Codec: tensorfile.Copy, Sources: []*checkpoint.Tensor{t}},
 		{Name: b + ".weight_scale", DType: safetensors.F8E4M3, Shape: []int64{rows, 2 * scaleRow}, Data: scale,
 			Codec: "nvfp4_weight_scale", Sources: scaleSources},
+		// Last in the file: g takes every scale of the group to compute,
+		// and a reader of the header must not wait for it.
 		{Name: b + ".weight_scale_2", DType: safetensors.F32, Shape: []int64{}, Data: global,
-			Codec: "nvfp4_weight_scale_2", Sources: g.scales},
+			Codec: "nvfp4_weight_scale_2", Sources: g.scales, Tail: true},
 	}, true
 }
 
+// ConfigPatch sets quantization_config.expert_dtype, and the top-level
+// expert_dtype where DeepSeek-V4 writes one, so config.json says one thing.
 func (n *nvfp4) ConfigPatch() map[string]any {
-	return quantConfigPatch(n.set.Cat.Config, len(n.experts), "expert_dtype", "nvfp4")
+	p := quantConfigPatch(n.set.Cat.Config, len(n.experts), "expert_dtype", "nvfp4")
+	if _, ok := n.set.Cat.Config.Raw["expert_dtype"]; ok && p != nil {
+		p["expert_dtype"] = "nvfp4"
+	}
+	return p
+}
+
+// InferencePatch says the experts are NVFP4 in inference/config.json too,
+// whenever config.json says so.
+func (n *nvfp4) InferencePatch() map[string]string {
+	if n.ConfigPatch() == nil {
+		return nil
+	}
+	return map[string]string{"expert_dtype": "nvfp4"}
 }
 
 // Files are the report and, when the view holds NVFP4 experts, their
@@ -187,59 +228,81 @@ type nvReport struct {
 	codecs.NVFP4Counts
 }
 
-// counts returns the global exponent of an expert weight and its block
-// counts. Clamped blocks follow from the scales alone; only their codes are
-// read, to tell whether they are lossy.
-func (n *nvfp4) counts(t *checkpoint.Tensor) (int, codecs.NVFP4Counts, error) {
-	g, err := n.group(t).g()
-	if err != nil {
-		return 0, codecs.NVFP4Counts{}, err
-	}
-	sc := make([]byte, t.Scale.Size)
-	if _, err := t.Scale.ReadAt(sc, 0); err != nil {
-		return 0, codecs.NVFP4Counts{}, err
-	}
+// counts returns the block counts of an expert weight whose scale bytes
+// are sc, under global exponent g. Clamped blocks follow from the scales
+// alone; only their codes are read, to tell whether they are lossy.
+func counts(t *checkpoint.Tensor, sc []byte, g int) (codecs.NVFP4Counts, error) {
 	const blockBytes = codecs.MXBlock / 2
-	// Codes of blocks that are not clamped do not change the counts, so
-	// they stay zero; a tensor with many clamped blocks is read whole.
-	w := make([]byte, t.Size)
 	var clamped []int
 	for i, b := range sc {
 		if k := int(b) - 127 - g; b != codecs.E8M0NaN && (k < codecs.E4M3MinPow2 || k > codecs.E4M3MaxPow2) {
 			clamped = append(clamped, i)
 		}
 	}
+	// A tensor with many clamped blocks is read whole; otherwise only the
+	// clamped blocks' codes, block by block.
 	if len(clamped) > len(sc)/64 {
-		_, err = t.ReadAt(w, 0)
-	} else {
-		for _, i := range clamped {
-			if _, err = t.ReadAt(w[i*blockBytes:(i+1)*blockBytes], int64(i*blockBytes)); err != nil {
-				break
-			}
+		w := make([]byte, t.Size)
+		if _, err := t.ReadAt(w, 0); err != nil {
+			return codecs.NVFP4Counts{}, err
+		}
+		return codecs.CountNVFP4(w, sc, g), nil
+	}
+	c := codecs.NVFP4Counts{Blocks: int64(len(sc) - len(clamped))}
+	for _, b := range sc {
+		if b == codecs.E8M0NaN {
+			c.NaN++
 		}
 	}
-	if err != nil {
-		return 0, codecs.NVFP4Counts{}, err
+	var blk [blockBytes]byte
+	for _, i := range clamped {
+		if _, err := t.ReadAt(blk[:], int64(i*blockBytes)); err != nil {
+			return codecs.NVFP4Counts{}, err
+		}
+		c.Add(codecs.CountNVFP4(blk[:], sc[i:i+1], g))
 	}
-	return g, codecs.CountNVFP4(w, sc, g), nil
+	return c, nil
 }
 
-// report counts clamped and lossy blocks of every expert in parallel,
-// reading every scale and the codes of clamped blocks.
+// report counts clamped and lossy blocks of every expert in parallel, a
+// global-exponent group at a time: each scale is read once, for the
+// group's exponent (kept for the weight_scale blocks) and its counts, and
+// the codes of clamped blocks.
 func (n *nvfp4) report(ctx context.Context) (any, error) {
 	rows := make([]nvReport, len(n.experts))
+	byGroup := make(map[*nvGroup][]int) // expert indices
+	var order []*nvGroup
+	for i, t := range n.experts {
+		g := n.group(t)
+		if byGroup[g] == nil {
+			order = append(order, g)
+		}
+		byGroup[g] = append(byGroup[g], i)
+	}
 	eg, ctx := errgroup.WithContext(ctx)
 	eg.SetLimit(workers())
-	for i, t := range n.experts {
+	for _, grp := range order {
 		eg.Go(func() error {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			g, c, err := n.counts(t)
+			bufs, err := grp.read()
 			if err != nil {
 				return err
 			}
-			rows[i] = nvReport{Tensor: base(t.Name), Shard: t.Shard.Name, G: g, NVFP4Counts: c}
+			ge, err := grp.from(bufs)
+			if err != nil {
+				return err
+			}
+			for _, i := range byGroup[grp] {
+				t := n.experts[i]
+				k := slices.Index(grp.scales, t.Scale)
+				c, err := counts(t, bufs[k], ge)
+				if err != nil {
+					return err
+				}
+				rows[i] = nvReport{Tensor: base(t.Name), Shard: t.Shard.Name, G: ge, NVFP4Counts: c}
+			}
 			return nil
 		})
 	}

@@ -188,6 +188,10 @@ func TestQ2View(t *testing.T) {
 		fmt.Sprintf("| down `w2` | Q2_K | 2.625 | %d |", quantised/3),
 		fmt.Sprintf("**%s** routed weights", withCommas(tot.QuantisedLogicalWeights)),
 		q2.Quantiser, "## Limits", "## Reproducibility", "not imatrix-based",
+		// No Hugging Face cache path and no --revision: the config names the model.
+		"# DeepseekV41ForCausalLM checkpoint " + filepath.Base(tinyDir) + " mixed-Q2 routed experts",
+		fmt.Sprintf("The %d MTP expert tensors (the DSpark draft stages' experts", 3*8*6),
+		"are copied native, MXFP4 codes with their scales",
 	} {
 		if !strings.Contains(readme, want) {
 			t.Errorf("README.md lacks %q", want)
@@ -270,7 +274,7 @@ func TestQ2DiskCache(t *testing.T) {
 		s, cache := q2Set(t, tinyDir, Options{DiskCache: dc})
 		return s, cache, dc
 	}
-	const shard = "quant-00002-of-00004.safetensors"
+	const shard = "quant-00004-of-00014.safetensors"
 	s1, c1, _ := open()
 	first := readAll(t, s1.Root.Child("q2").Child(shard), c1)
 	st1 := s1.Stats()["q2"].(q2.Stats)

@@ -74,14 +74,29 @@ func TestTraceView(t *testing.T) {
 }
 
 func TestTraceViewErrors(t *testing.T) {
-	// An architecture the engine cannot run: ERROR.txt alone, a warning.
-	s, err := traceSet(t, tinyDir, Options{})
+	// An architecture the engine cannot run (V4 with Engram blocks):
+	// ERROR.txt alone, a warning.
+	odd := t.TempDir()
+	if err := synth.Write("v4-tiny", odd); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := os.ReadFile(filepath.Join(odd, checkpoint.ConfigName))
+	if err == nil {
+		cfg, err = checkpoint.PatchConfig(cfg, []string{"engram_layer_ids"}, []any{1})
+	}
+	if err == nil {
+		err = os.WriteFile(filepath.Join(odd, checkpoint.ConfigName), cfg, 0o644)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := traceSet(t, odd, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	v := s.Root.Child("trace")
 	if len(v.Children) != 1 || v.Child("ERROR.txt") == nil {
-		t.Fatalf("trace/ of v41-tiny holds %d entries", len(v.Children))
+		t.Fatalf("trace/ of v4-tiny with Engram holds %d entries", len(v.Children))
 	}
 	cache := blockcache.New(1<<20, 1)
 	defer cache.Close()

@@ -480,12 +480,18 @@ func (s *Set) rewrite(view string, rws []Rewriter) (*vfile.Node, error) {
 			files[name] = n
 		}
 	}
+	inference, err := patchInference(s.Cat, rws)
+	if err != nil {
+		return nil, err
+	}
 	for _, f := range s.Cat.Files {
 		switch {
 		case f.Name == "model.safetensors.index.json":
 			continue
 		case f.Name == "config.json" && !bytes.Equal(config, s.Cat.ConfigBytes):
 			files[f.Name] = &vfile.Node{File: vfile.NewFile(vfile.Bytes(config)), From: []string{f.Path}}
+		case f.Name == checkpoint.InferenceConfigName && !bytes.Equal(inference, s.Cat.InferenceConfigBytes):
+			files[f.Name] = &vfile.Node{File: vfile.NewFile(vfile.Bytes(inference)), From: []string{f.Path}}
 		case files[f.Name] != nil:
 			s.shadowed[f.Name] = append(s.shadowed[f.Name], view)
 		default:
@@ -558,3 +564,34 @@ func jsonText(gen func(ctx context.Context) (any, error)) func(ctx context.Conte
 
 // base strips a tensor name's last component (".weight", ".scale").
 func base(name string) string { return strings.TrimSuffix(name, path.Ext(name)) }
+
+// An InferencePatcher is a Rewriter that also sets top-level string keys
+// of DeepSeek's inference/config.json, which its reference code builds the
+// model from, so that the two config files agree.
+type InferencePatcher interface {
+	InferencePatch() map[string]string
+}
+
+// patchInference returns inference/config.json as the rewriters patch it
+// (only keys it already has, each value replaced in place: ModelArgs takes
+// no unknown key).
+func patchInference(cat *checkpoint.Catalog, rws []Rewriter) ([]byte, error) {
+	b := cat.InferenceConfigBytes
+	for _, rw := range rws {
+		ip, ok := rw.(InferencePatcher)
+		if !ok || b == nil {
+			continue
+		}
+		for k, v := range ip.InferencePatch() {
+			if _, has := cat.Config.Inference[k]; !has {
+				continue
+			}
+			p, err := checkpoint.PatchTopLevelString(b, k, v)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", checkpoint.InferenceConfigName, err)
+			}
+			b = p
+		}
+	}
+	return b, nil
+}

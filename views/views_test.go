@@ -309,11 +309,15 @@ func TestNVFP4CountsReadOnlyWhatTheyNeed(t *testing.T) {
 	n := rw.(*nvfp4)
 	sparse, whole := 0, 0
 	for _, w := range n.experts {
-		g, got, err := n.counts(w)
+		g, err := n.group(w).g()
 		if err != nil {
 			t.Fatal(err)
 		}
 		sc := sourceBytes(t, w.Scale)
+		got, err := counts(w, sc, g)
+		if err != nil {
+			t.Fatal(err)
+		}
 		want := codecs.CountNVFP4(sourceBytes(t, w), sc, g)
 		if got != want {
 			t.Fatalf("%s: counts %+v, want %+v", w.Name, got, want)

@@ -162,7 +162,7 @@ func TestExportInterruptedAndRerun(t *testing.T) {
 	}
 	f.WriteAt([]byte("X"), 10)
 	f.Close()
-	if err := os.Truncate(filepath.Join(out, "quant-00002-of-00004.safetensors"), 1000); err != nil {
+	if err := os.Truncate(filepath.Join(out, "quant-00004-of-00014.safetensors"), 1000); err != nil {
 		t.Fatal(err)
 	}
 	stale := filepath.Join(out, ".README.md"+tmpSuffix)

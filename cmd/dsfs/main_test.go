@@ -204,24 +204,15 @@ func TestFindingsExitOne(t *testing.T) {
 	}
 }
 
-// copyDir copies the regular files of dir into a new temporary directory.
+// copyDir copies the checkpoint in dir (inference/ included) into a new
+// temporary directory.
 func copyDir(t *testing.T, dir string) string {
 	t.Helper()
-	out := t.TempDir()
-	ents, err := os.ReadDir(dir)
-	if err != nil {
+	dst := t.TempDir()
+	if err := os.CopyFS(dst, os.DirFS(dir)); err != nil {
 		t.Fatal(err)
 	}
-	for _, e := range ents {
-		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(out, e.Name()), b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return out
+	return dst
 }
 
 // TestProgressBarOnlyOnATerminal runs commands that show progress under

@@ -17,8 +17,8 @@ import (
 // GoodShard is a v41-tiny shard no case touches; BadShard is the one the
 // shard cases damage.
 const (
-	GoodShard = "model-00001-of-00004.safetensors"
-	BadShard  = "model-00004-of-00004.safetensors"
+	GoodShard = "model-00003-of-00014.safetensors"
+	BadShard  = "model-00004-of-00014.safetensors"
 	// IndexName is the checkpoint's index file.
 	IndexName = "model.safetensors.index.json"
 )

@@ -1,6 +1,7 @@
 package model
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -356,10 +357,25 @@ func (r *rawConfig) unsupported() error {
 	if r.ModelType != nil {
 		mt = *r.ModelType
 	}
+	// DeepSeek-V4.1 nests the language model's settings under text_config.
+	var tc rawConfig
+	if len(r.TextConfig) > 0 && json.Unmarshal(r.TextConfig, &tc) == nil {
+		r.HCMult = cmp.Or(r.HCMult, tc.HCMult)
+		r.OGroups = cmp.Or(r.OGroups, tc.OGroups)
+		r.IndexNHeads = cmp.Or(r.IndexNHeads, tc.IndexNHeads)
+		r.ScoringFunc = cmp.Or(r.ScoringFunc, tc.ScoringFunc)
+		r.ExpertDType = cmp.Or(r.ExpertDType, tc.ExpertDType)
+		if len(r.EngramLayerIDs) == 0 {
+			r.EngramLayerIDs = tc.EngramLayerIDs
+		}
+		if len(r.CompressRatios) == 0 {
+			r.CompressRatios = tc.CompressRatios
+		}
+	}
 	if r.HCMult != nil {
 		add(fmt.Sprintf("hyper-connections (hc_mult %d: the residual stream as parallel streams mixed by layers.N.hc_* tensors)", *r.HCMult))
 	}
-	if len(r.EngramLayerIDs) > 0 || strings.Contains(string(r.TextConfig), `"engram_layer_ids"`) {
+	if len(r.EngramLayerIDs) > 0 {
 		add("Engram memory (engram_layer_ids: n-gram embedding lookups in layers.N.engram.*)")
 	}
 	if len(r.CompressRatios) > 0 {

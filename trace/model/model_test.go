@@ -155,7 +155,7 @@ func TestUnsupportedV41(t *testing.T) {
 		t.Fatalf("Open: %v, want an UnsupportedError", err)
 	}
 	all := strings.Join(ue.Missing, "\n")
-	for _, want := range []string{"hyper-connections", "Engram", "compressed sparse attention", "o_groups", "MXFP4"} {
+	for _, want := range []string{"hyper-connections", "Engram", "compressed sparse attention", "o_groups", "MXFP4", "sqrtsoftplus"} {
 		if !strings.Contains(all, want) {
 			t.Errorf("missing list lacks %q:\n%s", want, all)
 		}

@@ -1,0 +1,69 @@
+package views
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/dsfs/dsfs/checkpoint"
+	"github.com/dsfs/dsfs/safetensors"
+	"github.com/dsfs/dsfs/synth"
+	"github.com/dsfs/dsfs/vfile"
+)
+
+// TestNVFP4OpenIsCheap lays out nvfp4/ over the released DeepSeek-V4.1-Flash
+// layout and checks that the first MiB of every shard (the header and what a
+// loader reads with it) is header and source bytes only, so opening a shard
+// or listing its tensors computes nothing; the weight_scale_2 scalars, whose
+// global exponent takes every scale of an expert group to compute, are the
+// last tensors of each shard.
+func TestNVFP4OpenIsCheap(t *testing.T) {
+	dir := t.TempDir()
+	if err := synth.Write("v41-full-sparse", dir); err != nil {
+		t.Fatal(err)
+	}
+	cat, err := checkpoint.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cat.Close() })
+	s, err := Build(cat, Options{Views: []string{"nvfp4"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	scalars := 0
+	for _, sh := range cat.Shards {
+		f := s.Root.Child("nvfp4").Child(sh.Name).File
+		for off := int64(0); off < min(1<<20, f.Size()); {
+			seg, start := f.SegmentAt(off)
+			switch seg.(type) {
+			case vfile.Bytes, vfile.Range:
+			default:
+				t.Fatalf("%s: bytes [%d, %d) are computed (%T), within the first MiB", sh.Name, start, start+seg.Len(), seg)
+			}
+			off = start + seg.Len()
+		}
+		hb, ok := f.Segments()[0].(vfile.Bytes)
+		if !ok {
+			t.Fatalf("%s: no header segment", sh.Name)
+		}
+		h, err := safetensors.ParseHeader(hb[8:], f.Size())
+		if err != nil {
+			t.Fatalf("%s: %v", sh.Name, err)
+		}
+		tail := false
+		for _, tt := range h.Tensors {
+			last := strings.HasSuffix(tt.Name, ".weight_scale_2")
+			if tail && !last {
+				t.Fatalf("%s: %s after a weight_scale_2", sh.Name, tt.Name)
+			}
+			if last {
+				tail = true
+				scalars++
+			}
+		}
+	}
+	if scalars != 40*384*3+3*128*3 {
+		t.Errorf("%d weight_scale_2 scalars, want %d", scalars, 40*384*3+3*128*3)
+	}
+}
