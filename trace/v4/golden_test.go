@@ -3,7 +3,6 @@ package v4
 import (
 	"context"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -135,9 +134,8 @@ func loadGolden(t *testing.T) (*Model, *golden) {
 	if goldenCache.m != nil {
 		return goldenCache.m, goldenCache.g
 	}
-	dir := filepath.Join(testdata.Dir(t), "trace", "v4-tiny")
-	g := readGolden[golden](t, dir)
-	cat, inf := openCatalog(t, dir)
+	g := new(golden)
+	cat, inf := openCatalog(t, testdata.TraceGolden(t, "v4-tiny", g))
 	m, err := Open(cat, inf)
 	if err != nil {
 		t.Fatal(err)
@@ -145,20 +143,6 @@ func loadGolden(t *testing.T) (*Model, *golden) {
 	mustRun(t, m.Config.Layers, m.Problems, m.HeadProblems())
 	goldenCache.m, goldenCache.g = m, g
 	return m, g
-}
-
-// readGolden reads dir/golden.json.
-func readGolden[G any](t *testing.T, dir string) *G {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join(dir, "golden.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var g G
-	if err := json.Unmarshal(b, &g); err != nil {
-		t.Fatal(err)
-	}
-	return &g
 }
 
 // openCatalog opens the checkpoint in dir and reads its

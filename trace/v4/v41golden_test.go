@@ -81,9 +81,8 @@ func loadGolden41(t *testing.T) (*Model41, *golden41) {
 	if golden41Cache.m != nil {
 		return golden41Cache.m, golden41Cache.g
 	}
-	dir := filepath.Join(testdata.Dir(t), "trace", "v41-tiny")
-	g := readGolden[golden41](t, dir)
-	m := open41Dir(t, dir)
+	g := new(golden41)
+	m := open41Dir(t, testdata.TraceGolden(t, "v41-tiny", g))
 	golden41Cache.m, golden41Cache.g = m, g
 	return m, g
 }
