@@ -32,21 +32,9 @@ func buildTraceV4(s *Set, prompts []trace.Prompt, user bool) (Built, error) {
 	if err != nil {
 		return traceError("cannot read the model", err.Error()), nil
 	}
-	var out Built
-	tok, problems, failed, err := v4Prompts(s, &prompts, user, m.Config.Vocab)
-	if failed != nil || err != nil {
-		return *failed, err
-	}
-	backend, err := v4Backend(s, &out)
-	if err != nil {
-		return out, err
-	}
-	m.SetBackend(backend)
-	tr := trace.NewV4(m, prec, prompts, tok, slog.Default())
-	out.Stats = func() any {
-		return map[string]any{"layer_forwards": tr.Forwards(), "backend": tr.BackendName(), "precision": string(prec)}
-	}
-	return s.v4Tree(out, tr, m, m.Config.Layers, problems)
+	return s.serveV4Trace(m, m.Config.Vocab, m.Config.Layers, prompts, user, prec, func(prompts []trace.Prompt, tok *tokenizer.Tokenizer) v4Tracer {
+		return trace.NewV4(m, prec, prompts, tok, slog.Default())
+	})
 }
 
 // buildTraceV41 is trace/ for a DeepSeek-V4.1 checkpoint: V4's files,
@@ -65,8 +53,17 @@ func buildTraceV41(s *Set, prompts []trace.Prompt, user bool) (Built, error) {
 	if err != nil {
 		return traceError("cannot read the model", err.Error()), nil
 	}
+	return s.serveV4Trace(m, m.Config.Vocab, m.Config.Layers, prompts, user, prec, func(prompts []trace.Prompt, tok *tokenizer.Tokenizer) v4Tracer {
+		return trace.NewV41(m, prec, prompts, tok, slog.Default())
+	})
+}
+
+// serveV4Trace is trace/ of an opened V4-family model m of vocab ids and
+// layers layers: it encodes the prompts, starts the backend --device
+// chooses and lays out the files of the tracer newTracer makes.
+func (s *Set) serveV4Trace(m v4Model, vocab, layers int, prompts []trace.Prompt, user bool, prec v4.Precision, newTracer func([]trace.Prompt, *tokenizer.Tokenizer) v4Tracer) (Built, error) {
 	var out Built
-	tok, problems, failed, err := v4Prompts(s, &prompts, user, m.Config.Vocab)
+	tok, problems, failed, err := v4Prompts(s, &prompts, user, vocab)
 	if failed != nil || err != nil {
 		return *failed, err
 	}
@@ -75,11 +72,11 @@ func buildTraceV41(s *Set, prompts []trace.Prompt, user bool) (Built, error) {
 		return out, err
 	}
 	m.SetBackend(backend)
-	tr := trace.NewV41(m, prec, prompts, tok, slog.Default())
+	tr := newTracer(prompts, tok)
 	out.Stats = func() any {
 		return map[string]any{"layer_forwards": tr.Forwards(), "backend": tr.BackendName(), "precision": string(prec)}
 	}
-	return s.v4Tree(out, tr, m, m.Config.Layers, problems)
+	return s.v4Tree(out, tr, m, layers, problems)
 }
 
 // readCatalogFiles reads the named files of the checkpoint that exist;
@@ -149,9 +146,10 @@ func v4Backend(s *Set, out *Built) (model.Backend, error) {
 	return backend, nil
 }
 
-// v4Model is what trace/ reports of a V4-family model it cannot run
-// whole.
+// v4Model is what trace/ sets and reports of a V4-family model: the
+// backend it runs on and what keeps it from running whole.
 type v4Model interface {
+	SetBackend(model.Backend)
 	Checked() int
 	Problems(l int) []string
 	HeadProblems() []string
@@ -160,6 +158,8 @@ type v4Model interface {
 // v4Tracer is a V4 or V4.1 tracer: what trace/'s files are read from.
 type v4Tracer interface {
 	Layers() int
+	Forwards() int64
+	BackendName() string
 	PromptsJSON() ([]byte, error)
 	TraceJSON(ctx context.Context) ([]byte, error)
 	LayerJSON(ctx context.Context, l int) ([]byte, error)
