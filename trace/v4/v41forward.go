@@ -129,17 +129,9 @@ func (m *Model41) Forward(ctx context.Context, l int, in *State41, seqs [][]int,
 	if m.layers[l] == nil {
 		return nil, fmt.Errorf("layer %d cannot run: %v", l, m.problems[l])
 	}
-	if p != A8 && p != FP32 {
-		return nil, fmt.Errorf("precision %q is not a8 or fp32", p)
-	}
-	n := 0
-	for _, s := range seqs {
-		n += len(s)
-		for _, id := range s {
-			if id < 0 || id >= cfg.Vocab {
-				return nil, fmt.Errorf("layer %d: token id %d outside the vocabulary [0, %d)", l, id, cfg.Vocab)
-			}
-		}
+	n, err := cfg.tokens(l, seqs, p)
+	if err != nil {
+		return nil, err
 	}
 	if len(in.Stream) != n*cfg.HCMult*cfg.Hidden || len(in.PreMix) != n*cfg.HCMult || len(in.Shared) != len(seqs) {
 		return nil, fmt.Errorf("layer %d: a state of %d stream values, %d pre_mix values and %d sequences for %d tokens of %d x %d in %d sequences",
