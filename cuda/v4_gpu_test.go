@@ -61,13 +61,7 @@ func TestV4ForwardMatchesCPU(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		n, d := host.Config.HCMult, host.Config.Hidden
-		stream := make([]float32, 0, len(emb)*n)
-		for r := 0; r < len(emb); r += d {
-			for range n {
-				stream = append(stream, emb[r:r+d]...)
-			}
-		}
+		stream := host.Config.InitialStream(emb)
 		for l := range host.Config.Layers {
 			want, err := host.Forward(context.Background(), l, stream, [][]int{seq}, p)
 			if err != nil {

@@ -30,7 +30,7 @@ func NewV4(m *v4.Model, p v4.Precision, prompts []Prompt, tok *tokenizer.Tokeniz
 	t := &V4Tracer{model: m}
 	t.v4Core = newV4Core(m, m.Runnable(), v4Family[[]float32, v4.LayerOutput, V4LayerRecord, v4.Final]{
 		config: m.Config,
-		start:  t.embed,
+		start:  m.Config.InitialStream,
 		run: func(o *v4.LayerOutput) v4Run[[]float32] {
 			return v4Run[[]float32]{layer: o.Layer, next: o.StreamOut, load: o.LoadTime, total: o.Time}
 		},
@@ -40,19 +40,6 @@ func NewV4(m *v4.Model, p v4.Precision, prompts []Prompt, tok *tokenizer.Tokeniz
 		rows:   v4Rows,
 	}, p, prompts, tok, log)
 	return t
-}
-
-// embed expands the prompts' embedding rows e to hc_mult identical
-// streams.
-func (t *V4Tracer) embed(e []float32) []float32 {
-	d, n := t.model.Config.Hidden, t.model.Config.HCMult
-	s := make([]float32, 0, len(e)*n)
-	for r := 0; r < len(e); r += d {
-		for range n {
-			s = append(s, e[r:r+d]...)
-		}
-	}
-	return s
 }
 
 // V4LayerRecord is layers/NN.json of a V4 layer.

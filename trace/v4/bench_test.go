@@ -90,12 +90,7 @@ func BenchmarkFlashLayer(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	stream := make([]float32, 0, len(emb)*4)
-	for r := 0; r < len(emb); r += m.Config.Hidden {
-		for range 4 {
-			stream = append(stream, emb[r:r+m.Config.Hidden]...)
-		}
-	}
+	stream := m.Config.InitialStream(emb)
 	dev := benchBackend(b, "DSFS_V4_BENCH_DEVICE")
 	m.SetBackend(dev)
 	var times benchTimes

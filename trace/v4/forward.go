@@ -80,6 +80,19 @@ type LayerOutput struct {
 	ExpertsRun  int
 }
 
+// InitialStream is the [tokens, hc, D] stream entering layer 0: each
+// token's embedding row [tokens, D] in hc_mult identical streams.
+func (c *Config) InitialStream(embed []float32) []float32 {
+	n, d := c.HCMult, c.Hidden
+	s := make([]float32, 0, len(embed)*n)
+	for r := 0; r < len(embed); r += d {
+		for range n {
+			s = append(s, embed[r:r+d]...)
+		}
+	}
+	return s
+}
+
 // tokens checks a forward of layer l at precision p over seqs against c
 // and counts the tokens.
 func (c *Config) tokens(l int, seqs [][]int, p Precision) (int, error) {

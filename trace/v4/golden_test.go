@@ -351,12 +351,7 @@ func TestGoldenChain(t *testing.T) {
 				}
 				c.where = "embed"
 				c.close("embed", emb, gm.Embed)
-				stream := make([]float32, 0, len(emb)*cfg.HCMult)
-				for r := 0; r < len(emb); r += cfg.Hidden {
-					for range cfg.HCMult {
-						stream = append(stream, emb[r:r+cfg.Hidden]...)
-					}
-				}
+				stream := cfg.InitialStream(emb)
 				for l, gl := range gm.Layers {
 					c.where = fmt.Sprintf("chained layer %d", l)
 					c.close("stream_in", stream, gl.StreamIn)

@@ -40,13 +40,10 @@ type State41 struct {
 // [tokens, D] repeated to hc streams, the one-hot pre_mix
 // (make_identity_pre_mix) and no shared attention state.
 func (c *Config41) InitialState41(embed []float32, seqs int) *State41 {
-	n, d := c.HCMult, c.Hidden
-	tokens := len(embed) / d
-	s := &State41{Stream: make([]float32, 0, len(embed)*n), PreMix: make([]float32, tokens*n), Shared: make([]Shared41, seqs)}
+	n := c.HCMult
+	tokens := len(embed) / c.Hidden
+	s := &State41{Stream: c.InitialStream(embed), PreMix: make([]float32, tokens*n), Shared: make([]Shared41, seqs)}
 	for r := range tokens {
-		for range n {
-			s.Stream = append(s.Stream, embed[r*d:(r+1)*d]...)
-		}
 		s.PreMix[r*n] = 1
 	}
 	return s
