@@ -301,37 +301,19 @@ func (f *forward41) engram(stream []float32) (*EngramOutput, error) {
 // role publishes state.
 func (f *forward41) attention41(x []float32, shared []Shared41) ([]float32, error) {
 	cfg, w, o := f.cfg, f.w, f.o
-	h, hd, rd := cfg.Heads, cfg.HeadDim, cfg.RopeDim
-	q0, err := f.mm(w.wqA, x, f.n, f.a8)
-	if err != nil {
+	h, hd := cfg.Heads, cfg.HeadDim
+	var q, kv []float32
+	var rp *rope
+	var err error
+	if o.QR, q, kv, rp, err = f.project(x); err != nil {
 		return nil, err
 	}
-	o.QR = rmsNorm(q0, w.qNorm, cfg.NormEps)
-	q, err := f.mm(w.wqB, o.QR, f.n, f.a8)
-	if err != nil {
-		return nil, err
-	}
-	kv, err := f.mm(w.wkv, x, f.n, f.a8)
-	if err != nil {
-		return nil, err
-	}
-	kv = rmsNorm(kv, w.kvNorm, cfg.NormEps)
-	longest := 0
-	for _, s := range f.seqs {
-		longest = max(longest, len(s))
-	}
-	rp := newRope(cfg.InvFreq(f.l), longest)
 	out := make([]float32, f.n*h*hd)
 	row := 0
 	for si, s := range f.seqs {
 		T := len(s)
-		for t := range T {
-			for i := range h {
-				rp.apply(q[((row+t)*h+i)*hd+hd-rd:((row+t)*h+i+1)*hd], t, false)
-			}
-			k := kv[(row+t)*hd : (row+t+1)*hd]
-			rp.apply(k[hd-rd:], t, false)
-		}
+		f.rotate(rp, q, h, row, T, false)
+		f.rotate(rp, kv, 1, row, T, false)
 		// The window KV: FP8 over all head_dim values, in FP8 blocks.
 		if err := f.actQuant(kv[row*hd:(row+T)*hd], f.c41.FP8Block, false); err != nil {
 			return nil, err
@@ -342,11 +324,7 @@ func (f *forward41) attention41(x []float32, shared []Shared41) ([]float32, erro
 			return nil, err
 		}
 		o.Seqs = append(o.Seqs, sa)
-		for t := range T {
-			for i := range h {
-				rp.apply(out[((row+t)*h+i)*hd+hd-rd:((row+t)*h+i+1)*hd], t, true)
-			}
-		}
+		f.rotate(rp, out, h, row, T, true)
 		row += T
 		if err := f.ctx.Err(); err != nil {
 			return nil, err
