@@ -32,7 +32,8 @@ func NewV41(m *v4.Model41, p v4.Precision, prompts []Prompt, tok *tokenizer.Toke
 		config: m.Config.Config,
 		start:  func(e []float32) *v4.State41 { return m.Config.InitialState41(e, len(prompts)) },
 		run: func(o *v4.LayerOutput41) v4Run[*v4.State41] {
-			return v4Run[*v4.State41]{layer: o.Layer, next: o.Out, load: o.LoadTime, total: o.Time}
+			return v4Run[*v4.State41]{layer: o.Layer, next: o.Out, load: o.LoadTime, total: o.Time, experts: o.ExpertsRun,
+				weightBytes: o.WeightBytes, streamOut: o.StreamOut, attnOut: o.AttnOut, ffnOut: o.FFNOut}
 		},
 		record: t.record,
 		logits: func(f *v4.Final41) []float32 { return f.Logits },
@@ -47,22 +48,7 @@ type V41LayerRecord struct {
 	Layer       int       `json:"layer"`
 	Role        v4.Role41 `json:"role"`
 	Description string    `json:"description"`
-	Precision   string    `json:"precision"`
-	TimingMS    struct {
-		LoadCPU Num `json:"load_cpu"`
-		Forward Num `json:"forward"`
-	} `json:"timing_ms"`
-	RoutedExpertsRun int   `json:"routed_experts_run"`
-	StateTensors     int   `json:"state_tensors"`
-	StateNumel       int64 `json:"state_numel"`
-	StateBytes       int64 `json:"state_bytes"`
-	// WeightBytesRead counts routed experts only where a token selected
-	// them, and Engram table rows only where a token hashed to them.
-	WeightBytesRead int64       `json:"weight_bytes_read"`
-	StreamBefore    HiddenStats `json:"stream_before"`
-	StreamAfter     HiddenStats `json:"stream_after"`
-	AttnOut         HiddenStats `json:"attn_out"`
-	FFNOut          HiddenStats `json:"ffn_out"`
+	LayerRun
 	// PreMixIn collapses the attention input (the previous layer's FFN
 	// pre; one-hot for layer 0), PreMixOut is carried to the next layer.
 	PreMixIn   Spread             `json:"pre_mix_in"`
@@ -109,18 +95,12 @@ type CandidateBlocks struct {
 
 func (t *V41Tracer) record(in *v4.State41, out *v4.LayerOutput41) *V41LayerRecord {
 	cfg := t.model.Config
-	l, d, n := out.Layer, cfg.Hidden, cfg.HCMult
+	l, n := out.Layer, cfg.HCMult
 	r := &V41LayerRecord{
-		Layer: l, Role: out.Role, Description: out.Role.Describe(), Precision: string(t.precision), RoutedExpertsRun: out.ExpertsRun,
-		StreamBefore: hiddenStats(in.Stream, d), StreamAfter: hiddenStats(out.StreamOut, d),
-		AttnOut: hiddenStats(out.AttnOut, d), FFNOut: hiddenStats(out.FFNOut, d),
+		Layer: l, Role: out.Role, Description: out.Role.Describe(), LayerRun: t.layerRun(in.Stream, out),
 		PreMixIn: spread(floats64(out.PreMixIn), true), PreMixOut: spread(floats64(out.PreMixOut), true),
 		HC: map[string]HCStats{"attn": hcStats(out.HCAttn, n), "ffn": hcStats(out.HCFFN, n)},
 	}
-	r.StateTensors, r.StateNumel, r.StateBytes = t.model.LayerTensors(l)
-	r.WeightBytesRead = out.WeightBytes
-	r.TimingMS.LoadCPU = Num(out.LoadTime.Seconds() * 1000)
-	r.TimingMS.Forward = Num(out.Time.Seconds() * 1000)
 	row := 0
 	for pi, sa := range out.Seqs {
 		T := len(t.seqs[pi])

@@ -23,6 +23,7 @@ import (
 // and F the head's.
 type v4Engine[S, O, F any] interface {
 	Backend() model.Backend
+	LayerTensors(l int) (tensors int, elements, bytes int64)
 	EmbedRows(ids []int) ([]float32, error)
 	Forward(ctx context.Context, l int, in S, seqs [][]int, p v4.Precision) (*O, error)
 	Logits(ctx context.Context, in S) (*F, error)
@@ -33,6 +34,11 @@ type v4Run[S any] struct {
 	layer       int
 	next        S // the state leaving the layer
 	load, total time.Duration
+	experts     int   // routed experts run
+	weightBytes int64 // checkpoint bytes read
+	// streamOut [tokens, hc, D] leaves the layer; attnOut and ffnOut
+	// [tokens, D] are the sublayer outputs before the hc expand.
+	streamOut, attnOut, ffnOut []float32
 }
 
 // v4Family is what sets the V4 and V4.1 tracers apart; R is a layer's
@@ -222,6 +228,44 @@ func (t *v4Core[S, O, R, F]) Final(ctx context.Context) (*F, error) {
 	}
 	t.final = f
 	return f, nil
+}
+
+// LayerRun is what a V4 or V4.1 layer record says of the forward that
+// made it: its precision and timing, the routed experts it ran, the
+// layer's tensors in the checkpoint and the bytes the forward read of
+// them (routed experts only where a token selected them, Engram table
+// rows only where a token hashed to them), the streams entering and
+// leaving the layer as rows of D (tokens × hc_mult rows), and the
+// sublayer outputs before the hc expand.
+type LayerRun struct {
+	Precision string `json:"precision"`
+	TimingMS  struct {
+		LoadCPU Num `json:"load_cpu"`
+		Forward Num `json:"forward"`
+	} `json:"timing_ms"`
+	RoutedExpertsRun int         `json:"routed_experts_run"`
+	StateTensors     int         `json:"state_tensors"`
+	StateNumel       int64       `json:"state_numel"`
+	StateBytes       int64       `json:"state_bytes"`
+	WeightBytesRead  int64       `json:"weight_bytes_read"`
+	StreamBefore     HiddenStats `json:"stream_before"`
+	StreamAfter      HiddenStats `json:"stream_after"`
+	AttnOut          HiddenStats `json:"attn_out"`
+	FFNOut           HiddenStats `json:"ffn_out"`
+}
+
+// layerRun is the LayerRun of the forward that made out from the stream
+// before [tokens, hc, D].
+func (t *v4Core[S, O, R, F]) layerRun(before []float32, out *O) LayerRun {
+	run := t.family.run(out)
+	d := t.family.config.Hidden
+	r := LayerRun{Precision: string(t.precision), RoutedExpertsRun: run.experts, WeightBytesRead: run.weightBytes,
+		StreamBefore: hiddenStats(before, d), StreamAfter: hiddenStats(run.streamOut, d),
+		AttnOut: hiddenStats(run.attnOut, d), FFNOut: hiddenStats(run.ffnOut, d)}
+	r.StateTensors, r.StateNumel, r.StateBytes = t.engine.LayerTensors(run.layer)
+	r.TimingMS.LoadCPU = Num(run.load.Seconds() * 1000)
+	r.TimingMS.Forward = Num(run.total.Seconds() * 1000)
+	return r
 }
 
 // LayerJSON is layers/NN.json.

@@ -32,7 +32,8 @@ func NewV4(m *v4.Model, p v4.Precision, prompts []Prompt, tok *tokenizer.Tokeniz
 		config: m.Config,
 		start:  m.Config.InitialStream,
 		run: func(o *v4.LayerOutput) v4Run[[]float32] {
-			return v4Run[[]float32]{layer: o.Layer, next: o.StreamOut, load: o.LoadTime, total: o.Time}
+			return v4Run[[]float32]{layer: o.Layer, next: o.StreamOut, load: o.LoadTime, total: o.Time, experts: o.ExpertsRun,
+				weightBytes: o.WeightBytes, streamOut: o.StreamOut, attnOut: o.AttnOut, ffnOut: o.FFNOut}
 		},
 		record: t.record,
 		logits: func(f *v4.Final) []float32 { return f.Logits },
@@ -49,24 +50,7 @@ type V4LayerRecord struct {
 	CompressRatio int    `json:"compress_ratio"`
 	Role          string `json:"role"`
 	HashRouted    bool   `json:"hash_routed"`
-	Precision     string `json:"precision"`
-	TimingMS      struct {
-		LoadCPU Num `json:"load_cpu"`
-		Forward Num `json:"forward"`
-	} `json:"timing_ms"`
-	RoutedExpertsRun int `json:"routed_experts_run"`
-	// The layer's tensors in the checkpoint, and what the forward read of
-	// them (routed experts only where a token selected them).
-	StateTensors    int   `json:"state_tensors"`
-	StateNumel      int64 `json:"state_numel"`
-	StateBytes      int64 `json:"state_bytes"`
-	WeightBytesRead int64 `json:"weight_bytes_read"`
-	// The streams as rows of D (tokens × hc_mult rows).
-	StreamBefore HiddenStats `json:"stream_before"`
-	StreamAfter  HiddenStats `json:"stream_after"`
-	// AttnOut and FFNOut are the sublayer outputs before the hc expand.
-	AttnOut HiddenStats        `json:"attn_out"`
-	FFNOut  HiddenStats        `json:"ffn_out"`
+	LayerRun
 	HC      map[string]HCStats `json:"hc"`
 	Keys    []PromptKeys       `json:"keys_attended"`
 	Indexer []PromptIndexer    `json:"indexer,omitempty"`
@@ -75,18 +59,12 @@ type V4LayerRecord struct {
 
 func (t *V4Tracer) record(in []float32, out *v4.LayerOutput) *V4LayerRecord {
 	cfg := t.model.Config
-	l, d, n := out.Layer, cfg.Hidden, cfg.HCMult
+	l, n := out.Layer, cfg.HCMult
 	r := &V4LayerRecord{
 		Layer: l, Attention: string(cfg.Kind(l)), CompressRatio: cfg.Ratio(l), Role: cfg.Role(l),
-		HashRouted: cfg.HashRouted(l), Precision: string(t.precision), RoutedExpertsRun: out.ExpertsRun,
-		StreamBefore: hiddenStats(in, d), StreamAfter: hiddenStats(out.StreamOut, d),
-		AttnOut: hiddenStats(out.AttnOut, d), FFNOut: hiddenStats(out.FFNOut, d),
+		HashRouted: cfg.HashRouted(l), LayerRun: t.layerRun(in, out),
 		HC: map[string]HCStats{"attn": hcStats(out.HCAttn, n), "ffn": hcStats(out.HCFFN, n)},
 	}
-	r.StateTensors, r.StateNumel, r.StateBytes = t.model.LayerTensors(l)
-	r.WeightBytesRead = out.WeightBytes
-	r.TimingMS.LoadCPU = Num(out.LoadTime.Seconds() * 1000)
-	r.TimingMS.Forward = Num(out.Time.Seconds() * 1000)
 	for pi, sa := range out.Seqs {
 		id := t.prompts[pi].ID
 		r.Keys = append(r.Keys, promptKeys(id, sa.TopK, sa.K, min(len(t.seqs[pi]), cfg.Window), len(sa.Compressed)/cfg.HeadDim))
