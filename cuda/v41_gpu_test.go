@@ -4,13 +4,12 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"os"
 	"path/filepath"
 	"slices"
 	"testing"
 
-	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/internal/testdata"
+	"github.com/dsfs/dsfs/internal/v4tiny"
 	"github.com/dsfs/dsfs/simd"
 	"github.com/dsfs/dsfs/trace/model"
 	"github.com/dsfs/dsfs/trace/v4"
@@ -71,30 +70,6 @@ func TestQuantKernelsMatchHost(t *testing.T) {
 	}
 }
 
-// openV41Tiny opens the v41-tiny reference checkpoint.
-func openV41Tiny(t *testing.T) *v4.Model41 {
-	t.Helper()
-	dir := filepath.Join(testdata.Dir(t), "trace", "v41-tiny")
-	cat, err := checkpoint.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cat.Close() })
-	inf, err := os.ReadFile(filepath.Join(dir, "inference", "config.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tj, err := os.ReadFile(filepath.Join(dir, "tokenizer.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := v4.Open41(cat, inf, tj)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m
-}
-
 // TestV41ForwardMatchesCPU runs every layer of v41-tiny (every CSA2 role
 // and its Engram layers) and its logits in both precisions with the
 // backend (products, window and index quantisation, the FP4 KV with E4M3
@@ -105,7 +80,8 @@ func openV41Tiny(t *testing.T) *v4.Model41 {
 // within a few FP8 steps of an element).
 func TestV41ForwardMatchesCPU(t *testing.T) {
 	b := requireGPU(t, FP32)
-	host, dev := openV41Tiny(t), openV41Tiny(t)
+	tiny := filepath.Join(testdata.Dir(t), "trace", "v41-tiny")
+	host, dev := v4tiny.Open41(t, tiny), v4tiny.Open41(t, tiny)
 	dev.SetBackend(b)
 	seq := []int{0, 17, 101, 433, 5, 290, 77, 12, 64, 301, 2, 9, 480, 33, 150, 211, 17, 101, 433, 5, 7, 8, 300, 42}
 	for i := range seq {
@@ -134,22 +110,10 @@ func TestV41ForwardMatchesCPU(t *testing.T) {
 			if want.Engram != nil && !slices.Equal(got.Engram.HashIDs, want.Engram.HashIDs) {
 				t.Errorf("%s: Engram hash ids differ", where)
 			}
-			k := want.Routes.K
-			for tok, m := range want.Routes.Margin {
-				a := slices.Sorted(slices.Values(got.Routes.IDs[tok*k : (tok+1)*k]))
-				w := slices.Sorted(slices.Values(want.Routes.IDs[tok*k : (tok+1)*k]))
-				if !slices.Equal(a, w) && m > 1e-3 {
-					t.Errorf("%s: token %d experts %v, want %v (margin %.3g)", where, tok, a, w, m)
-				}
-			}
+			agreeRoutes(t, where, got.Routes, want.Routes)
 			for i, s := range want.Seqs {
 				g := got.Seqs[i]
-				for tok, m := range s.IndexMargin {
-					k := s.IndexK
-					if !slices.Equal(g.IndexTopK[tok*k:(tok+1)*k], s.IndexTopK[tok*k:(tok+1)*k]) && m > 1e-3 {
-						t.Errorf("%s: token %d indexer picks %v, want %v (margin %.3g)", where, tok, g.IndexTopK[tok*k:(tok+1)*k], s.IndexTopK[tok*k:(tok+1)*k], m)
-					}
-				}
+				agreePicks(t, where, g.IndexTopK, s.IndexTopK, s.IndexK, s.IndexMargin)
 				nc := len(s.Candidates) / max(len(s.CandMargin), 1)
 				for tok, m := range s.CandMargin {
 					if !slices.Equal(g.Candidates[tok*nc:(tok+1)*nc], s.Candidates[tok*nc:(tok+1)*nc]) && m > 1e-3 {

@@ -3,36 +3,40 @@ package cuda
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"testing"
 
-	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/internal/testdata"
+	"github.com/dsfs/dsfs/internal/v4tiny"
 	"github.com/dsfs/dsfs/trace/v4"
 )
 
 var _ v4.DeviceOps = (*Backend)(nil)
 
-// openV4Tiny opens the v4-tiny reference checkpoint.
-func openV4Tiny(t *testing.T) *v4.Model {
+// agreeRoutes checks that each token chose the experts the host chose
+// wherever its decision was clear of a tie.
+func agreeRoutes(t *testing.T, where string, got, want v4.Routes) {
 	t.Helper()
-	dir := filepath.Join(testdata.Dir(t), "trace", "v4-tiny")
-	cat, err := checkpoint.Open(dir)
-	if err != nil {
-		t.Fatal(err)
+	k := want.K
+	for tok, m := range want.Margin {
+		a := slices.Sorted(slices.Values(got.IDs[tok*k : (tok+1)*k]))
+		w := slices.Sorted(slices.Values(want.IDs[tok*k : (tok+1)*k]))
+		if !slices.Equal(a, w) && m > 1e-3 {
+			t.Errorf("%s: token %d experts %v, want %v (margin %.3g)", where, tok, a, w, m)
+		}
 	}
-	t.Cleanup(func() { cat.Close() })
-	inf, err := os.ReadFile(filepath.Join(dir, "inference", "config.json"))
-	if err != nil {
-		t.Fatal(err)
+}
+
+// agreePicks checks that each query's indexer picks (k a query) are the
+// host's wherever its decision was clear of a tie.
+func agreePicks(t *testing.T, where string, got, want []int32, k int, margin []float32) {
+	t.Helper()
+	for tok, m := range margin {
+		if !slices.Equal(got[tok*k:(tok+1)*k], want[tok*k:(tok+1)*k]) && m > 1e-3 {
+			t.Errorf("%s: token %d indexer picks %v, want %v (margin %.3g)", where, tok, got[tok*k:(tok+1)*k], want[tok*k:(tok+1)*k], m)
+		}
 	}
-	m, err := v4.Open(cat, inf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m
 }
 
 // TestV4ForwardMatchesCPU runs every layer of v4-tiny and its logits in
@@ -44,7 +48,8 @@ func openV4Tiny(t *testing.T) *v4.Model {
 // difference can move across a rounding boundary).
 func TestV4ForwardMatchesCPU(t *testing.T) {
 	b := requireGPU(t, FP32)
-	host, dev := openV4Tiny(t), openV4Tiny(t)
+	tiny := filepath.Join(testdata.Dir(t), "trace", "v4-tiny")
+	host, dev := v4tiny.Open(t, tiny), v4tiny.Open(t, tiny)
 	dev.SetBackend(b)
 	seq := []int{0, 17, 101, 433, 5, 290, 77, 12, 64, 301, 2, 9, 480, 33, 150, 211}
 	for _, p := range []v4.Precision{v4.FP32, v4.A8} {
@@ -56,13 +61,7 @@ func TestV4ForwardMatchesCPU(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		n, d := host.Config.HCMult, host.Config.Hidden
-		stream := make([]float32, 0, len(emb)*n)
-		for r := 0; r < len(emb); r += d {
-			for range n {
-				stream = append(stream, emb[r:r+d]...)
-			}
-		}
+		stream := host.Config.InitialStream(emb)
 		for l := range host.Config.Layers {
 			want, err := host.Forward(context.Background(), l, stream, [][]int{seq}, p)
 			if err != nil {
@@ -73,22 +72,10 @@ func TestV4ForwardMatchesCPU(t *testing.T) {
 				t.Fatalf("%s layer %d: %v", p, l, err)
 			}
 			where := fmt.Sprintf("%s layer %d", p, l)
-			k := want.Routes.K
-			for tok, m := range want.Routes.Margin {
-				a := slices.Sorted(slices.Values(got.Routes.IDs[tok*k : (tok+1)*k]))
-				w := slices.Sorted(slices.Values(want.Routes.IDs[tok*k : (tok+1)*k]))
-				if !slices.Equal(a, w) && m > 1e-3 {
-					t.Errorf("%s: token %d experts %v, want %v (margin %.3g)", where, tok, a, w, m)
-				}
-			}
+			agreeRoutes(t, where, got.Routes, want.Routes)
 			for i, s := range want.Seqs {
 				g := got.Seqs[i]
-				for tok, m := range s.IndexMargin {
-					k := s.IndexK
-					if !slices.Equal(g.IndexTopK[tok*k:(tok+1)*k], s.IndexTopK[tok*k:(tok+1)*k]) && m > 1e-3 {
-						t.Errorf("%s: token %d indexer picks %v, want %v (margin %.3g)", where, tok, g.IndexTopK[tok*k:(tok+1)*k], s.IndexTopK[tok*k:(tok+1)*k], m)
-					}
-				}
+				agreePicks(t, where, g.IndexTopK, s.IndexTopK, s.IndexK, s.IndexMargin)
 				closeTo(t, where+" compressed_kv", g.Compressed, s.Compressed, tol)
 			}
 			closeTo(t, where+" attn_out", got.AttnOut, want.AttnOut, tol)

@@ -5,12 +5,10 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
-	"github.com/dsfs/dsfs/internal/testdata"
 	"github.com/dsfs/dsfs/safetensors"
 )
 
@@ -22,8 +20,7 @@ import (
 // hash ids identical. Reading the last layer first runs the six layers
 // once, carrying the CSA2 shared state from layer to layer.
 func TestTraceV41Golden(t *testing.T) {
-	dir := filepath.Join(testdata.Dir(t), "trace", "v41-tiny")
-	seqs, pfile := v4Golden(t, dir)
+	dir, seqs, pfile := v4GoldenPrompts(t, "v41-tiny")
 	const d, hc = 64, 4
 	for _, mode := range []string{"a8", "fp32"} {
 		t.Run(mode, func(t *testing.T) {
@@ -40,26 +37,17 @@ func TestTraceV41Golden(t *testing.T) {
 				}
 				for i, s := range seqs {
 					gl := s.Modes[mode].Layers[l]
-					arr := func(raw json.RawMessage, what string) *goldenArray {
-						var a goldenArray
-						if err := json.Unmarshal(raw, &a); err != nil {
-							t.Fatalf("golden layer %d %s: %v", l, what, err)
-						}
-						return &a
-					}
-					tensor := func(kind string, dt safetensors.DType, shape ...int64) []byte {
-						return v4LayerTensor(t, got, l, i, kind, dt, shape...)
-					}
+					f := v4LayerFile{t: t, l: l, seq: i, got: got}
 					where := fmt.Sprintf("layer %d seq%d", l, i)
 					T := int64(len(s.TokenIDs))
 					for _, kind := range []string{"attn_out", "ffn_out"} {
-						compareV4(t, where+" "+kind, (&goldenArray{Data: tensor(kind, safetensors.F32, T, d)}).f32(), arr(gl[kind], kind).f32())
+						compareV4(t, where+" "+kind, (&goldenArray{Data: f.tensor(kind, safetensors.F32, T, d)}).f32(), f.golden(gl[kind], kind).f32())
 					}
-					compareV4(t, where+" stream_out", (&goldenArray{Data: tensor("stream_out", safetensors.F32, T, hc, d)}).f32(), arr(gl["stream_out"], "stream_out").f32())
-					compareV4(t, where+" pre_mix", (&goldenArray{Data: tensor("pre_mix", safetensors.F32, T, hc)}).f32(), arr(gl["pre_mix_out"], "pre_mix_out").f32())
+					compareV4(t, where+" stream_out", (&goldenArray{Data: f.tensor("stream_out", safetensors.F32, T, hc, d)}).f32(), f.golden(gl["stream_out"], "stream_out").f32())
+					compareV4(t, where+" pre_mix", (&goldenArray{Data: f.tensor("pre_mix", safetensors.F32, T, hc)}).f32(), f.golden(gl["pre_mix_out"], "pre_mix_out").f32())
 					if raw, ok := gl["compressed_kv"]; ok {
-						want := arr(raw, "compressed_kv")
-						compareV4(t, where+" compressed_kv", (&goldenArray{Data: tensor("compressed_kv", safetensors.F32, int64(want.Shape[0]), d)}).f32(), want.f32())
+						want := f.golden(raw, "compressed_kv")
+						compareV4(t, where+" compressed_kv", (&goldenArray{Data: f.tensor("compressed_kv", safetensors.F32, int64(want.Shape[0]), d)}).f32(), want.f32())
 					}
 					if raw, ok := gl["indexer"]; ok {
 						var ix struct {
@@ -68,7 +56,7 @@ func TestTraceV41Golden(t *testing.T) {
 						if err := json.Unmarshal(raw, &ix); err != nil {
 							t.Fatal(err)
 						}
-						b := tensor("indexer_topk", safetensors.I32, T, int64(ix.TopK.Shape[1]))
+						b := f.tensor("indexer_topk", safetensors.I32, T, int64(ix.TopK.Shape[1]))
 						if !slices.Equal(int32s(b), int32s(ix.TopK.Data)) {
 							t.Errorf("%s: indexer picks differ", where)
 						}
@@ -82,7 +70,7 @@ func TestTraceV41Golden(t *testing.T) {
 						if err := json.Unmarshal(s.Modes[mode].Layers[4]["candidates"], &c); err != nil {
 							t.Fatal(err)
 						}
-						b := tensor("candidates", safetensors.U8, T, T)
+						b := f.tensor("candidates", safetensors.U8, T, T)
 						for j, v := range int32s(c.Mask.Data) {
 							if int32(b[j]) != v {
 								t.Fatalf("%s: candidate %d is %d, want %d", where, j, b[j], v)
@@ -97,22 +85,15 @@ func TestTraceV41Golden(t *testing.T) {
 						if err := json.Unmarshal(raw, &e); err != nil {
 							t.Fatal(err)
 						}
-						if b := tensor("engram_ids", safetensors.I32, T, 6); !slices.Equal(int32s(b), int32s(e.HashIDs.Data)) {
+						if b := f.tensor("engram_ids", safetensors.I32, T, 6); !slices.Equal(int32s(b), int32s(e.HashIDs.Data)) {
 							t.Errorf("%s: Engram hash ids differ", where)
 						}
-						compareV4(t, where+" engram_gate", (&goldenArray{Data: tensor("engram_gate", safetensors.F32, T, hc)}).f32(), e.Gate.f32())
+						compareV4(t, where+" engram_gate", (&goldenArray{Data: f.tensor("engram_gate", safetensors.F32, T, hc)}).f32(), e.Gate.f32())
 					}
-					var route struct {
-						IDs     goldenArray `json:"ids"`
-						Weights goldenArray `json:"weights"`
-					}
-					if err := json.Unmarshal(gl["route"], &route); err != nil {
-						t.Fatal(err)
-					}
-					compareRoutes(t, where, tensor("topk_ids", safetensors.I32, T, 4), tensor("topk_weights", safetensors.F32, T, 4), route.IDs.Data, route.Weights.f32(), 4)
+					f.routes(where, T, gl["route"])
 				}
 			}
-			checkV4Logits(t, m, seqs, mode, 768)
+			compareV4Logits(t, m, seqs, mode, 768)
 			// trace.json lists the roles and the Engram layout; jq-free:
 			// grep reads it as any tool would.
 			out, err := exec.Command("grep", "-c", `"role": "reindex"`, m.path("trace", "trace.json")).CombinedOutput()

@@ -3,8 +3,8 @@ package integration
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
-	"path/filepath"
 	"slices"
 	"testing"
 
@@ -27,48 +27,83 @@ type v4GoldenSeq struct {
 // largest magnitude.
 func compareV4(t *testing.T, what string, got, want []float32) {
 	t.Helper()
-	compareWithin(t, what, got, want, 1e-5)
+	if len(got) != len(want) {
+		t.Fatalf("%s: %d values, want %d", what, len(got), len(want))
+	}
+	var scale, worst float64
+	for i := range want {
+		scale = math.Max(scale, math.Abs(float64(want[i])))
+		worst = math.Max(worst, math.Abs(float64(got[i]-want[i])))
+	}
+	if !(worst <= 1e-5*scale) {
+		t.Errorf("%s: max |Δ|/max %.3g exceeds 1e-5", what, worst/scale)
+	}
 }
 
-// v4Golden reads dir's golden.json and writes its sequences as a
-// --trace-prompts file of token ids named seq0, seq1, ...
-func v4Golden(t *testing.T, dir string) (seqs []v4GoldenSeq, prompts string) {
+// v4GoldenPrompts reads testdata/trace/<name>/golden.json and writes its
+// sequences as the token-id prompts seq0, seq1, ...; it returns the
+// checkpoint's directory, the sequences and the prompts file.
+func v4GoldenPrompts(t *testing.T, name string) (dir string, seqs []v4GoldenSeq, pfile string) {
 	t.Helper()
-	raw, err := os.ReadFile(filepath.Join(dir, "golden.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	var g struct {
 		Sequences []v4GoldenSeq `json:"sequences"`
 	}
-	if err := json.Unmarshal(raw, &g); err != nil {
-		t.Fatal(err)
-	}
-	var ps []map[string]any
+	dir = testdata.TraceGolden(t, name, &g)
+	var prompts []map[string]any
 	for i, s := range g.Sequences {
-		ps = append(ps, map[string]any{"id": fmt.Sprintf("seq%d", i), "label": "golden", "token_ids": s.TokenIDs})
+		prompts = append(prompts, map[string]any{"id": fmt.Sprintf("seq%d", i), "label": "golden", "token_ids": s.TokenIDs})
 	}
-	return g.Sequences, writePrompts(t, ps)
+	return dir, g.Sequences, writePrompts(t, prompts)
 }
 
-// v4LayerTensor returns the bytes of tensor seq<i>.<kind> of layer l's
-// file, read as got; it must have type dt and the shape given.
-func v4LayerTensor(t *testing.T, got map[string]readTensor, l, i int, kind string, dt safetensors.DType, shape ...int64) []byte {
-	t.Helper()
-	name := fmt.Sprintf("seq%d.%s", i, kind)
-	ts, ok := got[name]
+// v4LayerFile is one prompt's tensors in a mounted layers/NN.safetensors.
+type v4LayerFile struct {
+	t      *testing.T
+	l, seq int
+	got    map[string]readTensor
+}
+
+// tensor is the prompt's tensor of kind, which must be a dt of shape.
+func (f v4LayerFile) tensor(kind string, dt safetensors.DType, shape ...int64) []byte {
+	f.t.Helper()
+	name := fmt.Sprintf("seq%d.%s", f.seq, kind)
+	ts, ok := f.got[name]
 	if !ok {
-		t.Fatalf("layer %d: no tensor %s", l, name)
+		f.t.Fatalf("layer %d: no tensor %s", f.l, name)
 	}
 	if ts.meta.DType != dt || !slices.Equal(ts.meta.Shape, shape) {
-		t.Fatalf("layer %d: %s is %s %v, want %s %v", l, name, ts.meta.DType, ts.meta.Shape, dt, shape)
+		f.t.Fatalf("layer %d: %s is %s %v, want %s %v", f.l, name, ts.meta.DType, ts.meta.Shape, dt, shape)
 	}
 	return ts.data
 }
 
-// checkV4Logits compares the mount's trace/logits.safetensors, vocab ids
-// wide, with the golden logits of each sequence in mode.
-func checkV4Logits(t *testing.T, m *mount, seqs []v4GoldenSeq, mode string, vocab int64) {
+// golden is the golden array raw of the layer's tensor what.
+func (f v4LayerFile) golden(raw json.RawMessage, what string) *goldenArray {
+	f.t.Helper()
+	var a goldenArray
+	if err := json.Unmarshal(raw, &a); err != nil {
+		f.t.Fatalf("golden layer %d %s: %v", f.l, what, err)
+	}
+	return &a
+}
+
+// routes compares the prompt's topk_ids and topk_weights [T, 4] with the
+// golden layer's route.
+func (f v4LayerFile) routes(where string, T int64, golden json.RawMessage) {
+	f.t.Helper()
+	var route struct {
+		IDs     goldenArray `json:"ids"`
+		Weights goldenArray `json:"weights"`
+	}
+	if err := json.Unmarshal(golden, &route); err != nil {
+		f.t.Fatal(err)
+	}
+	compareRoutes(f.t, where, f.tensor("topk_ids", safetensors.I32, T, 4), f.tensor("topk_weights", safetensors.F32, T, 4), route.IDs.Data, route.Weights.f32(), 4)
+}
+
+// compareV4Logits compares the mounted logits.safetensors, [T, vocab] a
+// prompt, with the golden logits of mode.
+func compareV4Logits(t *testing.T, m *mount, seqs []v4GoldenSeq, mode string, vocab int64) {
 	t.Helper()
 	logits := readSafetensors(t, m.path("trace", "logits.safetensors"))
 	for i, s := range seqs {
@@ -88,8 +123,7 @@ func checkV4Logits(t *testing.T, m *mount, seqs []v4GoldenSeq, mode string, voca
 // magnitude, routes and indexer picks identical. Reading the last layer
 // first runs the five layers once; the logits then need no forward.
 func TestTraceV4Golden(t *testing.T) {
-	dir := filepath.Join(testdata.Dir(t), "trace", "v4-tiny")
-	seqs, pfile := v4Golden(t, dir)
+	dir, seqs, pfile := v4GoldenPrompts(t, "v4-tiny")
 	for _, mode := range []string{"a8", "fp32"} {
 		t.Run(mode, func(t *testing.T) {
 			m := startMount(t, dir, "--views", "trace", "--device", "cpu", "--trace-prompts", pfile, "--trace-precision", mode)
@@ -105,24 +139,15 @@ func TestTraceV4Golden(t *testing.T) {
 				}
 				for i, s := range seqs {
 					gl := s.Modes[mode].Layers[l]
-					arr := func(kind string) *goldenArray {
-						var a goldenArray
-						if err := json.Unmarshal(gl[kind], &a); err != nil {
-							t.Fatalf("golden layer %d %s: %v", l, kind, err)
-						}
-						return &a
-					}
-					tensor := func(kind string, dt safetensors.DType, shape ...int64) []byte {
-						return v4LayerTensor(t, got, l, i, kind, dt, shape...)
-					}
+					f := v4LayerFile{t: t, l: l, seq: i, got: got}
 					T := int64(len(s.TokenIDs))
 					for _, kind := range []string{"attn_out", "ffn_out"} {
-						compareV4(t, fmt.Sprintf("layer %d seq%d %s", l, i, kind), (&goldenArray{Data: tensor(kind, safetensors.F32, T, 128)}).f32(), arr(kind).f32())
+						compareV4(t, fmt.Sprintf("layer %d seq%d %s", l, i, kind), (&goldenArray{Data: f.tensor(kind, safetensors.F32, T, 128)}).f32(), f.golden(gl[kind], kind).f32())
 					}
-					compareV4(t, fmt.Sprintf("layer %d seq%d stream_out", l, i), (&goldenArray{Data: tensor("stream_out", safetensors.F32, T, 4, 128)}).f32(), arr("stream_out").f32())
+					compareV4(t, fmt.Sprintf("layer %d seq%d stream_out", l, i), (&goldenArray{Data: f.tensor("stream_out", safetensors.F32, T, 4, 128)}).f32(), f.golden(gl["stream_out"], "stream_out").f32())
 					if _, ok := gl["compressed_kv"]; ok {
-						want := arr("compressed_kv")
-						compareV4(t, fmt.Sprintf("layer %d seq%d compressed_kv", l, i), (&goldenArray{Data: tensor("compressed_kv", safetensors.F32, int64(want.Shape[0]), 128)}).f32(), want.f32())
+						want := f.golden(gl["compressed_kv"], "compressed_kv")
+						compareV4(t, fmt.Sprintf("layer %d seq%d compressed_kv", l, i), (&goldenArray{Data: f.tensor("compressed_kv", safetensors.F32, int64(want.Shape[0]), 128)}).f32(), want.f32())
 					}
 					if raw, ok := gl["indexer"]; ok {
 						var ix struct {
@@ -132,7 +157,7 @@ func TestTraceV4Golden(t *testing.T) {
 							t.Fatal(err)
 						}
 						k := ix.TopK.Shape[1]
-						b := tensor("indexer_topk", safetensors.I32, T, int64(k))
+						b := f.tensor("indexer_topk", safetensors.I32, T, int64(k))
 						for r := range int(T) {
 							gotRow := slices.Clone(int32s(b)[r*k : (r+1)*k])
 							wantRow := slices.Clone(int32s(ix.TopK.Data)[r*k : (r+1)*k])
@@ -147,19 +172,10 @@ func TestTraceV4Golden(t *testing.T) {
 							}
 						}
 					}
-					var route struct {
-						IDs     goldenArray `json:"ids"`
-						Weights goldenArray `json:"weights"`
-					}
-					if err := json.Unmarshal(gl["route"], &route); err != nil {
-						t.Fatal(err)
-					}
-					ids := tensor("topk_ids", safetensors.I32, T, 4)
-					w := tensor("topk_weights", safetensors.F32, T, 4)
-					compareRoutes(t, fmt.Sprintf("layer %d seq%d", l, i), ids, w, route.IDs.Data, route.Weights.f32(), 4)
+					f.routes(fmt.Sprintf("layer %d seq%d", l, i), T, gl["route"])
 				}
 			}
-			checkV4Logits(t, m, seqs, mode, 512)
+			compareV4Logits(t, m, seqs, mode, 512)
 			var rec struct {
 				Attention string `json:"attention"`
 				Precision string `json:"precision"`

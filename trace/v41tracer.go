@@ -2,19 +2,12 @@ package trace
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
 	"log/slog"
 	"math"
-	"runtime"
-	"slices"
-	"sync/atomic"
-	"time"
 
 	"github.com/dsfs/dsfs/safetensors"
-	"github.com/dsfs/dsfs/simd"
 	"github.com/dsfs/dsfs/tokenizer"
-	"github.com/dsfs/dsfs/trace/model"
 	"github.com/dsfs/dsfs/trace/v4"
 )
 
@@ -27,150 +20,27 @@ const V41Reference = "deepseek-ai/DeepSeek-V4.1-Flash inference/model.py and eng
 // attention state), so reading layer N runs only the layers before it
 // not yet run. It is safe for concurrent use; one forward runs at a time.
 type V41Tracer struct {
-	model     *v4.Model41
-	precision v4.Precision
-	prompts   []Prompt
-	tok       *tokenizer.Tokenizer
-	log       *slog.Logger
-	seqs      [][]int
-	tokens    int
-
-	sem     chan struct{}
-	states  []*v4.State41 // states[l] enters layer l; states[Layers] leaves the last
-	records []*V41LayerRecord
-	recent  []*v4.LayerOutput41
-	final   *v4.Final41
-
-	forwards atomic.Int64
+	*v4Core[*v4.State41, v4.LayerOutput41, V41LayerRecord, v4.Final41]
+	model *v4.Model41
 }
 
 // NewV41 returns a tracer of prompts (already encoded) through m at
 // precision p.
 func NewV41(m *v4.Model41, p v4.Precision, prompts []Prompt, tok *tokenizer.Tokenizer, log *slog.Logger) *V41Tracer {
-	t := &V41Tracer{model: m, precision: p, prompts: prompts, tok: tok, log: log,
-		sem:     make(chan struct{}, 1),
-		states:  make([]*v4.State41, m.Runnable()+1),
-		records: make([]*V41LayerRecord, m.Runnable()),
-	}
-	for _, p := range prompts {
-		t.seqs = append(t.seqs, p.TokenIDs)
-		t.tokens += len(p.TokenIDs)
-	}
+	t := &V41Tracer{model: m}
+	t.v4Core = newV4Core(m, m.Runnable(), v4Family[*v4.State41, v4.LayerOutput41, V41LayerRecord, v4.Final41]{
+		config: m.Config.Config,
+		start:  func(e []float32) *v4.State41 { return m.Config.InitialState41(e, len(prompts)) },
+		run: func(o *v4.LayerOutput41) v4Run[*v4.State41] {
+			return v4Run[*v4.State41]{layer: o.Layer, next: o.Out, load: o.LoadTime, total: o.Time, experts: o.ExpertsRun,
+				weightBytes: o.WeightBytes, streamOut: o.StreamOut, attnOut: o.AttnOut, ffnOut: o.FFNOut}
+		},
+		record: t.record,
+		logits: func(f *v4.Final41) []float32 { return f.Logits },
+		extra:  t.activations,
+		rows:   v41Rows,
+	}, p, prompts, tok, log)
 	return t
-}
-
-// Layers is the number of layers the tracer can run.
-func (t *V41Tracer) Layers() int { return len(t.records) }
-
-// BackendName is "cpu" for the host engine, else the name of the
-// backend the model's products run on.
-func (t *V41Tracer) BackendName() string {
-	if b := t.model.Backend(); b != nil {
-		return b.Name()
-	}
-	return "cpu"
-}
-
-// Forwards is the number of layer forwards run so far.
-func (t *V41Tracer) Forwards() int64 { return t.forwards.Load() }
-
-// PromptsJSON is prompts.json.
-func (t *V41Tracer) PromptsJSON() ([]byte, error) { return encode(t.prompts) }
-
-func (t *V41Tracer) lock(ctx context.Context) error {
-	select {
-	case t.sem <- struct{}{}:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-func (t *V41Tracer) unlock() { <-t.sem }
-
-// Layer returns layer l's outputs and record, running whatever layers up
-// to l have not run yet.
-func (t *V41Tracer) Layer(ctx context.Context, l int) (*v4.LayerOutput41, *V41LayerRecord, error) {
-	if l < 0 || l >= t.Layers() {
-		return nil, nil, fmt.Errorf("layer %d is not traceable (layers 0-%d are)", l, t.Layers()-1)
-	}
-	if err := t.lock(ctx); err != nil {
-		return nil, nil, err
-	}
-	defer t.unlock()
-	return t.layer(ctx, l)
-}
-
-func (t *V41Tracer) layer(ctx context.Context, l int) (*v4.LayerOutput41, *V41LayerRecord, error) {
-	for _, o := range t.recent {
-		if o.Layer == l {
-			return o, t.records[l], nil
-		}
-	}
-	from := l
-	for t.states[from] == nil && from > 0 {
-		from--
-	}
-	if t.states[from] == nil {
-		var ids []int
-		for _, s := range t.seqs {
-			ids = append(ids, s...)
-		}
-		e, err := t.model.EmbedRows(ids)
-		if err != nil {
-			return nil, nil, err
-		}
-		t.states[0] = t.model.Config.InitialState41(e, len(t.seqs))
-	}
-	var out *v4.LayerOutput41
-	for j := from; j <= l; j++ {
-		in := t.states[j]
-		var err error
-		if out, err = t.model.Forward(ctx, j, in, t.seqs, t.precision); err != nil {
-			return nil, nil, err
-		}
-		t.forwards.Add(1)
-		if t.log != nil {
-			t.log.Info("trace: layer forward", "layer", j, "tokens", t.tokens, "backend", t.BackendName(),
-				"precision", string(t.precision), "ms", out.Time.Milliseconds(), "load_ms", out.LoadTime.Milliseconds())
-		}
-		t.states[j+1] = out.Out
-		if t.records[j] == nil {
-			t.records[j] = t.record(in, out)
-		}
-		t.recent = append(t.recent, out)
-		if len(t.recent) > recentOutputs {
-			t.recent = t.recent[1:]
-		}
-	}
-	return out, t.records[l], nil
-}
-
-// Final returns the final collapse, norm and logits of every position,
-// running every layer first.
-func (t *V41Tracer) Final(ctx context.Context) (*v4.Final41, error) {
-	if t.Layers() < t.model.Config.Layers {
-		return nil, fmt.Errorf("the logits need every layer; layer %d cannot run", t.Layers())
-	}
-	if err := t.lock(ctx); err != nil {
-		return nil, err
-	}
-	defer t.unlock()
-	if t.final != nil {
-		return t.final, nil
-	}
-	last := t.Layers() - 1
-	if t.states[last+1] == nil {
-		if _, _, err := t.layer(ctx, last); err != nil {
-			return nil, err
-		}
-	}
-	f, err := t.model.Logits(ctx, t.states[last+1])
-	if err != nil {
-		return nil, err
-	}
-	t.final = f
-	return f, nil
 }
 
 // V41LayerRecord is layers/NN.json of a V4.1 layer.
@@ -178,22 +48,7 @@ type V41LayerRecord struct {
 	Layer       int       `json:"layer"`
 	Role        v4.Role41 `json:"role"`
 	Description string    `json:"description"`
-	Precision   string    `json:"precision"`
-	TimingMS    struct {
-		LoadCPU Num `json:"load_cpu"`
-		Forward Num `json:"forward"`
-	} `json:"timing_ms"`
-	RoutedExpertsRun int   `json:"routed_experts_run"`
-	StateTensors     int   `json:"state_tensors"`
-	StateNumel       int64 `json:"state_numel"`
-	StateBytes       int64 `json:"state_bytes"`
-	// WeightBytesRead counts routed experts only where a token selected
-	// them, and Engram table rows only where a token hashed to them.
-	WeightBytesRead int64       `json:"weight_bytes_read"`
-	StreamBefore    HiddenStats `json:"stream_before"`
-	StreamAfter     HiddenStats `json:"stream_after"`
-	AttnOut         HiddenStats `json:"attn_out"`
-	FFNOut          HiddenStats `json:"ffn_out"`
+	LayerRun
 	// PreMixIn collapses the attention input (the previous layer's FFN
 	// pre; one-hot for layer 0), PreMixOut is carried to the next layer.
 	PreMixIn   Spread             `json:"pre_mix_in"`
@@ -238,28 +93,14 @@ type CandidateBlocks struct {
 	Margin   Num   `json:"margin"`
 }
 
-func floats64(v []float32) []float64 {
-	out := make([]float64, len(v))
-	for i, x := range v {
-		out[i] = float64(x)
-	}
-	return out
-}
-
 func (t *V41Tracer) record(in *v4.State41, out *v4.LayerOutput41) *V41LayerRecord {
 	cfg := t.model.Config
-	l, d, n := out.Layer, cfg.Hidden, cfg.HCMult
+	l, n := out.Layer, cfg.HCMult
 	r := &V41LayerRecord{
-		Layer: l, Role: out.Role, Description: out.Role.Describe(), Precision: string(t.precision), RoutedExpertsRun: out.ExpertsRun,
-		StreamBefore: hiddenStats(in.Stream, d), StreamAfter: hiddenStats(out.StreamOut, d),
-		AttnOut: hiddenStats(out.AttnOut, d), FFNOut: hiddenStats(out.FFNOut, d),
+		Layer: l, Role: out.Role, Description: out.Role.Describe(), LayerRun: t.layerRun(in.Stream, out),
 		PreMixIn: spread(floats64(out.PreMixIn), true), PreMixOut: spread(floats64(out.PreMixOut), true),
 		HC: map[string]HCStats{"attn": hcStats(out.HCAttn, n), "ffn": hcStats(out.HCFFN, n)},
 	}
-	r.StateTensors, r.StateNumel, r.StateBytes = t.model.LayerTensors(l)
-	r.WeightBytesRead = out.WeightBytes
-	r.TimingMS.LoadCPU = Num(out.LoadTime.Seconds() * 1000)
-	r.TimingMS.Forward = Num(out.Time.Seconds() * 1000)
 	row := 0
 	for pi, sa := range out.Seqs {
 		T := len(t.seqs[pi])
@@ -276,30 +117,11 @@ func (t *V41Tracer) record(in *v4.State41, out *v4.LayerOutput41) *V41LayerRecor
 			pe.RowsRead = len(rows)
 			r.Engram = append(r.Engram, pe)
 		}
-		pk := PromptKeys{ID: t.prompts[pi].ID, CompressedEntries: len(sa.Compressed) / cfg.HeadDim}
-		nw := min(T, cfg.Window)
-		for i, v := range sa.TopK {
-			switch {
-			case v < 0:
-			case i%sa.K < nw:
-				pk.Window++
-			default:
-				pk.Compressed++
-			}
-		}
-		r.Keys = append(r.Keys, pk)
+		id := t.prompts[pi].ID
+		r.Keys = append(r.Keys, promptKeys(id, sa.TopK, sa.K, min(T, cfg.Window), len(sa.Compressed)/cfg.HeadDim))
 		if sa.IndexTopK != nil {
-			px := PromptIndexer{ID: t.prompts[pi].ID}
-			var margins []float64
-			for pos := range T {
-				m := float64(sa.IndexMargin[pos])
-				if !math.IsInf(m, 0) {
-					margins = append(margins, m)
-				}
-				px.Tokens = append(px.Tokens, IndexerPicks{Position: pos, Picks: sa.IndexTopK[pos*sa.IndexK : (pos+1)*sa.IndexK], Margin: Num(m)})
-			}
-			px.Margin = spread(margins, true)
-			r.Indexer = append(r.Indexer, px)
+			// V4.1 picks are in position order already.
+			r.Indexer = append(r.Indexer, promptIndexer(id, T, sa.IndexTopK, sa.IndexK, sa.IndexMargin, func(p []int32) []int32 { return p }))
 		}
 		if sa.BlockScores != nil {
 			pc := PromptCandidates{ID: t.prompts[pi].ID}
@@ -324,142 +146,68 @@ func (t *V41Tracer) record(in *v4.State41, out *v4.LayerOutput41) *V41LayerRecor
 		}
 		row += T
 	}
-	rt := out.Routes
-	r.Routing = routingTrace(t.prompts, t.tok, cfg.RoutedExperts, &model.Routes{K: rt.K, IDs: rt.IDs, Weights: rt.Weights, Margin: rt.Margin})
+	r.Routing = routingTrace(t.prompts, t.tok, cfg.RoutedExperts, routes(out.Routes))
 	return r
 }
 
-// LayerJSON is layers/NN.json.
-func (t *V41Tracer) LayerJSON(ctx context.Context, l int) ([]byte, error) {
-	_, r, err := t.Layer(ctx, l)
-	if err != nil {
-		return nil, err
-	}
-	return encode(r)
-}
-
-// Activations lists layer l's tensors: per prompt stream_out [T, hc, D],
-// attn_out and ffn_out [T, D], pre_mix [T, hc] (carried to the next
-// layer), compressed_kv [T/ratio, head_dim] (the shared compressed KV
-// the layer attends over), indexer_topk [T, k] (index sources),
-// candidates U8 [T, T/ratio] (the candidate mask, from the candidate
-// source on), engram_ids I32 [T, orders x heads] and engram_gate
-// [T, hc] (Engram layers), topk_ids and topk_weights [T, experts per
-// token].
-func (t *V41Tracer) Activations(l int) []V4Activation {
+// activations adds a V4.1 layer l's own tensors of a prompt of T tokens
+// to Activations: pre_mix [T, hc] (carried to the next layer),
+// compressed_kv [T/ratio, head_dim] (the shared compressed KV the layer
+// attends over), indexer_topk [T, k] (index sources), candidates U8
+// [T, T/ratio] (the candidate mask, from the candidate source on),
+// engram_ids I32 [T, orders x heads] and engram_gate [T, hc] (Engram
+// layers).
+func (t *V41Tracer) activations(l int, T int64, add func(kind string, dt safetensors.DType, shape ...int64)) {
 	cfg := t.model.Config
 	role := cfg.Roles[l]
-	var out []V4Activation
-	for pi, p := range t.prompts {
-		T := int64(len(p.TokenIDs))
-		add := func(kind string, dt safetensors.DType, shape ...int64) {
-			out = append(out, V4Activation{Name: p.ID + "." + kind, DType: dt, Shape: shape, prompt: pi, kind: kind})
+	add("pre_mix", safetensors.F32, T, int64(cfg.HCMult))
+	if r := int64(role.Ratio); r > 0 && T/r > 0 {
+		add("compressed_kv", safetensors.F32, T/r, int64(cfg.HeadDim))
+		if role.IndexSource {
+			add("indexer_topk", safetensors.I32, T, min(int64(cfg.IndexTopK), T/r))
 		}
-		add("stream_out", safetensors.F32, T, int64(cfg.HCMult), int64(cfg.Hidden))
-		add("attn_out", safetensors.F32, T, int64(cfg.Hidden))
-		add("ffn_out", safetensors.F32, T, int64(cfg.Hidden))
-		add("pre_mix", safetensors.F32, T, int64(cfg.HCMult))
-		if r := int64(role.Ratio); r > 0 && T/r > 0 {
-			add("compressed_kv", safetensors.F32, T/r, int64(cfg.HeadDim))
-			if role.IndexSource {
-				add("indexer_topk", safetensors.I32, T, min(int64(cfg.IndexTopK), T/r))
-			}
-			if cfg.CandidateSource >= 0 && l >= cfg.CandidateSource {
-				add("candidates", safetensors.U8, T, T/r)
-			}
+		if cfg.CandidateSource >= 0 && l >= cfg.CandidateSource {
+			add("candidates", safetensors.U8, T, T/r)
 		}
-		if role.Engram {
-			add("engram_ids", safetensors.I32, T, int64((cfg.EngramMaxNgram-1)*cfg.EngramHeads))
-			add("engram_gate", safetensors.F32, T, int64(cfg.HCMult))
-		}
-		add("topk_ids", safetensors.I32, T, int64(cfg.TopK))
-		add("topk_weights", safetensors.F32, T, int64(cfg.TopK))
 	}
-	return out
+	if role.Engram {
+		add("engram_ids", safetensors.I32, T, int64((cfg.EngramMaxNgram-1)*cfg.EngramHeads))
+		add("engram_gate", safetensors.F32, T, int64(cfg.HCMult))
+	}
 }
 
-// LogitActivations lists logits.safetensors: <id>.logits [T, vocab].
-func (t *V41Tracer) LogitActivations() []V4Activation {
-	var out []V4Activation
-	for pi, p := range t.prompts {
-		out = append(out, V4Activation{Name: p.ID + ".logits", DType: safetensors.F32,
-			Shape: []int64{int64(len(p.TokenIDs)), int64(t.model.Config.Vocab)}, prompt: pi, kind: "logits"})
-	}
-	return out
-}
-
-// ReadActivation writes rows [r0, r1) of activation a (of layer l; -1 for
-// the logits) into dst as little-endian values, running what it needs.
-func (t *V41Tracer) ReadActivation(ctx context.Context, l int, a V4Activation, r0, r1 int, dst []byte) error {
-	if int64(len(dst)) != int64(r1-r0)*a.RowBytes() || r0 < 0 || r1 > a.Rows() {
-		return fmt.Errorf("%s: rows [%d, %d) into %d bytes", a.Name, r0, r1, len(dst))
-	}
-	w := int(a.RowBytes() / int64(a.DType.Bits()/8))
-	row := 0
-	for _, s := range t.seqs[:a.prompt] {
-		row += len(s)
-	}
-	var src []float32
-	var ids []int32
-	if a.kind == "logits" {
-		f, err := t.Final(ctx)
-		if err != nil {
-			return err
+// v41Rows is where a V4.1 layer activation lies in out.
+func v41Rows(out *v4.LayerOutput41, a V4Activation) (activationRows, error) {
+	sa := out.Seqs[a.prompt]
+	switch a.kind {
+	case "stream_out":
+		return activationRows{f32: out.StreamOut}, nil
+	case "attn_out":
+		return activationRows{f32: out.AttnOut}, nil
+	case "ffn_out":
+		return activationRows{f32: out.FFNOut}, nil
+	case "pre_mix":
+		return activationRows{f32: out.PreMixOut}, nil
+	case "compressed_kv":
+		return activationRows{f32: sa.Compressed, own: true}, nil
+	case "indexer_topk":
+		return activationRows{i32: sa.IndexTopK, own: true}, nil
+	case "candidates":
+		mask := out.Out.Shared[a.prompt].Candidates
+		if w := int(a.RowBytes()); len(mask) != a.Rows()*w {
+			return activationRows{}, fmt.Errorf("%s: the candidate mask holds %d entries, not %d x %d", a.Name, len(mask), a.Rows(), w)
 		}
-		src = f.Logits
-	} else {
-		out, _, err := t.Layer(ctx, l)
-		if err != nil {
-			return err
-		}
-		sa := out.Seqs[a.prompt]
-		switch a.kind {
-		case "stream_out":
-			src = out.StreamOut
-		case "attn_out":
-			src = out.AttnOut
-		case "ffn_out":
-			src = out.FFNOut
-		case "pre_mix":
-			src = out.PreMixOut
-		case "compressed_kv":
-			src, row = sa.Compressed, 0
-		case "indexer_topk":
-			ids, row = sa.IndexTopK, 0
-		case "candidates":
-			mask := out.Out.Shared[a.prompt].Candidates
-			if len(mask) != a.Rows()*w {
-				return fmt.Errorf("%s: the candidate mask holds %d entries, not %d x %d", a.Name, len(mask), a.Rows(), w)
-			}
-			for i, keep := range mask[r0*w : r1*w] {
-				dst[i] = 0
-				if keep {
-					dst[i] = 1
-				}
-			}
-			return nil
-		case "engram_ids":
-			ids = out.Engram.HashIDs
-		case "engram_gate":
-			src = out.Engram.Gate
-		case "topk_ids":
-			ids = out.Routes.IDs
-		case "topk_weights":
-			src = out.Routes.Weights
-		default:
-			return fmt.Errorf("%s: unknown activation", a.Name)
-		}
+		return activationRows{mask: mask, own: true}, nil
+	case "engram_ids":
+		return activationRows{i32: out.Engram.HashIDs}, nil
+	case "engram_gate":
+		return activationRows{f32: out.Engram.Gate}, nil
+	case "topk_ids":
+		return activationRows{i32: out.Routes.IDs}, nil
+	case "topk_weights":
+		return activationRows{f32: out.Routes.Weights}, nil
 	}
-	if ids != nil {
-		for i, v := range ids[(row+r0)*w : (row+r1)*w] {
-			binary.LittleEndian.PutUint32(dst[4*i:], uint32(v))
-		}
-		return nil
-	}
-	for i, v := range src[(row+r0)*w : (row+r1)*w] {
-		binary.LittleEndian.PutUint32(dst[4*i:], math.Float32bits(v))
-	}
-	return nil
+	return activationRows{}, fmt.Errorf("%s: unknown activation", a.Name)
 }
 
 // V41Document is trace.json of a V4.1 trace.
@@ -487,27 +235,17 @@ type V41Document struct {
 
 // TraceJSON is trace.json: every layer's record, running every layer.
 func (t *V41Tracer) TraceJSON(ctx context.Context) ([]byte, error) {
-	if n := t.Layers(); n > 0 {
-		if _, _, err := t.Layer(ctx, n-1); err != nil {
-			return nil, err
-		}
+	if err := t.runAll(ctx); err != nil {
+		return nil, err
 	}
 	cfg := t.model.Config
-	device := "host (pure Go V4 engine)"
-	if b := t.model.Backend(); b != nil {
-		device = b.Device() + " (products and V4.1 operations; the rest on the host V4 engine)"
-	}
 	d := V41Document{
 		SchemaVersion: SchemaVersion,
-		CapturedAtUTC: time.Now().UTC().Format(time.RFC3339),
+		CapturedAtUTC: capturedAt(),
 		Model:         cfg.ModelType,
 		Reference:     V41Reference,
 		Precision:     string(t.precision),
-		Environment: Environment{
-			Go: runtime.Version(), OS: runtime.GOOS, Arch: runtime.GOARCH,
-			CPUThreads: runtime.GOMAXPROCS(0), Backend: t.BackendName(), Device: device,
-			MatmulKernel: simd.Kernel(), ComputeDType: "float32",
-		},
+		Environment:   t.environment("V4.1"),
 		Configuration: cfg,
 		Engram:        t.model.Engram,
 		DSparkStages:  t.model.DSparkStages(),
@@ -519,10 +257,9 @@ func (t *V41Tracer) TraceJSON(ctx context.Context) ([]byte, error) {
 			d.Problems = append(d.Problems, fmt.Sprintf("layer %d: %s", l, p))
 		}
 	}
-	if err := t.lock(ctx); err != nil {
+	var err error
+	if d.Layers, err = t.recorded(ctx); err != nil {
 		return nil, err
 	}
-	d.Layers = slices.Clone(t.records)
-	t.unlock()
 	return encode(d)
 }

@@ -3,14 +3,12 @@ package trace
 import (
 	"context"
 	"encoding/json"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
-	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/internal/testdata"
+	"github.com/dsfs/dsfs/internal/v4tiny"
 	"github.com/dsfs/dsfs/trace/v4"
 )
 
@@ -47,46 +45,9 @@ type v41Golden struct {
 // v41Tracer traces v41-tiny's two golden sequences as two prompts.
 func v41Tracer(t *testing.T, p v4.Precision) (*V41Tracer, *v41Golden) {
 	t.Helper()
-	dir := filepath.Join(testdata.Dir(t), "trace", "v41-tiny")
-	raw, err := os.ReadFile(filepath.Join(dir, "golden.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	var g v41Golden
-	if err := json.Unmarshal(raw, &g); err != nil {
-		t.Fatal(err)
-	}
-	cat, err := checkpoint.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cat.Close() })
-	inf, err := os.ReadFile(filepath.Join(dir, "inference", "config.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tj, err := os.ReadFile(filepath.Join(dir, "tokenizer.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := v4.Open41(cat, inf, tj)
-	if err != nil {
-		t.Fatal(err)
-	}
-	prompts := []Prompt{{ID: "s0", TokenIDs: g.Sequences[0].TokenIDs}, {ID: "s1", TokenIDs: g.Sequences[1].TokenIDs}}
-	if err := Encode(prompts, nil, m.Config.Vocab); err != nil {
-		t.Fatal(err)
-	}
-	return NewV41(m, p, prompts, nil, nil), &g
-}
-
-func readV41(t *testing.T, tr *V41Tracer, l int, a V4Activation) []byte {
-	t.Helper()
-	b := make([]byte, int64(a.Rows())*a.RowBytes())
-	if err := tr.ReadActivation(context.Background(), l, a, 0, a.Rows(), b); err != nil {
-		t.Fatal(err)
-	}
-	return b
+	m := v4tiny.Open41(t, testdata.TraceGolden(t, "v41-tiny", &g))
+	return NewV41(m, p, twoPrompts(t, g.Sequences[0].TokenIDs, g.Sequences[1].TokenIDs, m.Config.Vocab), nil, nil), &g
 }
 
 // TestV41TracerActivations reads every activation of every layer, last
@@ -105,7 +66,7 @@ func TestV41TracerActivations(t *testing.T) {
 		for l := last; l >= 0; l-- {
 			for _, a := range tr.Activations(l) {
 				gl := g.Sequences[a.prompt].Modes[string(p)].Layers[l]
-				b := readV41(t, tr, l, a)
+				b := readActivation(t, tr, l, a)
 				what := string(p) + " layer " + a.Name
 				switch a.kind {
 				case "stream_out":
@@ -144,7 +105,7 @@ func TestV41TracerActivations(t *testing.T) {
 			t.Errorf("%s: %d forwards for %d layers", p, n, last+1)
 		}
 		for _, a := range tr.LogitActivations() {
-			within(t, string(p)+" "+a.Name, f32s(readV41(t, tr, -1, a)), g.Sequences[a.prompt].Modes[string(p)].Final.Logits.Data)
+			within(t, string(p)+" "+a.Name, f32s(readActivation(t, tr, -1, a)), g.Sequences[a.prompt].Modes[string(p)].Final.Logits.Data)
 		}
 	}
 }

@@ -5,13 +5,11 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"math"
-	"os"
-	"path/filepath"
 	"slices"
 	"testing"
 
-	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/internal/testdata"
+	"github.com/dsfs/dsfs/internal/v4tiny"
 	"github.com/dsfs/dsfs/safetensors"
 	"github.com/dsfs/dsfs/trace/v4"
 )
@@ -48,37 +46,25 @@ type v4Array struct {
 // one batch.
 func v4Tracer(t *testing.T, p v4.Precision) (*V4Tracer, *v4Golden) {
 	t.Helper()
-	dir := filepath.Join(testdata.Dir(t), "trace", "v4-tiny")
-	raw, err := os.ReadFile(filepath.Join(dir, "golden.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	var g v4Golden
-	if err := json.Unmarshal(raw, &g); err != nil {
-		t.Fatal(err)
-	}
-	cat, err := checkpoint.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cat.Close() })
-	inf, err := os.ReadFile(filepath.Join(dir, "inference", "config.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := v4.Open(cat, inf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	prompts := []Prompt{{ID: "s0", TokenIDs: g.Sequences[0].TokenIDs}, {ID: "s1", TokenIDs: g.Sequences[1].TokenIDs}}
-	if err := Encode(prompts, nil, m.Config.Vocab); err != nil {
-		t.Fatal(err)
-	}
-	return NewV4(m, p, prompts, nil, nil), &g
+	m := v4tiny.Open(t, testdata.TraceGolden(t, "v4-tiny", &g))
+	return NewV4(m, p, twoPrompts(t, g.Sequences[0].TokenIDs, g.Sequences[1].TokenIDs, m.Config.Vocab), nil, nil), &g
 }
 
-// readV4 reads a whole activation as raw little-endian bytes.
-func readV4(t *testing.T, tr *V4Tracer, l int, a V4Activation) []byte {
+// twoPrompts is two golden sequences as prompts s0 and s1.
+func twoPrompts(t *testing.T, s0, s1 []int, vocab int) []Prompt {
+	t.Helper()
+	prompts := []Prompt{{ID: "s0", TokenIDs: s0}, {ID: "s1", TokenIDs: s1}}
+	if err := Encode(prompts, nil, vocab); err != nil {
+		t.Fatal(err)
+	}
+	return prompts
+}
+
+// readActivation reads a whole activation as raw little-endian bytes.
+func readActivation(t *testing.T, tr interface {
+	ReadActivation(ctx context.Context, l int, a V4Activation, r0, r1 int, dst []byte) error
+}, l int, a V4Activation) []byte {
 	t.Helper()
 	b := make([]byte, int64(a.Rows())*a.RowBytes())
 	if err := tr.ReadActivation(context.Background(), l, a, 0, a.Rows(), b); err != nil {
@@ -130,7 +116,7 @@ func TestV4TracerGolden(t *testing.T) {
 			acts := tr.Activations(l)
 			for _, a := range acts {
 				gl := g.Sequences[a.prompt].Modes[string(p)].Layers[l]
-				b := readV4(t, tr, l, a)
+				b := readActivation(t, tr, l, a)
 				switch a.kind {
 				case "stream_out":
 					within(t, a.Name, f32s(b), gl.StreamOut.Data)
@@ -160,7 +146,7 @@ func TestV4TracerGolden(t *testing.T) {
 			}
 		}
 		for _, a := range tr.LogitActivations() {
-			within(t, string(p)+" "+a.Name, f32s(readV4(t, tr, -1, a)), g.Sequences[a.prompt].Modes[string(p)].Final.Logits.Data)
+			within(t, string(p)+" "+a.Name, f32s(readActivation(t, tr, -1, a)), g.Sequences[a.prompt].Modes[string(p)].Final.Logits.Data)
 		}
 		if n := tr.Forwards(); n != 5 {
 			t.Errorf("%d forwards for 5 layers and the logits", n)

@@ -20,16 +20,20 @@ import (
 // logits.safetensors. Layers run at the precision --trace-precision names
 // (a8, the default, or fp32), on the backend --device chooses.
 func buildTraceV4(s *Set, prompts []trace.Prompt, user bool) (Built, error) {
-	return buildTraceV4Family(s, prompts, user, []string{"inference/config.json"}, func(files map[string][]byte) (v4Opened, error) {
-		m, err := v4.Open(s.Cat, files["inference/config.json"])
-		if err != nil {
-			return v4Opened{}, err
-		}
-		return v4Opened{model: m, vocab: m.Config.Vocab, layers: m.Config.Layers,
-			tracer: func(b model.Backend, p v4.Precision, prompts []trace.Prompt, tok *tokenizer.Tokenizer) v4Tracer {
-				m.SetBackend(b)
-				return trace.NewV4(m, p, prompts, tok, slog.Default())
-			}}, nil
+	prec, err := tracePrecision(s.Opt.TracePrecision)
+	if err != nil {
+		return Built{}, err
+	}
+	files, failed := readCatalogFiles(s, "inference/config.json")
+	if failed != nil {
+		return *failed, nil
+	}
+	m, err := v4.Open(s.Cat, files["inference/config.json"])
+	if err != nil {
+		return traceError("cannot read the model", err.Error()), nil
+	}
+	return s.serveV4Trace(m, m.Config.Vocab, m.Config.Layers, prompts, user, prec, func(prompts []trace.Prompt, tok *tokenizer.Tokenizer) v4Tracer {
+		return trace.NewV4(m, prec, prompts, tok, slog.Default())
 	})
 }
 
@@ -37,46 +41,29 @@ func buildTraceV4(s *Set, prompts []trace.Prompt, user bool) (Built, error) {
 // with the layers' carried pre_mix, candidate masks and Engram hash ids
 // and gates. DSpark stages (mtp.*) are listed in trace.json, not run.
 func buildTraceV41(s *Set, prompts []trace.Prompt, user bool) (Built, error) {
-	return buildTraceV4Family(s, prompts, user, []string{"inference/config.json", "tokenizer.json"}, func(files map[string][]byte) (v4Opened, error) {
-		m, err := v4.Open41(s.Cat, files["inference/config.json"], files["tokenizer.json"])
-		if err != nil {
-			return v4Opened{}, err
-		}
-		return v4Opened{model: m, vocab: m.Config.Vocab, layers: m.Config.Layers,
-			tracer: func(b model.Backend, p v4.Precision, prompts []trace.Prompt, tok *tokenizer.Tokenizer) v4Tracer {
-				m.SetBackend(b)
-				return trace.NewV41(m, p, prompts, tok, slog.Default())
-			}}, nil
-	})
-}
-
-// v4Opened is a V4 or V4.1 model opened from the checkpoint's files, with
-// what trace/ needs of it: tracer runs its layers on backend b (nil: the
-// host engine).
-type v4Opened struct {
-	model         v4Model
-	vocab, layers int
-	tracer        func(b model.Backend, p v4.Precision, prompts []trace.Prompt, tok *tokenizer.Tokenizer) v4Tracer
-}
-
-// buildTraceV4Family reads the named checkpoint files, opens the model
-// from them and lays out its trace/ at the precision --trace-precision
-// names, on the backend --device chooses.
-func buildTraceV4Family(s *Set, prompts []trace.Prompt, user bool, names []string, open func(files map[string][]byte) (v4Opened, error)) (Built, error) {
 	prec, err := tracePrecision(s.Opt.TracePrecision)
 	if err != nil {
 		return Built{}, err
 	}
-	files, failed := readCatalogFiles(s, names...)
+	files, failed := readCatalogFiles(s, "inference/config.json", "tokenizer.json")
 	if failed != nil {
 		return *failed, nil
 	}
-	m, err := open(files)
+	m, err := v4.Open41(s.Cat, files["inference/config.json"], files["tokenizer.json"])
 	if err != nil {
 		return traceError("cannot read the model", err.Error()), nil
 	}
+	return s.serveV4Trace(m, m.Config.Vocab, m.Config.Layers, prompts, user, prec, func(prompts []trace.Prompt, tok *tokenizer.Tokenizer) v4Tracer {
+		return trace.NewV41(m, prec, prompts, tok, slog.Default())
+	})
+}
+
+// serveV4Trace is trace/ of an opened V4-family model m of vocab ids and
+// layers layers: it encodes the prompts, starts the backend --device
+// chooses and lays out the files of the tracer newTracer makes.
+func (s *Set) serveV4Trace(m v4Model, vocab, layers int, prompts []trace.Prompt, user bool, prec v4.Precision, newTracer func([]trace.Prompt, *tokenizer.Tokenizer) v4Tracer) (Built, error) {
 	var out Built
-	tok, problems, failed, err := v4Prompts(s, &prompts, user, m.vocab)
+	tok, problems, failed, err := v4Prompts(s, &prompts, user, vocab)
 	if failed != nil || err != nil {
 		return *failed, err
 	}
@@ -84,11 +71,12 @@ func buildTraceV4Family(s *Set, prompts []trace.Prompt, user bool, names []strin
 	if err != nil {
 		return out, err
 	}
-	tr := m.tracer(backend, prec, prompts, tok)
+	m.SetBackend(backend)
+	tr := newTracer(prompts, tok)
 	out.Stats = func() any {
 		return map[string]any{"layer_forwards": tr.Forwards(), "backend": tr.BackendName(), "precision": string(prec)}
 	}
-	return s.v4Tree(out, tr, m.model, m.layers, problems)
+	return s.v4Tree(out, tr, m, layers, problems)
 }
 
 // readCatalogFiles reads the named files of the checkpoint that exist;
@@ -158,9 +146,10 @@ func v4Backend(s *Set, out *Built) (model.Backend, error) {
 	return backend, nil
 }
 
-// v4Model is what trace/ reports of a V4-family model it cannot run
-// whole.
+// v4Model is what trace/ sets and reports of a V4-family model: the
+// backend it runs on and what keeps it from running whole.
 type v4Model interface {
+	SetBackend(model.Backend)
 	Checked() int
 	Problems(l int) []string
 	HeadProblems() []string
@@ -169,14 +158,14 @@ type v4Model interface {
 // v4Tracer is a V4 or V4.1 tracer: what trace/'s files are read from.
 type v4Tracer interface {
 	Layers() int
+	Forwards() int64
+	BackendName() string
 	PromptsJSON() ([]byte, error)
 	TraceJSON(ctx context.Context) ([]byte, error)
 	LayerJSON(ctx context.Context, l int) ([]byte, error)
 	Activations(l int) []trace.V4Activation
 	LogitActivations() []trace.V4Activation
 	ReadActivation(ctx context.Context, l int, a trace.V4Activation, r0, r1 int, dst []byte) error
-	Forwards() int64
-	BackendName() string
 }
 
 // v4Tree lays out trace/ of a V4-family model of layers layers: prompts,

@@ -19,11 +19,6 @@ import (
 // checkpoint with its first golden sequence as the prompt, and reads the
 // last layer's output stream and the logits through Readers.
 func TestTraceViewV4(t *testing.T) {
-	dir := filepath.Join(testdata.Dir(t), "trace", "v4-tiny")
-	raw, err := os.ReadFile(filepath.Join(dir, "golden.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	type arr struct {
 		Data []byte `json:"data"`
 	}
@@ -40,9 +35,7 @@ func TestTraceViewV4(t *testing.T) {
 			} `json:"modes"`
 		} `json:"sequences"`
 	}
-	if err := json.Unmarshal(raw, &g); err != nil {
-		t.Fatal(err)
-	}
+	dir := testdata.TraceGolden(t, "v4-tiny", &g)
 	seq := g.Sequences[0]
 	ids, _ := json.Marshal(seq.TokenIDs)
 	prompts := filepath.Join(t.TempDir(), "p.json")

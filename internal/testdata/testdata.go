@@ -35,24 +35,33 @@ func Dir(t testing.TB) string {
 	}
 }
 
-// TraceSequences returns the directory of a reference checkpoint of
-// testdata/trace (e.g. "v2lite-tiny") and the token ids of its golden
-// sequences.
-func TraceSequences(tb testing.TB, name string) (dir string, seqs [][]int) {
+// TraceGolden reads the golden.json of a reference checkpoint of
+// testdata/trace (e.g. "v4-tiny") into v and returns the checkpoint's
+// directory.
+func TraceGolden(tb testing.TB, name string, v any) (dir string) {
 	tb.Helper()
 	dir = filepath.Join(Dir(tb), "trace", name)
 	raw, err := os.ReadFile(filepath.Join(dir, "golden.json"))
 	if err != nil {
 		tb.Fatal(err)
 	}
+	if err := json.Unmarshal(raw, v); err != nil {
+		tb.Fatalf("%s: %v", dir, err)
+	}
+	return dir
+}
+
+// TraceSequences returns the directory of a reference checkpoint of
+// testdata/trace (e.g. "v2lite-tiny") and the token ids of its golden
+// sequences.
+func TraceSequences(tb testing.TB, name string) (dir string, seqs [][]int) {
+	tb.Helper()
 	var g struct {
 		Sequences []struct {
 			TokenIDs []int `json:"token_ids"`
 		} `json:"sequences"`
 	}
-	if err := json.Unmarshal(raw, &g); err != nil {
-		tb.Fatalf("%s: %v", dir, err)
-	}
+	dir = TraceGolden(tb, name, &g)
 	for _, s := range g.Sequences {
 		seqs = append(seqs, s.TokenIDs)
 	}

@@ -29,7 +29,7 @@ func (c *Config) InvFreq() []float32 {
 	if y == nil {
 		return out
 	}
-	low, high := yarnCorrectionRange(y.BetaFast, y.BetaSlow, dim, float64(c.RopeTheta), y.OrigMaxPos)
+	low, high := YaRNCorrectionRange(y.BetaFast, y.BetaSlow, dim, float64(c.RopeTheta), y.OrigMaxPos)
 	if low == high {
 		high += 0.001
 	}
@@ -47,9 +47,9 @@ func (c *Config) InvFreq() []float32 {
 	return out
 }
 
-// yarnCorrectionRange is the range of pair indices over which YaRN blends
-// interpolated and original frequencies.
-func yarnCorrectionRange(betaFast, betaSlow float64, dim int, base float64, origMaxPos int) (float64, float64) {
+// YaRNCorrectionRange is the range of pair indices over which YaRN blends
+// interpolated and original frequencies (V2, V3 and V4 alike).
+func YaRNCorrectionRange(betaFast, betaSlow float64, dim int, base float64, origMaxPos int) (float64, float64) {
 	corr := func(rot float64) float64 {
 		return float64(dim) * math.Log(float64(origMaxPos)/(rot*2*math.Pi)) / (2 * math.Log(base))
 	}

@@ -22,38 +22,22 @@ const (
 func (f *forward) attention(x []float32) ([]float32, error) {
 	cfg, w, out := f.cfg, f.w, f.out
 	h, hd, rd := cfg.Heads, cfg.HeadDim, cfg.RopeDim
-	q0, err := f.mm(w.wqA, x, f.n, f.a8)
-	if err != nil {
-		return nil, err
-	}
-	out.QR = rmsNorm(q0, w.qNorm, cfg.NormEps)
-	q, err := f.mm(w.wqB, out.QR, f.n, f.a8)
-	if err != nil {
+	var q, kv []float32
+	var rp *rope
+	var err error
+	if out.QR, q, kv, rp, err = f.project(x); err != nil {
 		return nil, err
 	}
 	rmsNormInto(q, q, nil, hd, cfg.NormEps) // per head, unweighted
-	kv, err := f.mm(w.wkv, x, f.n, f.a8)
-	if err != nil {
-		return nil, err
-	}
-	kv = rmsNorm(kv, w.kvNorm, cfg.NormEps)
 
-	longest := 0
-	for _, s := range f.seqs {
-		longest = max(longest, len(s))
-	}
-	rp := newRope(cfg.InvFreq(f.l), longest)
 	o := make([]float32, f.n*h*hd)
 	row := 0
 	for _, s := range f.seqs {
 		T := len(s)
+		f.rotate(rp, q, h, row, T, false)
+		f.rotate(rp, kv, 1, row, T, false)
 		for t := range T {
-			for i := range h {
-				rp.apply(q[((row+t)*h+i)*hd+hd-rd:((row+t)*h+i+1)*hd], t, false)
-			}
-			k := kv[(row+t)*hd : (row+t+1)*hd]
-			rp.apply(k[hd-rd:], t, false)
-			simd.QuantE4M3(k[:hd-rd], kvQuantBlock)
+			simd.QuantE4M3(kv[(row+t)*hd:(row+t+1)*hd-rd], kvQuantBlock)
 		}
 		sa, err := f.seqAttention(x[row*cfg.Hidden:(row+T)*cfg.Hidden], out.QR[row*cfg.QLoRA:(row+T)*cfg.QLoRA],
 			q[row*h*hd:(row+T)*h*hd], kv[row*hd:(row+T)*hd], o[row*h*hd:(row+T)*h*hd], rp)
@@ -61,11 +45,7 @@ func (f *forward) attention(x []float32) ([]float32, error) {
 			return nil, err
 		}
 		out.Seqs = append(out.Seqs, sa)
-		for t := range T {
-			for i := range h {
-				rp.apply(o[((row+t)*h+i)*hd+hd-rd:((row+t)*h+i+1)*hd], t, true)
-			}
-		}
+		f.rotate(rp, o, h, row, T, true)
 		row += T
 		if err := f.ctx.Err(); err != nil {
 			return nil, err
@@ -78,6 +58,43 @@ func (f *forward) attention(x []float32) ([]float32, error) {
 		return nil, err
 	}
 	return f.mm(w.woB, z, f.n, f.a8)
+}
+
+// project runs the attention's projections of x [tokens, D]: the query
+// LoRA qr (q_norm-ed), the queries q [tokens, heads, head_dim] and the
+// window KV kv [tokens, head_dim] (kv_norm-ed), and makes the rotary
+// tables for the longest sequence.
+func (f *forward) project(x []float32) (qr, q, kv []float32, rp *rope, err error) {
+	cfg, w := f.cfg, f.w
+	q0, err := f.mm(w.wqA, x, f.n, f.a8)
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	qr = rmsNorm(q0, w.qNorm, cfg.NormEps)
+	if q, err = f.mm(w.wqB, qr, f.n, f.a8); err != nil {
+		return nil, nil, nil, nil, err
+	}
+	if kv, err = f.mm(w.wkv, x, f.n, f.a8); err != nil {
+		return nil, nil, nil, nil, err
+	}
+	kv = rmsNorm(kv, w.kvNorm, cfg.NormEps)
+	longest := 0
+	for _, s := range f.seqs {
+		longest = max(longest, len(s))
+	}
+	return qr, q, kv, newRope(cfg.InvFreq(f.l), longest), nil
+}
+
+// rotate applies RoPE (inverse: its inverse) to the rope dims, the last
+// of each head, of rows [row, row+T) of v [tokens, heads, head_dim]: one
+// sequence, at positions 0 to T-1.
+func (f *forward) rotate(rp *rope, v []float32, heads, row, T int, inverse bool) {
+	hd, rd := f.cfg.HeadDim, f.cfg.RopeDim
+	for t := range T {
+		for i := range heads {
+			rp.apply(v[((row+t)*heads+i)*hd+hd-rd:((row+t)*heads+i+1)*hd], t, inverse)
+		}
+	}
 }
 
 // groupedWoA is the grouped output projection's first half: group g of o

@@ -80,6 +80,37 @@ type LayerOutput struct {
 	ExpertsRun  int
 }
 
+// InitialStream is the [tokens, hc, D] stream entering layer 0: each
+// token's embedding row [tokens, D] in hc_mult identical streams.
+func (c *Config) InitialStream(embed []float32) []float32 {
+	n, d := c.HCMult, c.Hidden
+	s := make([]float32, 0, len(embed)*n)
+	for r := 0; r < len(embed); r += d {
+		for range n {
+			s = append(s, embed[r:r+d]...)
+		}
+	}
+	return s
+}
+
+// tokens checks a forward of layer l at precision p over seqs against c
+// and counts the tokens.
+func (c *Config) tokens(l int, seqs [][]int, p Precision) (int, error) {
+	if p != A8 && p != FP32 {
+		return 0, fmt.Errorf("precision %q is not a8 or fp32", p)
+	}
+	n := 0
+	for _, s := range seqs {
+		n += len(s)
+		for _, id := range s {
+			if id < 0 || id >= c.Vocab {
+				return 0, fmt.Errorf("layer %d: token id %d outside the vocabulary [0, %d)", l, id, c.Vocab)
+			}
+		}
+	}
+	return n, nil
+}
+
 // Forward runs layer l on stream [tokens, hc, D], the residual streams of
 // the sequences seqs (token ids; positions 0.. in each), at precision p.
 func (m *Model) Forward(ctx context.Context, l int, stream []float32, seqs [][]int, p Precision) (*LayerOutput, error) {
@@ -93,17 +124,9 @@ func (m *Model) Forward(ctx context.Context, l int, stream []float32, seqs [][]i
 	if m.layers[l] == nil {
 		return nil, fmt.Errorf("layer %d cannot run: %v", l, m.problems[l])
 	}
-	if p != A8 && p != FP32 {
-		return nil, fmt.Errorf("precision %q is not a8 or fp32", p)
-	}
-	n := 0
-	for _, s := range seqs {
-		n += len(s)
-		for _, id := range s {
-			if id < 0 || id >= cfg.Vocab {
-				return nil, fmt.Errorf("layer %d: token id %d outside the vocabulary [0, %d)", l, id, cfg.Vocab)
-			}
-		}
+	n, err := cfg.tokens(l, seqs, p)
+	if err != nil {
+		return nil, err
 	}
 	if len(stream) != n*cfg.HCMult*cfg.Hidden {
 		return nil, fmt.Errorf("layer %d: %d stream values for %d tokens of %d x %d", l, len(stream), n, cfg.HCMult, cfg.Hidden)

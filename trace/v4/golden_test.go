@@ -3,7 +3,6 @@ package v4
 import (
 	"context"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -135,15 +134,22 @@ func loadGolden(t *testing.T) (*Model, *golden) {
 	if goldenCache.m != nil {
 		return goldenCache.m, goldenCache.g
 	}
-	dir := filepath.Join(testdata.Dir(t), "trace", "v4-tiny")
-	b, err := os.ReadFile(filepath.Join(dir, "golden.json"))
+	g := new(golden)
+	cat, inf := openCatalog(t, testdata.TraceGolden(t, "v4-tiny", g))
+	m, err := Open(cat, inf)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var g golden
-	if err := json.Unmarshal(b, &g); err != nil {
-		t.Fatal(err)
-	}
+	mustRun(t, m.Config.Layers, m.Problems, m.HeadProblems())
+	goldenCache.m, goldenCache.g = m, g
+	return m, g
+}
+
+// openCatalog opens the checkpoint in dir and reads its
+// inference/config.json. The catalog stays open: the models made of it
+// are shared by the tests of the binary.
+func openCatalog(t testing.TB, dir string) (*checkpoint.Catalog, []byte) {
+	t.Helper()
 	cat, err := checkpoint.Open(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -152,20 +158,21 @@ func loadGolden(t *testing.T) (*Model, *golden) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := Open(cat, inf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for l := range m.Config.Layers {
-		if p := m.Problems(l); p != nil {
+	return cat, inf
+}
+
+// mustRun fails t when any of a model's layers or its head has a
+// problem.
+func mustRun(t testing.TB, layers int, problems func(int) []string, head []string) {
+	t.Helper()
+	for l := range layers {
+		if p := problems(l); p != nil {
 			t.Fatalf("layer %d: %v", l, p)
 		}
 	}
-	if p := m.HeadProblems(); p != nil {
-		t.Fatalf("head: %v", p)
+	if head != nil {
+		t.Fatalf("head: %v", head)
 	}
-	goldenCache.m, goldenCache.g = m, &g
-	return m, &g
 }
 
 // relDiff is max|got - want| / max|want|.
@@ -233,6 +240,27 @@ func sameSets(a, b []int32, k int) bool {
 	return true
 }
 
+// routes compares the experts each token chose, as sets, and their
+// weights with g's.
+func (c *comparer) routes(got Routes, g *goldenLayer) {
+	c.t.Helper()
+	k := got.K
+	wantIDs := g.Route.IDs.i32(c.t)
+	if !sameSets(got.IDs, wantIDs, k) {
+		c.t.Errorf("%s routes: got %v, want %v", c.where, got.IDs, wantIDs)
+		return
+	}
+	// Weights go with their ids: compare in the golden's order.
+	wantW := g.Route.Weights.f32(c.t)
+	w := make([]float32, len(wantW))
+	for r := 0; r < len(wantIDs); r += k {
+		for j, id := range wantIDs[r : r+k] {
+			w[r+j] = got.Weights[r+slices.Index(got.IDs[r:r+k], id)]
+		}
+	}
+	c.close("route.weights", w, g.Route.Weights)
+}
+
 // checkLayer compares one layer's output with its golden record; it
 // returns the worst ratio over the layer's float tensors.
 func checkLayer(c *comparer, out *LayerOutput, g *goldenLayer) {
@@ -275,21 +303,7 @@ func checkLayer(c *comparer, out *LayerOutput, g *goldenLayer) {
 	c.close("stream_mid", out.StreamMid, g.StreamMid)
 	c.hc("hc_ffn", out.HCFFN, g.HCFFN)
 	c.close("ffn_in", out.FFNIn, g.FFNIn)
-	k := out.Routes.K
-	wantIDs := g.Route.IDs.i32(c.t)
-	if !sameSets(out.Routes.IDs, wantIDs, k) {
-		c.t.Errorf("%s routes: got %v, want %v", c.where, out.Routes.IDs, wantIDs)
-	} else {
-		// Weights go with their ids: compare in the golden's order.
-		wantW := g.Route.Weights.f32(c.t)
-		got := make([]float32, len(wantW))
-		for r := 0; r < len(wantIDs); r += k {
-			for j, id := range wantIDs[r : r+k] {
-				got[r+j] = out.Routes.Weights[r+slices.Index(out.Routes.IDs[r:r+k], id)]
-			}
-		}
-		c.close("route.weights", got, g.Route.Weights)
-	}
+	c.routes(out.Routes, g)
 	if g.Route.Scores != nil {
 		c.close("route.scores", out.Routes.Scores, g.Route.Scores)
 	}
@@ -337,12 +351,7 @@ func TestGoldenChain(t *testing.T) {
 				}
 				c.where = "embed"
 				c.close("embed", emb, gm.Embed)
-				stream := make([]float32, 0, len(emb)*cfg.HCMult)
-				for r := 0; r < len(emb); r += cfg.Hidden {
-					for range cfg.HCMult {
-						stream = append(stream, emb[r:r+cfg.Hidden]...)
-					}
-				}
+				stream := cfg.InitialStream(emb)
 				for l, gl := range gm.Layers {
 					c.where = fmt.Sprintf("chained layer %d", l)
 					c.close("stream_in", stream, gl.StreamIn)

@@ -94,11 +94,10 @@ func (ld *loader) compressor(t *compressorTensors, ratio, hd int) *compressorWei
 	return &compressorWeights{ape: ld.vec(t.ape), wkv: ld.lin(t.wkv), wgate: ld.lin(t.wgate), norm: ld.vec(t.norm), ratio: ratio, hd: hd}
 }
 
-// loadLayer decodes layer l's weights, stopping when ctx is done.
-func (m *Model) loadLayer(ctx context.Context, l int) (*layerWeights, error) {
-	cfg, t := m.Config, m.layers[l]
-	ld := &loader{ctx: ctx}
-	w := &layerWeights{t: t}
+// attention loads what every V4-family layer holds of t into w: its
+// norms, hyper-connections and attention projections.
+func (ld *loader) attention(w *layerWeights, t *layerTensors) {
+	w.t = t
 	w.attnNorm, w.ffnNorm = ld.vec(t.attnNorm), ld.vec(t.ffnNorm)
 	w.hcAttn, w.hcFFN = ld.hc(t.hcAttn), ld.hc(t.hcFFN)
 	w.sink = ld.vec(t.sink)
@@ -113,6 +112,14 @@ func (m *Model) loadLayer(ctx context.Context, l int) (*layerWeights, error) {
 		w.woA.quant = false
 	}
 	w.woB = ld.lin(t.woB)
+}
+
+// loadLayer decodes layer l's weights, stopping when ctx is done.
+func (m *Model) loadLayer(ctx context.Context, l int) (*layerWeights, error) {
+	cfg, t := m.Config, m.layers[l]
+	ld := &loader{ctx: ctx}
+	w := &layerWeights{}
+	ld.attention(w, t)
 	r := cfg.Ratio(l)
 	w.compressor = ld.compressor(t.compressor, r, cfg.HeadDim)
 	w.idxWqB, w.idxWeights = ld.lin(t.idxWqB), ld.lin(t.idxWeights)

@@ -1,6 +1,10 @@
 package v4
 
-import "math"
+import (
+	"math"
+
+	"github.com/dsfs/dsfs/trace/model"
+)
 
 // InvFreq returns the rotary frequencies of layer l's rope_head_dim/2
 // pairs, as model.py's precompute_freqs_cis builds them in float32:
@@ -22,11 +26,7 @@ func (c *Config) InvFreq(l int) []float32 {
 	if orig <= 0 {
 		return freqs
 	}
-	corr := func(rot float64) float64 {
-		return float64(dim) * math.Log(float64(orig)/(rot*2*math.Pi)) / (2 * math.Log(theta))
-	}
-	low := max(math.Floor(corr(c.BetaFast)), 0)
-	high := min(math.Ceil(corr(c.BetaSlow)), float64(dim-1))
+	low, high := model.YaRNCorrectionRange(c.BetaFast, c.BetaSlow, dim, theta, orig)
 	if low == high {
 		high += 0.001
 	}

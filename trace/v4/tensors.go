@@ -150,15 +150,10 @@ func (r *tensorRef) floats() ([]float32, error) {
 	}
 	n := r.rows * max(r.cols, 1)
 	out := make([]float32, n)
+	if decodePlain(out, b, t.DType) {
+		return out, nil
+	}
 	switch t.DType {
-	case safetensors.BF16:
-		codecs.DecodeBF16(out, b)
-	case safetensors.F16:
-		codecs.DecodeF16(out, b)
-	case safetensors.F32:
-		for i := range out {
-			out[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
-		}
 	case safetensors.F8E4M3, safetensors.I8:
 		c, err := r.coded(b, nil)
 		if err != nil {
@@ -177,15 +172,10 @@ func (r *tensorRef) floats() ([]float32, error) {
 	return out, nil
 }
 
-// row decodes row i of a float tensor into dst.
-func (r *tensorRef) row(dst []float32, i int) error {
-	t := r.t
-	size := t.DType.Bits() / 8
-	b := make([]byte, len(dst)*size)
-	if _, err := t.ReadAt(b, int64(i)*int64(len(b))); err != nil {
-		return tensorErr(t, err)
-	}
-	switch t.DType {
+// decodePlain decodes b into dst when it holds BF16, F16 or F32 values;
+// it reports false for any other dtype.
+func decodePlain(dst []float32, b []byte, dt safetensors.DType) bool {
+	switch dt {
 	case safetensors.BF16:
 		codecs.DecodeBF16(dst, b)
 	case safetensors.F16:
@@ -195,6 +185,20 @@ func (r *tensorRef) row(dst []float32, i int) error {
 			dst[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
 		}
 	default:
+		return false
+	}
+	return true
+}
+
+// row decodes row i of a float tensor into dst.
+func (r *tensorRef) row(dst []float32, i int) error {
+	t := r.t
+	size := t.DType.Bits() / 8
+	b := make([]byte, len(dst)*size)
+	if _, err := t.ReadAt(b, int64(i)*int64(len(b))); err != nil {
+		return tensorErr(t, err)
+	}
+	if !decodePlain(dst, b, t.DType) {
 		return tensorErr(t, fmt.Errorf("dtype %s has no rows to look up", t.DType))
 	}
 	return nil

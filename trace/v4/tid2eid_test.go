@@ -9,7 +9,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/internal/testdata"
 	"github.com/dsfs/dsfs/safetensors"
 )
@@ -71,15 +70,8 @@ func rewriteTiny(t *testing.T, change func(spec *safetensors.Spec, data []byte) 
 
 func openDir(t *testing.T, dir string) *Model {
 	t.Helper()
-	cat, err := checkpoint.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cat, inf := openCatalog(t, dir)
 	t.Cleanup(func() { cat.Close() })
-	inf, err := os.ReadFile(filepath.Join(dir, "inference", "config.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	m, err := Open(cat, inf)
 	if err != nil {
 		t.Fatal(err)

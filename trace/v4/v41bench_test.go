@@ -2,23 +2,15 @@ package v4
 
 import (
 	"context"
-	"encoding/binary"
 	"encoding/json"
 	"math"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"slices"
-	"strconv"
 	"testing"
-	"time"
 
 	"github.com/dsfs/dsfs/checkpoint"
-	"github.com/dsfs/dsfs/codecs"
-	"github.com/dsfs/dsfs/cuda"
 	"github.com/dsfs/dsfs/internal/testdata"
 	"github.com/dsfs/dsfs/safetensors"
-	"github.com/dsfs/dsfs/trace/model"
 )
 
 // flash41Layer writes a one-layer checkpoint with V4.1-Flash's shapes for
@@ -68,126 +60,26 @@ func flash41Layer(b *testing.B, dir string, experts int) {
 	if err := os.WriteFile(filepath.Join(dir, "tokenizer.json"), tj, 0o644); err != nil {
 		b.Fatal(err)
 	}
-	src := rand.NewChaCha8([32]byte{41})
-	rng := rand.New(src)
-	var specs []safetensors.Spec
-	data := map[string]func([]byte){}
-	add := func(name string, dt safetensors.DType, fill func([]byte), shape ...int64) {
-		specs = append(specs, safetensors.Spec{Name: name, DType: dt, Shape: shape})
-		data[name] = fill
-	}
-	gauss := func(std float64) func([]byte) {
-		return func(p []byte) {
-			for i := 0; i < len(p); i += 2 {
-				binary.LittleEndian.PutUint16(p[i:], codecs.Float32ToBF16(float32(rng.NormFloat64()*std)))
-			}
-		}
-	}
-	norm := func(p []byte) {
-		for i := 0; i < len(p); i += 2 {
-			binary.LittleEndian.PutUint16(p[i:], codecs.Float32ToBF16(float32(1+rng.NormFloat64()*0.1)))
-		}
-	}
-	f32 := func(std, mean float64) func([]byte) {
-		return func(p []byte) {
-			for i := 0; i < len(p); i += 4 {
-				binary.LittleEndian.PutUint32(p[i:], math.Float32bits(float32(mean+rng.NormFloat64()*std)))
-			}
-		}
-	}
-	fp8 := func(p []byte) {
-		for i := range p {
-			p[i] = byte(rng.IntN(0x38)) | byte(rng.IntN(2))<<7
-		}
-	}
-	scale := func(k int) func([]byte) {
-		return func(p []byte) {
-			for i := range p {
-				p[i] = byte(127 - k)
-			}
-		}
-	}
-	random := func(p []byte) { src.Read(p) }
-	lin := func(name string, o, i int64, k int) {
-		add(name+".weight", safetensors.F8E4M3, fp8, o, i)
-		add(name+".scale", safetensors.F8E8M0, scale(k), (o+31)/32, (i+31)/32)
-	}
-	add("embed.weight", safetensors.BF16, gauss(1), vocab, d)
-	p := "layers.0."
-	add(p+"attn_norm.weight", safetensors.BF16, norm, d)
-	add(p+"ffn_norm.weight", safetensors.BF16, norm, d)
-	for _, site := range []string{"attn", "ffn"} {
-		add(p+"hc_"+site+"_fn", safetensors.F32, f32(1/math.Sqrt(4*d), 0), 24, 4*d)
-		add(p+"hc_"+site+"_base", safetensors.F32, f32(0.5, 0), 24)
-		add(p+"hc_"+site+"_scale", safetensors.F32, f32(0.1, 0.5), 3)
-	}
-	a := p + "attn."
-	add(a+"attn_sink", safetensors.F32, f32(1, 0), heads)
-	lin(a+"wq_a", qlora, d, 6)
-	add(a+"q_norm.weight", safetensors.BF16, norm, qlora)
-	lin(a+"wq_b", heads*hd, qlora, 5)
-	lin(a+"wkv", hd, d, 6)
-	add(a+"kv_norm.weight", safetensors.BF16, norm, hd)
-	lin(a+"wo_a", groups*olora, heads*hd/groups, 6)
-	lin(a+"wo_b", d, groups*olora, 7)
-	add(a+"compressor.wkv.weight", safetensors.BF16, gauss(1/math.Sqrt(d)), hd, d)
-	add(a+"compressor.wgate.weight", safetensors.BF16, gauss(1/math.Sqrt(d)), hd, d)
-	add(a+"compressor.norm.weight", safetensors.BF16, norm, hd)
-	add(a+"indexer.wk.weight", safetensors.BF16, gauss(1/math.Sqrt(hd)), idxDim, hd)
-	add(a+"indexer.k_norm.weight", safetensors.BF16, norm, idxDim)
-	lin(a+"indexer.wq_b", idxHeads*idxDim, qlora, 5)
-	add(a+"indexer.weights_proj.weight", safetensors.BF16, gauss(1/math.Sqrt(d)), idxHeads, d)
-	f := p + "ffn."
-	add(f+"gate.weight", safetensors.BF16, gauss(1/math.Sqrt(d)), int64(experts), d)
-	add(f+"gate.bias", safetensors.F32, f32(0.01, 0), int64(experts))
-	for e := range experts {
-		pe := f + "experts." + strconv.Itoa(e) + "."
-		for _, w := range []struct {
-			name string
-			o, i int64
-		}{{"w1", inter, d}, {"w2", d, inter}, {"w3", inter, d}} {
-			add(pe+w.name+".weight", safetensors.I8, random, w.o, w.i/2)
-			add(pe+w.name+".scale", safetensors.F8E8M0, scale(8), w.o, w.i/32)
-		}
-	}
-	lin(f+"shared_experts.w1", inter, d, 6)
-	lin(f+"shared_experts.w2", d, inter, 6)
-	lin(f+"shared_experts.w3", inter, d, 6)
-	e := p + "engram."
+	s := flashShapes{d: d, heads: heads, hd: hd, qlora: qlora, groups: groups, olora: olora,
+		idxHeads: idxHeads, idxDim: idxDim, inter: inter, vocab: vocab, experts: experts}
+	c := newBenchCheckpoint(41, 32)
+	c.layerStart(s)
+	a := "layers.0.attn."
+	c.add(a+"compressor.wkv.weight", safetensors.BF16, c.gauss(1/math.Sqrt(d)), hd, d)
+	c.add(a+"compressor.wgate.weight", safetensors.BF16, c.gauss(1/math.Sqrt(d)), hd, d)
+	c.add(a+"compressor.norm.weight", safetensors.BF16, c.norm, hd)
+	c.add(a+"indexer.wk.weight", safetensors.BF16, c.gauss(1/math.Sqrt(hd)), idxDim, hd)
+	c.add(a+"indexer.k_norm.weight", safetensors.BF16, c.norm, idxDim)
+	c.indexerQuery(s)
+	c.ffn(s)
+	e := "layers.0.engram."
 	// The tables stay holes: zero codes and scales, never written.
-	add(e+"embed.weight", safetensors.F8E4M3, nil, rows, eDim)
-	add(e+"embed.scale", safetensors.F8E8M0, nil, rows, eDim/32)
-	lin(e+"wkv", d*5, eOrders*eHeads*eDim, 7)
-	add(e+"q_weight", safetensors.BF16, norm, 4, d)
-	add(e+"k_weight", safetensors.BF16, norm, 4, d)
-
-	lay, err := safetensors.NewLayout([]safetensors.Meta{{Key: "format", Value: "pt"}}, specs)
-	if err != nil {
-		b.Fatal(err)
-	}
-	out, err := os.Create(filepath.Join(dir, "model.safetensors"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer out.Close()
-	if _, err := out.Write(lay.Header); err != nil {
-		b.Fatal(err)
-	}
-	var end int64
-	for _, ts := range lay.Tensors {
-		end = max(end, lay.DataStart()+ts.Begin+ts.Len())
-		if data[ts.Name] == nil {
-			continue
-		}
-		buf := make([]byte, ts.Len())
-		data[ts.Name](buf)
-		if _, err := out.WriteAt(buf, lay.DataStart()+ts.Begin); err != nil {
-			b.Fatal(err)
-		}
-	}
-	if err := out.Truncate(end); err != nil {
-		b.Fatal(err)
-	}
+	c.add(e+"embed.weight", safetensors.F8E4M3, nil, rows, eDim)
+	c.add(e+"embed.scale", safetensors.F8E8M0, nil, rows, eDim/32)
+	c.lin(e+"wkv", d*5, eOrders*eHeads*eDim, 7)
+	c.add(e+"q_weight", safetensors.BF16, c.norm, 4, d)
+	c.add(e+"k_weight", safetensors.BF16, c.norm, 4, d)
+	c.write(b, dir)
 }
 
 // BenchmarkFlash41Layer runs a V4.1-Flash-shaped CSA2 full layer with
@@ -201,14 +93,7 @@ func flash41Layer(b *testing.B, dir string, experts int) {
 // the largest max|Δ|/max|ref| of the layer's outputs and the tokens
 // routed differently (bench/gpu-check.sh).
 func BenchmarkFlash41Layer(b *testing.B) {
-	experts := 384
-	if s := os.Getenv("DSFS_V41_BENCH_EXPERTS"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 6 {
-			b.Fatalf("DSFS_V41_BENCH_EXPERTS=%q: want a number of at least 6", s)
-		}
-		experts = n
-	}
+	experts := benchExperts(b, "DSFS_V41_BENCH_EXPERTS", 384)
 	dir := b.TempDir()
 	flash41Layer(b, dir, experts)
 	cat, err := checkpoint.Open(dir)
@@ -227,43 +112,19 @@ func BenchmarkFlash41Layer(b *testing.B) {
 	if p := m.Problems(0); p != nil {
 		b.Fatal(p)
 	}
-	rng := rand.New(rand.NewPCG(1, 2))
-	var seqs [][]int
-	for range 4 {
-		s := make([]int, 32)
-		for i := range s {
-			s[i] = rng.IntN(640)
-		}
-		seqs = append(seqs, s)
-	}
-	var ids []int
-	for _, s := range seqs {
-		ids = append(ids, s...)
-	}
+	seqs, ids := benchPrompts(640)
 	emb, err := m.EmbedRows(ids)
 	if err != nil {
 		b.Fatal(err)
 	}
 	st := m.Config.InitialState41(emb, len(seqs))
-	var dev model.Backend
-	switch s := os.Getenv("DSFS_V41_BENCH_DEVICE"); s {
-	case "", "cpu":
-	case "cuda":
-		cb, err := cuda.NewBackend(cuda.Options{})
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer cb.Close()
-		dev = cb
-	default:
-		b.Fatalf("DSFS_V41_BENCH_DEVICE=%q: want cpu or cuda", s)
-	}
+	dev := benchBackend(b, "DSFS_V41_BENCH_DEVICE")
 	m.SetBackend(dev)
-	var total, gemm, load time.Duration
+	var times benchTimes
 	var run int
 	var read int64
 	var last *LayerOutput41
-	cpu0 := cpuTime(b)
+	times.cpu0 = cpuTime(b)
 	b.ResetTimer()
 	for range b.N {
 		out, err := m.Forward(context.Background(), 0, st, seqs, A8)
@@ -271,21 +132,16 @@ func BenchmarkFlash41Layer(b *testing.B) {
 			b.Fatal(err)
 		}
 		last = out
-		total += out.Time
-		gemm += out.GEMMTime
-		load += out.LoadTime
+		times.total += out.Time
+		times.gemm += out.GEMMTime
+		times.load += out.LoadTime
 		run = out.ExpertsRun
 		read = out.WeightBytes
 	}
-	b.ReportMetric(float64(len(ids)*b.N)/total.Seconds(), "tokens/s")
-	b.ReportMetric(total.Seconds()/float64(b.N), "s/forward")
+	b.ReportMetric(times.total.Seconds()/float64(b.N), "s/forward")
 	b.ReportMetric(float64(read)/1e9, "GB-read")
-	b.ReportMetric(gemm.Seconds()/total.Seconds(), "gemm-share")
-	b.ReportMetric(load.Seconds()/total.Seconds(), "load-share")
 	b.ReportMetric(float64(run), "experts-run")
-	// On a shared machine the wall time depends on the neighbours; the
-	// process's CPU time per forward does much less.
-	b.ReportMetric((cpuTime(b)-cpu0).Seconds()/float64(b.N), "cpu-s/op")
+	times.report(b, len(ids))
 	if dev == nil {
 		return
 	}
@@ -295,12 +151,5 @@ func BenchmarkFlash41Layer(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.ReportMetric(max(relDiff(last.AttnOut, want.AttnOut), relDiff(last.FFNOut, want.FFNOut), relDiff(last.StreamOut, want.StreamOut)), "max-rel-err")
-	k, differ := want.Routes.K, 0
-	for t := range want.Tokens {
-		if !slices.Equal(slices.Sorted(slices.Values(last.Routes.IDs[t*k:(t+1)*k])), slices.Sorted(slices.Values(want.Routes.IDs[t*k:(t+1)*k]))) {
-			differ++
-		}
-	}
-	b.ReportMetric(float64(differ), "tokens-routed-differently")
+	reportAgreement(b, want.Tokens, [3][]float32{last.AttnOut, last.FFNOut, last.StreamOut}, [3][]float32{want.AttnOut, want.FFNOut, want.StreamOut}, last.Routes, want.Routes)
 }

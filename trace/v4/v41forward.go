@@ -40,13 +40,10 @@ type State41 struct {
 // [tokens, D] repeated to hc streams, the one-hot pre_mix
 // (make_identity_pre_mix) and no shared attention state.
 func (c *Config41) InitialState41(embed []float32, seqs int) *State41 {
-	n, d := c.HCMult, c.Hidden
-	tokens := len(embed) / d
-	s := &State41{Stream: make([]float32, 0, len(embed)*n), PreMix: make([]float32, tokens*n), Shared: make([]Shared41, seqs)}
+	n := c.HCMult
+	tokens := len(embed) / c.Hidden
+	s := &State41{Stream: c.InitialStream(embed), PreMix: make([]float32, tokens*n), Shared: make([]Shared41, seqs)}
 	for r := range tokens {
-		for range n {
-			s.Stream = append(s.Stream, embed[r*d:(r+1)*d]...)
-		}
 		s.PreMix[r*n] = 1
 	}
 	return s
@@ -129,17 +126,9 @@ func (m *Model41) Forward(ctx context.Context, l int, in *State41, seqs [][]int,
 	if m.layers[l] == nil {
 		return nil, fmt.Errorf("layer %d cannot run: %v", l, m.problems[l])
 	}
-	if p != A8 && p != FP32 {
-		return nil, fmt.Errorf("precision %q is not a8 or fp32", p)
-	}
-	n := 0
-	for _, s := range seqs {
-		n += len(s)
-		for _, id := range s {
-			if id < 0 || id >= cfg.Vocab {
-				return nil, fmt.Errorf("layer %d: token id %d outside the vocabulary [0, %d)", l, id, cfg.Vocab)
-			}
-		}
+	n, err := cfg.tokens(l, seqs, p)
+	if err != nil {
+		return nil, err
 	}
 	if len(in.Stream) != n*cfg.HCMult*cfg.Hidden || len(in.PreMix) != n*cfg.HCMult || len(in.Shared) != len(seqs) {
 		return nil, fmt.Errorf("layer %d: a state of %d stream values, %d pre_mix values and %d sequences for %d tokens of %d x %d in %d sequences",
@@ -312,37 +301,19 @@ func (f *forward41) engram(stream []float32) (*EngramOutput, error) {
 // role publishes state.
 func (f *forward41) attention41(x []float32, shared []Shared41) ([]float32, error) {
 	cfg, w, o := f.cfg, f.w, f.o
-	h, hd, rd := cfg.Heads, cfg.HeadDim, cfg.RopeDim
-	q0, err := f.mm(w.wqA, x, f.n, f.a8)
-	if err != nil {
+	h, hd := cfg.Heads, cfg.HeadDim
+	var q, kv []float32
+	var rp *rope
+	var err error
+	if o.QR, q, kv, rp, err = f.project(x); err != nil {
 		return nil, err
 	}
-	o.QR = rmsNorm(q0, w.qNorm, cfg.NormEps)
-	q, err := f.mm(w.wqB, o.QR, f.n, f.a8)
-	if err != nil {
-		return nil, err
-	}
-	kv, err := f.mm(w.wkv, x, f.n, f.a8)
-	if err != nil {
-		return nil, err
-	}
-	kv = rmsNorm(kv, w.kvNorm, cfg.NormEps)
-	longest := 0
-	for _, s := range f.seqs {
-		longest = max(longest, len(s))
-	}
-	rp := newRope(cfg.InvFreq(f.l), longest)
 	out := make([]float32, f.n*h*hd)
 	row := 0
 	for si, s := range f.seqs {
 		T := len(s)
-		for t := range T {
-			for i := range h {
-				rp.apply(q[((row+t)*h+i)*hd+hd-rd:((row+t)*h+i+1)*hd], t, false)
-			}
-			k := kv[(row+t)*hd : (row+t+1)*hd]
-			rp.apply(k[hd-rd:], t, false)
-		}
+		f.rotate(rp, q, h, row, T, false)
+		f.rotate(rp, kv, 1, row, T, false)
 		// The window KV: FP8 over all head_dim values, in FP8 blocks.
 		if err := f.actQuant(kv[row*hd:(row+T)*hd], f.c41.FP8Block, false); err != nil {
 			return nil, err
@@ -353,11 +324,7 @@ func (f *forward41) attention41(x []float32, shared []Shared41) ([]float32, erro
 			return nil, err
 		}
 		o.Seqs = append(o.Seqs, sa)
-		for t := range T {
-			for i := range h {
-				rp.apply(out[((row+t)*h+i)*hd+hd-rd:((row+t)*h+i+1)*hd], t, true)
-			}
-		}
+		f.rotate(rp, out, h, row, T, true)
 		row += T
 		if err := f.ctx.Err(); err != nil {
 			return nil, err

@@ -2,7 +2,6 @@ package v4
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"math"
 	"os"
@@ -10,7 +9,6 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/internal/testdata"
 )
 
@@ -83,32 +81,17 @@ func loadGolden41(t *testing.T) (*Model41, *golden41) {
 	if golden41Cache.m != nil {
 		return golden41Cache.m, golden41Cache.g
 	}
-	dir := filepath.Join(testdata.Dir(t), "trace", "v41-tiny")
-	b, err := os.ReadFile(filepath.Join(dir, "golden.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var g golden41
-	if err := json.Unmarshal(b, &g); err != nil {
-		t.Fatal(err)
-	}
-	m := open41Dir(t, dir)
-	golden41Cache.m, golden41Cache.g = m, &g
-	return m, &g
+	g := new(golden41)
+	m := open41Dir(t, testdata.TraceGolden(t, "v41-tiny", g))
+	golden41Cache.m, golden41Cache.g = m, g
+	return m, g
 }
 
 // open41Dir opens the V4.1 checkpoint in dir (with its inference config
 // and tokenizer), failing on any problem with its layers or head.
 func open41Dir(t *testing.T, dir string) *Model41 {
 	t.Helper()
-	cat, err := checkpoint.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	inf, err := os.ReadFile(filepath.Join(dir, "inference", "config.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	cat, inf := openCatalog(t, dir)
 	tj, err := os.ReadFile(filepath.Join(dir, "tokenizer.json"))
 	if err != nil {
 		t.Fatal(err)
@@ -117,14 +100,7 @@ func open41Dir(t *testing.T, dir string) *Model41 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for l := range m.Config.Layers {
-		if p := m.Problems(l); p != nil {
-			t.Fatalf("layer %d: %v", l, p)
-		}
-	}
-	if p := m.HeadProblems(); p != nil {
-		t.Fatalf("head: %v", p)
-	}
+	mustRun(t, m.Config.Layers, m.Problems, m.HeadProblems())
 	return m
 }
 
@@ -213,20 +189,7 @@ func checkLayer41(c *comparer, out *LayerOutput41, g *goldenLayer41) {
 	c.close("stream_mid", out.StreamMid, g.StreamMid)
 	c.hc("hc_ffn", out.HCFFN, g.HCFFN)
 	c.close("ffn_in", out.FFNIn, g.FFNIn)
-	k := out.Routes.K
-	wantIDs := g.Route.IDs.i32(c.t)
-	if !sameSets(out.Routes.IDs, wantIDs, k) {
-		c.t.Errorf("%s routes: got %v, want %v", c.where, out.Routes.IDs, wantIDs)
-	} else {
-		wantW := g.Route.Weights.f32(c.t)
-		got := make([]float32, len(wantW))
-		for r := 0; r < len(wantIDs); r += k {
-			for j, id := range wantIDs[r : r+k] {
-				got[r+j] = out.Routes.Weights[r+slices.Index(out.Routes.IDs[r:r+k], id)]
-			}
-		}
-		c.close("route.weights", got, g.Route.Weights)
-	}
+	c.routes(out.Routes, &g.goldenLayer)
 	c.close("route.scores", out.Routes.Scores, g.Route.Scores)
 	c.close("ffn_out", out.FFNOut, g.FFNOut)
 	c.close("stream_out", out.StreamOut, g.StreamOut)

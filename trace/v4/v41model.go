@@ -278,20 +278,7 @@ func (m *Model41) loadLayer41(l int) (*layer41Weights, error) {
 	t := m.layers[l]
 	ld := &loader{}
 	w := &layer41Weights{}
-	w.t = &t.layerTensors
-	w.attnNorm, w.ffnNorm = ld.vec(t.attnNorm), ld.vec(t.ffnNorm)
-	w.hcAttn, w.hcFFN = ld.hc(t.hcAttn), ld.hc(t.hcFFN)
-	w.sink = ld.vec(t.sink)
-	w.wqA, w.wqB, w.wkv = ld.lin(t.wqA), ld.lin(t.wqB), ld.lin(t.wkv)
-	w.qNorm, w.kvNorm = ld.vec(t.qNorm), ld.vec(t.kvNorm)
-	// As in V4, wo_a is dequantised to BF16 and multiplied unquantised.
-	w.woA = ld.lin(t.woA)
-	if w.woA != nil {
-		w.woA.w, w.woA.h, w.woA.c = w.woA.floats(), nil, nil
-		bf16Round(w.woA.w)
-		w.woA.quant = false
-	}
-	w.woB = ld.lin(t.woB)
+	ld.attention(&w.layerWeights, &t.layerTensors)
 	w.cWkv, w.cWgate, w.cNorm = ld.lin(t.cWkv), ld.lin(t.cWgate), ld.vec(t.cNorm)
 	w.idxWk, w.idxKNorm = ld.lin(t.idxWk), ld.vec(t.idxKNm)
 	w.idxWqB, w.idxWeights = ld.lin(t.idxWqB), ld.lin(t.idxWeights)
