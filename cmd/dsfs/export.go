@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"hash"
 	"io"
 	"log/slog"
 	"os"
@@ -487,12 +486,27 @@ func (d *exportDirs) matches(ctx context.Context, f exportFile, progress func(in
 	}
 	file := os.NewFile(uintptr(fd), full)
 	defer file.Close()
-	h := sha256.New()
-	n, err := copyCtx(ctx, h, file, progress)
+	fi, err := file.Stat()
+	if err != nil {
+		return false, err
+	}
+	sum, err := vfile.SHA256(ctx, progressReader{file, progress}, 0, fi.Size())
 	if err != nil {
 		return false, fmt.Errorf("%s: %w", full, err)
 	}
-	return n == f.rec.size && hex.EncodeToString(h.Sum(nil)) == f.rec.sha256, nil
+	return fi.Size() == f.rec.size && sum == f.rec.sha256, nil
+}
+
+// progressReader reports the bytes each read returns.
+type progressReader struct {
+	r        io.ReaderAt
+	progress func(int64)
+}
+
+func (p progressReader) ReadAt(b []byte, off int64) (int, error) {
+	n, err := p.r.ReadAt(b, off)
+	p.progress(int64(n))
+	return n, err
 }
 
 // write writes file f under a temporary name, then renames it into place.
@@ -599,25 +613,4 @@ func writeNode(ctx context.Context, w io.Writer, n *vfile.Node, cache vfile.Cach
 		}
 	}
 	return size, bw.Flush()
-}
-
-// copyCtx copies r to w until EOF or ctx ends.
-func copyCtx(ctx context.Context, w hash.Hash, r io.Reader, progress func(int64)) (int64, error) {
-	buf := make([]byte, 4<<20)
-	var n int64
-	for {
-		if err := ctx.Err(); err != nil {
-			return n, err
-		}
-		k, err := r.Read(buf)
-		w.Write(buf[:k])
-		n += int64(k)
-		progress(int64(k))
-		if err == io.EOF {
-			return n, nil
-		}
-		if err != nil {
-			return n, err
-		}
-	}
 }
