@@ -4,6 +4,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
@@ -163,7 +164,7 @@ func TestHeaderDocs(t *testing.T) {
 	}
 	t.Cleanup(func() { cat.Close() })
 	for _, noHash := range []bool{false, true} {
-		s, err := Build(cat, Options{NoHash: noHash})
+		s, err := Build(cat, Options{Values: map[string]string{"no-hash": strconv.FormatBool(noHash)}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"path"
 	"path/filepath"
@@ -29,7 +30,6 @@ func runExport(args []string) error {
 	fs := flags("export")
 	cacheMB := fs.Int("cache-mb", 256, "memory budget of the block cache, MiB")
 	qf := addQ2Flags(fs)
-	tf := addTraceFlags(fs)
 	vf := addViewFlags(fs)
 	pos, err := parse(fs, args, 3, 3)
 	if err != nil {
@@ -46,7 +46,6 @@ func runExport(args []string) error {
 	if err := qf.apply(&opt); err != nil {
 		return err
 	}
-	tf.apply(&opt)
 	vf.apply(&opt)
 	cache := blockcache.New(int64(*cacheMB)<<20, runtime.NumCPU())
 	opt.Cache = cache
@@ -128,14 +127,19 @@ func resolveExisting(p string) (string, error) {
 // under the same identity, so a changed source or a new dsfs rewrites it.
 func exportIdentity(view string, opt views.Options, cat *checkpoint.Catalog) (string, error) {
 	h := sha256.New()
-	fmt.Fprintf(h, "dsfs export\n%s\ncodec %s\nview %s\nrevision %q\ndevice %q\ntp %d no-hash %v\n",
-		version(), codecs.Version, view, opt.Revision, opt.Device, opt.TP, opt.NoHash)
-	if opt.TracePrompts != "" {
-		b, err := os.ReadFile(opt.TracePrompts)
-		if err != nil {
-			return "", err
+	fmt.Fprintf(h, "dsfs export\n%s\ncodec %s\nview %s\nrevision %q\n",
+		version(), codecs.Version, view, opt.Revision)
+	for _, name := range slices.Sorted(maps.Keys(opt.Values)) {
+		v := opt.Values[name]
+		if o, _ := viewOption(name); o.File && v != "" {
+			b, err := os.ReadFile(v)
+			if err != nil {
+				return "", err
+			}
+			fmt.Fprintf(h, "option %s: file sha256 %x\n", name, sha256.Sum256(b))
+			continue
 		}
-		fmt.Fprintf(h, "trace prompts %x\n", sha256.Sum256(b))
+		fmt.Fprintf(h, "option %s %q\n", name, v)
 	}
 	for _, sh := range cat.Shards {
 		fmt.Fprintf(h, "shard %q %d %d\n", sh.Name, sh.Size, sh.ModTime.UnixNano())
