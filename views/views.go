@@ -44,8 +44,8 @@ type Option struct {
 	Default string
 	Kind    OptionKind
 	// Check, when set, validates a given value, so that the CLI refuses a
-	// bad one before it opens anything; the builder still sees only
-	// checked values from the CLI, but must check what it parses itself.
+	// bad one before it opens anything. Callers other than the CLI set
+	// Options.Values directly, so a builder still checks what it relies on.
 	Check func(string) error
 	// File says the value names a file the view reads: what an export
 	// holds then depends on the file's content, not on its name.
