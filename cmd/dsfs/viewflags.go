@@ -25,8 +25,10 @@ func addViewFlags(fs *flag.FlagSet) viewFlags {
 				fs.Int(o.Name, n, o.Usage)
 			case views.BoolOption:
 				fs.Bool(o.Name, o.Default == "true", o.Usage)
-			default:
+			case views.StringOption:
 				fs.String(o.Name, o.Default, o.Usage)
+			default:
+				panic("view " + v.Name + ": option " + o.Name + ": unknown kind")
 			}
 			f[o.Name] = fs.Lookup(o.Name)
 		}
