@@ -5,7 +5,7 @@ package check
 
 import (
 	"bytes"
-	"crypto/sha256"
+	"context"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
@@ -19,6 +19,7 @@ import (
 
 	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/codecs"
+	"github.com/dsfs/dsfs/vfile"
 )
 
 // SameTree compares two directory trees file by file (names and SHA-256)
@@ -95,8 +96,8 @@ func dropTimings(v any) any {
 	return v
 }
 
-func hashTree(root string) (map[string][32]byte, error) {
-	out := make(map[string][32]byte)
+func hashTree(root string) (map[string]string, error) {
+	out := make(map[string]string)
 	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return err
@@ -109,17 +110,21 @@ func hashTree(root string) (map[string][32]byte, error) {
 	return out, err
 }
 
-func hashFile(p string) ([32]byte, error) {
+func hashFile(p string) (string, error) {
 	f, err := os.Open(p)
 	if err != nil {
-		return [32]byte{}, err
+		return "", err
 	}
 	defer f.Close()
-	h := sha256.New()
-	if _, err := io.CopyBuffer(h, f, make([]byte, 1<<20)); err != nil {
-		return [32]byte{}, fmt.Errorf("%s: %w", p, err)
+	fi, err := f.Stat()
+	if err != nil {
+		return "", err
 	}
-	return [32]byte(h.Sum(nil)), nil
+	sum, err := vfile.SHA256(context.Background(), f, 0, fi.Size())
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", p, err)
+	}
+	return sum, nil
 }
 
 // NVFP4Result summarises an NVFP4 check.

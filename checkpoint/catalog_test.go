@@ -15,6 +15,7 @@ import (
 
 	"github.com/dsfs/dsfs/internal/testdata"
 	"github.com/dsfs/dsfs/safetensors"
+	"github.com/dsfs/dsfs/sourcefile"
 )
 
 const (
@@ -434,7 +435,7 @@ func TestReadAt(t *testing.T) {
 			t.Fatal(err)
 		}
 		n, err := s.ReadAt(buf, w.Offset)
-		if !errors.Is(err, ErrChanged) || n != 0 || !strings.Contains(err.Error(), s.Path) {
+		if !errors.Is(err, sourcefile.ErrChanged) || n != 0 || !strings.Contains(err.Error(), s.Path) {
 			t.Errorf("after truncation: %d, %v; want 0 and ErrChanged naming the file", n, err)
 		}
 	})
@@ -453,7 +454,7 @@ func TestReadAt(t *testing.T) {
 		if err := os.Chtimes(s.Path, later, later); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.ReadAt(make([]byte, 8), 0); !errors.Is(err, ErrChanged) {
+		if _, err := s.ReadAt(make([]byte, 8), 0); !errors.Is(err, sourcefile.ErrChanged) {
 			t.Errorf("after modification: %v, want ErrChanged", err)
 		}
 	})

@@ -13,11 +13,6 @@ import (
 	"golang.org/x/sync/semaphore"
 )
 
-// ErrChanged is wrapped by the errors of Shard.ReadAt when the file changed
-// since it was opened (sourcefile.ErrChanged): the bytes may mix two
-// versions, so none are returned.
-var ErrChanged = sourcefile.ErrChanged
-
 // openShard opens and validates the shard name (slash-separated, relative
 // to dir), which must resolve inside rs. The file stays open in the
 // returned Shard.
@@ -59,7 +54,7 @@ func notRegular(fi os.FileInfo) error {
 // a file truncated under the mount gives an error, never a fault. After
 // reading it checks that the file is still the one opened, unchanged
 // (sourcefile.File.ReadAt); if not it returns 0 and an error wrapping
-// ErrChanged. At the end of the file it returns io.EOF, unwrapped, as
+// sourcefile.ErrChanged, since the bytes may mix two versions. At the end of the file it returns io.EOF, unwrapped, as
 // io.ReaderAt asks. It is safe for concurrent use.
 func (s *Shard) ReadAt(p []byte, off int64) (int, error) {
 	return s.f.ReadAt(p, off)

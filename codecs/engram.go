@@ -13,12 +13,6 @@ type EngramCounts struct {
 	NaNBlocks int64 `json:"nan_blocks"` // a NaN element or scale: scale 255, codes 0
 }
 
-// Add adds o to c.
-func (c *EngramCounts) Add(o EngramCounts) {
-	c.Blocks += o.Blocks
-	c.NaNBlocks += o.NaNBlocks
-}
-
 // For a block with scale byte s whose largest magnitude byte is top,
 // EngramFP4's exponent e makes x = v/2^e = E4M3(w) x 2^d with d = s-127-e,
 // and d always lies in [engramMinShift, engramMaxShift], so one code table

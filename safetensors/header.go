@@ -32,12 +32,6 @@ type Tensor struct {
 // Len is the tensor's byte length.
 func (t Tensor) Len() int64 { return t.End - t.Begin }
 
-// Elements is the product of the shape (1 for a scalar).
-func (t Tensor) Elements() int64 {
-	n, _ := elements(t.Shape)
-	return n
-}
-
 // Header is a parsed and validated safetensors header.
 type Header struct {
 	Metadata map[string]string

@@ -11,7 +11,5 @@ func Axpy(y []float32, a float32, x []float32) {
 		panic(fmt.Sprintf("simd: Axpy of %d values into %d", len(x), len(y)))
 	}
 	done := axpyVector(y, a, x)
-	for i, v := range x[done:] {
-		y[done+i] += float32(a * v) // the conversion forbids a fused multiply-add
-	}
+	axpyGeneric(y[done:], a, x[done:])
 }

@@ -23,17 +23,6 @@ func DecodeE2M1(dst []float32, codes, scales []byte, scaleOf *[256]float32) {
 	decodeE2M1Generic(dst[E2M1Block*done:], codes[E2M1Block/2*done:], scales[done:], scaleOf)
 }
 
-func decodeE2M1Generic(dst []float32, codes, scales []byte, scaleOf *[256]float32) {
-	for i, sb := range scales {
-		s := scaleOf[sb]
-		d := dst[E2M1Block*i : E2M1Block*(i+1)]
-		for j, p := range codes[E2M1Block/2*i : E2M1Block/2*(i+1)] {
-			d[2*j] = e2m1(p&15) * s
-			d[2*j+1] = e2m1(p>>4) * s
-		}
-	}
-}
-
 // e2m1 is an E2M1 code's value.
 func e2m1(c byte) float32 {
 	v := e2m1Magnitudes[c&7]

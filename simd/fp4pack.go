@@ -51,9 +51,8 @@ func MaxLow7s(dst, src []byte) {
 	if len(src) != Block*len(dst) {
 		panic("simd: MaxLow7s: len(src) is not 32 x len(dst)")
 	}
-	for i := maxLow7sVector(dst, src); i < len(dst); i++ {
-		dst[i] = MaxLow7((*[Block]byte)(src[Block*i:]))
-	}
+	done := maxLow7sVector(dst, src)
+	maxLow7sGeneric(dst[done:], src[Block*done:])
 }
 
 // PackSteps codes block i of src with steps[sel[i]] and packs its codes as
@@ -69,10 +68,6 @@ func PackSteps(dst, src []byte, steps []Steps, sel []byte) {
 			panic("simd: PackSteps: selector out of range")
 		}
 	}
-	for i := packStepsVector(dst, src, steps, sel); i < n; i++ {
-		st := &steps[sel[i]]
-		for j := range Block / 2 {
-			dst[Block/2*i+j] = st.Code(src[Block*i+2*j]) | st.Code(src[Block*i+2*j+1])<<4
-		}
-	}
+	done := packStepsVector(dst, src, steps, sel)
+	packStepsGeneric(dst[Block/2*done:], src[Block*done:], steps, sel[done:])
 }

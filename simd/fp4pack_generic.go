@@ -1,13 +1,23 @@
-//go:build !amd64
+// Portable block loops: the reference every architecture's kernel must
+// match (see "Kernels per architecture" in simd.go), and what runs where
+// there is none.
 
 package simd
 
-// vectorSteps is false: this architecture has no block kernels. It is a
-// variable, as on amd64, for the tests that clear it.
-var vectorSteps = false
+// maxLow7sGeneric sets dst[i] to MaxLow7 of block i of src.
+func maxLow7sGeneric(dst, src []byte) {
+	for i := range dst {
+		dst[i] = MaxLow7((*[Block]byte)(src[Block*i:]))
+	}
+}
 
-// maxLow7sVector does nothing: this architecture has no vector kernel.
-func maxLow7sVector(dst, src []byte) int { return 0 }
-
-// packStepsVector does nothing: this architecture has no vector kernel.
-func packStepsVector(dst, src []byte, steps []Steps, sel []byte) int { return 0 }
+// packStepsGeneric codes block i of src with steps[sel[i]] and packs it
+// into the 16 bytes of dst from 16i.
+func packStepsGeneric(dst, src []byte, steps []Steps, sel []byte) {
+	for i, k := range sel {
+		st := &steps[k]
+		for j := range Block / 2 {
+			dst[Block/2*i+j] = st.Code(src[Block*i+2*j]) | st.Code(src[Block*i+2*j+1])<<4
+		}
+	}
+}

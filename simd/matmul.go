@@ -107,35 +107,6 @@ func checkMat(what string, size, stride, rows, cols int) {
 	}
 }
 
-// matMulTGeneric is the portable kernel: one dot product per element.
-func matMulTGeneric[W weight](dst []float32, ldd int, x []float32, ldx int, w []W, ldw int, m, n, k int) {
-	for i := range m {
-		xi := x[i*ldx : i*ldx+k]
-		di := dst[i*ldd : i*ldd+n]
-		for j := range n {
-			di[j] = dotGeneric(xi, w[j*ldw:j*ldw+k])
-		}
-	}
-}
-
-// dotGeneric sums in eight interleaved lanes, as the vector kernels do, so
-// that long sums lose less to rounding than one running total would.
-func dotGeneric[W weight](a []float32, b []W) float32 {
-	b = b[:len(a)]
-	var s [8]float32
-	i := 0
-	for ; i+8 <= len(a); i += 8 {
-		for l := range s {
-			s[l] += a[i+l] * float(b[i+l])
-		}
-	}
-	sum := ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]))
-	for ; i < len(a); i++ {
-		sum += a[i] * float(b[i])
-	}
-	return sum
-}
-
 // Dot returns Σ a[i]·b[i]; b must be at least as long as a.
 func Dot(a, b []float32) float32 {
 	if len(b) < len(a) {
@@ -148,10 +119,4 @@ func Dot(a, b []float32) float32 {
 // float32; dst must be at least as long as src.
 func WidenBF16(dst []float32, src []uint16) {
 	widen(dst[:len(src)], src)
-}
-
-func widenGeneric(dst []float32, src []uint16) {
-	for i, h := range src {
-		dst[i] = math.Float32frombits(uint32(h) << 16)
-	}
 }

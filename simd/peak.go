@@ -1,9 +1,7 @@
 package simd
 
 import (
-	"math"
 	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -40,19 +38,3 @@ func PeakGFLOPS(threads int, d time.Duration) float64 {
 	}
 	return total / el / 1e9
 }
-
-// peakGeneric is the portable loop: eight independent multiply-add chains.
-func peakGeneric(n int) float64 {
-	var a [8]float32
-	b, c := float32(0.999999), float32(1e-7)
-	for range n {
-		for i := range a {
-			a[i] = a[i]*b + c
-		}
-	}
-	sink.Store(math.Float32bits(a[0]))
-	return float64(n) * 8 * 2
-}
-
-// sink keeps the generic loop's result alive.
-var sink atomic.Uint32

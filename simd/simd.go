@@ -18,6 +18,35 @@
 // E4M3Tally, ExceedsE4M3) have AVX2 assembly, and AVX-512BW for the FP4
 // code histogram, chosen the same way, so that the checks cost a fraction
 // of SHA-256 with SHA-NI (go test -bench HashVsSha256sum ./inventory).
+//
+// # Kernels per architecture
+//
+// Every kernel follows one layout, as hash/crc32 does:
+//
+//   - X.go: the exported function. It checks its arguments, lets the
+//     architecture's kernel do what it can (xVector, which returns how many
+//     blocks or rows it did) and finishes with the portable loop.
+//   - X_generic.go: the portable loop, xGeneric, built everywhere. It is
+//     the reference: it states the arithmetic in plain Go, and it is what
+//     runs on other architectures, on CPUs without the instructions and on
+//     the tail the kernel leaves.
+//   - X_amd64.go and X_amd64.s: the assembly and the switch that selects
+//     it from golang.org/x/sys/cpu (useFMA, vectorSteps, vectorE2M1,
+//     useAVX2, useAVX512), a variable so that tests can clear it.
+//   - X_other.go (!amd64): the same switch, false, and xVector doing
+//     nothing.
+//
+// What an amd64 kernel must match in its generic twin: for the codec and
+// counting kernels (MaxLow7s, PackSteps, DecodeE2M1, Axpy, E4M3Tally,
+// NibbleHist, ExceedsE4M3), every output bit on every input, so the
+// assembly rounds where the Go rounds and uses no fused multiply-add the
+// Go does not have; the view's bytes are then the same on every machine.
+// For the matrix kernels (MatMulT, MatMulTBF16, Dot, WidenBF16), the same
+// values up to float32 reassociation: the eight-lane sums of dotGeneric,
+// within 1e-7·(k+2)·Σ|x·w| of the exact product. The tests of each kernel
+// run random inputs, with their seed printed on failure, through both
+// paths by clearing the switch, over lengths that leave the kernel a
+// tail, and compare as above; a new kernel comes with such a test.
 package simd
 
 import "encoding/binary"

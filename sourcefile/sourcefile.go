@@ -128,9 +128,6 @@ func (f *File) Path() string { return f.path }
 // Size is the file's size when it was opened.
 func (f *File) Size() int64 { return f.id.size }
 
-// ModTime is the file's modification time when it was opened.
-func (f *File) ModTime() time.Time { return time.Unix(f.id.mtime.Unix()) }
-
 // ReadAt reads len(p) bytes at off with pread, then checks that the file
 // is unchanged; if it is not, it returns 0 and an error wrapping
 // ErrChanged. At the end of the file it returns io.EOF, unwrapped, as

@@ -46,13 +46,6 @@ func Passthrough(t *checkpoint.Tensor) Out {
 		Codec: Copy, Sources: []*checkpoint.Tensor{t}}
 }
 
-// File lays out tensors as a safetensors file of the named view whose data
-// comes from their segments.
-func File(view string, outs []Out) (*vfile.File, error) {
-	f, _, err := Layout(view, outs)
-	return f, err
-}
-
 // Layout is File that also returns the layout, for callers that record
 // where each tensor landed.
 func Layout(view string, outs []Out) (*vfile.File, *safetensors.Layout, error) {

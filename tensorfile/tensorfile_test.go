@@ -18,7 +18,7 @@ func TestSafetensorsFileLayout(t *testing.T) {
 		{Name: "c.scalar", DType: safetensors.F32, Shape: []int64{}, Data: vfile.Bytes{0, 0, 0, 0}},
 		{Name: "d.e4m3", DType: safetensors.F8E4M3, Shape: []int64{1, 2}, Data: vfile.Bytes{0x38, 0x40}},
 	}
-	f, err := File("test", outs)
+	f, _, err := Layout("test", outs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +59,7 @@ func TestSafetensorsFileLayout(t *testing.T) {
 	if got := b[h.DataStart+h.Tensors[3].Begin:]; !bytes.Equal(got, []byte{1, 2, 3}) {
 		t.Fatalf("u8 data %v", got)
 	}
-	if _, err := File("test", []Out{{Name: "x", DType: safetensors.F32, Shape: []int64{2}, Data: vfile.Bytes{1}}}); err == nil {
+	if _, _, err := Layout("test", []Out{{Name: "x", DType: safetensors.F32, Shape: []int64{2}, Data: vfile.Bytes{1}}}); err == nil {
 		t.Fatal("a segment of the wrong length was accepted")
 	}
 }

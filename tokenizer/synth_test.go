@@ -57,7 +57,7 @@ func TestSynthesize(t *testing.T) {
 	if err := tok.ParseConfig(SynthesizeConfig()); err != nil {
 		t.Fatal(err)
 	}
-	if bos, ok := tok.BOS(); !ok || bos != 0 {
+	if bos, ok := bos(tok); !ok || bos != 0 {
 		t.Errorf("BOS() = %d, %v", bos, ok)
 	}
 	ids := tok.Encode(synthSample, true)

@@ -670,12 +670,3 @@ func (t *Tokenizer) TokenID(token string) (int, bool) {
 
 // VocabSize returns one more than the largest token id.
 func (t *Tokenizer) VocabSize() int { return len(t.spell) }
-
-// BOS returns the token Encode puts first when asked to add special tokens,
-// and false if it adds none there.
-func (t *Tokenizer) BOS() (int, bool) {
-	if len(t.prefix) == 0 {
-		return 0, false
-	}
-	return t.prefix[0], true
-}

@@ -46,9 +46,6 @@ func NewDynamicDoc(generate func(ctx context.Context) ([]byte, error)) *Doc {
 	return &Doc{generate: generate, dynamic: true}
 }
 
-// StaticDoc is a document whose content is known already.
-func StaticDoc(b []byte) *Doc { return &Doc{data: b, done: true} }
-
 // Bytes returns the document, generating it on first use. Readers arriving
 // while it is generated wait for that one generation; each may give up when
 // its ctx ends, and the generation is cancelled only when none waits any

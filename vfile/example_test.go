@@ -57,7 +57,7 @@ func ExampleDoc() {
 // A tree of nodes is what a view builds; Lookup and Walk find files in it.
 func ExampleNode() {
 	root := vfile.Dir("",
-		vfile.Dir("q2", &vfile.Node{Name: "plan.json", Doc: vfile.StaticDoc([]byte("{}\n"))}),
+		vfile.Dir("q2", &vfile.Node{Name: "plan.json", Doc: vfile.NewDoc(func(context.Context) ([]byte, error) { return []byte("{}\n"), nil })}),
 		&vfile.Node{Name: "config.json", File: vfile.NewFile(vfile.Bytes("{}\n"))})
 	root.Walk(func(path string, n *vfile.Node) error {
 		if !n.IsDir() {

@@ -118,16 +118,6 @@ func (f *File) Size() int64 {
 // must not be modified.
 func (f *File) Segments() []Segment { return f.segs }
 
-// SegmentAt returns the segment holding offset off and the offset at which
-// that segment starts, or nil when off is outside the file.
-func (f *File) SegmentAt(off int64) (Segment, int64) {
-	i := f.segment(off)
-	if off < 0 || i == len(f.segs) {
-		return nil, 0
-	}
-	return f.segs[i], f.start(i)
-}
-
 // segment returns the index of the segment holding offset off.
 func (f *File) segment(off int64) int {
 	return sort.Search(len(f.ends), func(i int) bool { return f.ends[i] > off })

@@ -4,6 +4,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
@@ -140,7 +141,7 @@ func TestHeaderDocs(t *testing.T) {
 	}
 	t.Cleanup(func() { cat.Close() })
 	for _, noHash := range []bool{false, true} {
-		s, err := Build(cat, Options{NoHash: noHash})
+		s, err := Build(cat, Options{Values: map[string]string{"no-hash": strconv.FormatBool(noHash)}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -15,10 +15,18 @@ import (
 	"github.com/dsfs/dsfs/vfile"
 )
 
-// defaultGGUFSplitMB is the most tensor data a gguf/ split shard holds by
-// default, in MiB: under Hugging Face's 50 GB file limit, as published
-// GGUF shards are.
-const defaultGGUFSplitMB = 46 << 10
+// ggufOptions are gguf/'s flags. --gguf-split-mb is the most tensor data
+// a split shard holds: by default 46 GiB, under Hugging Face's 50 GB file
+// limit, as published GGUF shards are.
+var ggufOptions = []Option{
+	{Name: "gguf-split-mb", Usage: "most tensor data in one gguf/*/split/ shard, MiB", Default: strconv.Itoa(46 << 10), Kind: IntOption,
+		Check: func(v string) error {
+			if n, err := strconv.ParseInt(v, 10, 64); err != nil || n < 1 || n > 1<<30 {
+				return fmt.Errorf("want a number of MiB from 1 to 1073741824, got %q", v)
+			}
+			return nil
+		}},
+}
 
 // buildGGUF is the gguf/ view: a directory per recipe that applies to the
 // checkpoint, each with the model as one GGUF file (for ollama, which
@@ -30,10 +38,11 @@ func buildGGUF(s *Set, _ string) (Built, error) {
 	files := make(map[string]*vfile.Node)
 	var readme strings.Builder
 	readme.WriteString("# gguf/\n\nGGUF files for llama.cpp and the tools built on it, computed lazily from the checkpoint.\n\n")
-	mb, err := strconv.ParseInt(s.option("gguf", "gguf-split-mb"), 10, 64)
-	if err != nil || mb < 1 {
-		return Built{}, fmt.Errorf("--gguf-split-mb: want a number of MiB from 1, got %q", s.option("gguf", "gguf-split-mb"))
+	v := s.option("gguf", "gguf-split-mb")
+	if err := ggufOptions[0].Check(v); err != nil {
+		return Built{}, fmt.Errorf("--gguf-split-mb: %w", err)
 	}
+	mb, _ := strconv.ParseInt(v, 10, 64)
 	split := mb << 20
 	for _, r := range gguf.Recipes() {
 		m, err := r.Plan(s.Cat)

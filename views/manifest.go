@@ -8,6 +8,7 @@ import (
 	"io"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -19,6 +20,13 @@ import (
 	"golang.org/x/sync/errgroup"
 )
 
+// manifestOptions are manifest/'s options. The CLI's check of --tp is the
+// one inspect and diff share (the flag name's).
+var manifestOptions = []Option{
+	{Name: "tp", Usage: "tensor-parallel degree whose cuts manifest/ reports (1: none)", Default: strconv.Itoa(inventory.DefaultTP), Kind: IntOption},
+	{Name: "no-hash", Usage: "manifest/ reads headers only: no sha256, no value checks", Default: "false", Kind: BoolOption},
+}
+
 // buildManifest is the manifest/ view: the inventory of every tensor.
 // summary.json and README.md come from the headers; manifest.json and
 // shards/NAME.json read the data they describe on first open (hashing and
@@ -27,7 +35,14 @@ import (
 // views/VIEW.json says where each tensor of the other views comes from,
 // served beside it or not.
 func buildManifest(s *Set, name string) (Built, error) {
-	opt := inventory.Options{TP: s.Opt.TP, NoHash: s.Opt.NoHash}
+	var opt inventory.Options
+	var err error
+	if opt.TP, err = s.intOption(name, "tp"); err != nil {
+		return Built{}, err
+	}
+	if opt.NoHash, err = s.boolOption(name, "no-hash"); err != nil {
+		return Built{}, err
+	}
 	if s.Opt.DiskCache != nil {
 		c, err := inventory.OpenCache(ManifestCacheDir(s.Opt.DiskCache.Dir()))
 		if err != nil {

@@ -22,7 +22,7 @@ func manifestSet(t *testing.T) (*Set, *blockcache.Cache) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := Build(cat, Options{Views: []string{"nvfp4", "engram-fp4", "nvfp4+engram-fp4", "manifest"}, TP: 4})
+	s, err := Build(cat, Options{Views: []string{"nvfp4", "engram-fp4", "nvfp4+engram-fp4", "manifest"}, Values: map[string]string{"tp": "4"}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,7 +18,7 @@ import (
 // registry line. It serves every source shard with each tensor renamed
 // under a prefix its option sets, and counts the tensors it renamed.
 var renamed = View{Name: "renamed", About: "every tensor under a prefix", build: buildRenamed,
-	Options: []Option{{Name: "renamed-prefix", Usage: "what to put before each tensor name", Default: "renamed."}}}
+	Options: []Option{{Name: "renamed-prefix", Usage: "what renamed/ puts before each tensor name", Default: "renamed."}}}
 
 func buildRenamed(s *Set, name string) (Built, error) {
 	prefix := s.option(name, "renamed-prefix")
@@ -52,12 +52,12 @@ func TestNewView(t *testing.T) {
 		values map[string]string
 		prefix string
 	}{
-		{"default", nil, "renamed."},
-		{"option given", map[string]string{"renamed-prefix": "x/"}, "x/"},
+		{"default", noHash, "renamed."},
+		{"option given", map[string]string{"no-hash": "true", "renamed-prefix": "x/"}, "x/"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s, err := build(cat, Options{Views: []string{"renamed", "manifest"}, NoHash: true, Values: tt.values},
+			s, err := build(cat, Options{Views: []string{"renamed", "manifest"}, Values: tt.values},
 				append(All(), renamed))
 			if err != nil {
 				t.Fatal(err)

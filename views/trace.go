@@ -19,6 +19,13 @@ import (
 // block cache.
 const traceWorkingMemory = 512 << 20
 
+// traceOptions are trace/'s options.
+var traceOptions = []Option{
+	{Name: "trace-prompts", Usage: "JSON list of prompts for trace/, each {id, label, text} or {id, label, token_ids} (default: the seed's four prompts)", File: true},
+	{Name: "device", Usage: "where trace/ runs decoder layers: auto (CUDA when a GPU and its libraries load, else the CPU), cpu or cuda", Default: "auto", Check: trace.CheckDevice},
+	{Name: "trace-precision", Usage: "how trace/ runs DeepSeek-V4 layers: a8 (FP8 activations into FP8/FP4 linears, as DeepSeek's reference) or fp32", Default: "a8"},
+}
+
 // buildTrace is the trace/ view: files whose reading runs decoder layers
 // on the prompts (DESIGN.md, trace/). A checkpoint it cannot run gets
 // ERROR.txt saying why instead; a bad --trace-prompts file or --device
@@ -26,17 +33,17 @@ const traceWorkingMemory = 512 << 20
 func buildTrace(s *Set, _ string) (Built, error) {
 	var out Built
 	var prompts []trace.Prompt
-	user := s.Opt.TracePrompts != ""
+	user := s.option("trace", "trace-prompts") != ""
 	if user {
 		var err error
-		if prompts, err = trace.LoadPrompts(s.Opt.TracePrompts); err != nil {
+		if prompts, err = trace.LoadPrompts(s.option("trace", "trace-prompts")); err != nil {
 			return out, fmt.Errorf("--trace-prompts: %w", err)
 		}
 	}
-	if err := trace.CheckDevice(s.Opt.Device); err != nil {
+	if err := trace.CheckDevice(s.option("trace", "device")); err != nil {
 		return out, fmt.Errorf("--device: %w", err)
 	}
-	if _, err := tracePrecision(s.Opt.TracePrecision); err != nil {
+	if _, err := tracePrecision(s.option("trace", "trace-precision")); err != nil {
 		return out, err
 	}
 	if v4.IsV4(s.Cat.ConfigBytes) {
@@ -65,7 +72,7 @@ func buildTrace(s *Set, _ string) (Built, error) {
 	}
 	if err := trace.Encode(prompts, tok, m.Config.Vocab); err != nil {
 		if user {
-			return out, fmt.Errorf("--trace-prompts %s: %w", s.Opt.TracePrompts, err)
+			return out, fmt.Errorf("--trace-prompts %s: %w", s.option("trace", "trace-prompts"), err)
 		}
 		summary := "cannot run the default prompts"
 		if tok == nil && problems != nil {
@@ -75,7 +82,7 @@ func buildTrace(s *Set, _ string) (Built, error) {
 	}
 	// The backend starts only for a model it can run: CUDA compiles its
 	// kernels and takes device memory.
-	backend, note, err := s.Opt.traceBackend()
+	backend, note, err := s.traceBackend()
 	if err != nil {
 		return out, fmt.Errorf("--device: %w", err)
 	}
@@ -127,13 +134,14 @@ func buildTrace(s *Set, _ string) (Built, error) {
 	return out, nil
 }
 
-// traceBackend starts the backend of Opt.Device through Opt.Backend, or
+// traceBackend starts the backend of --device through Opt.Backend, or
 // the CPU when there is none.
-func (o Options) traceBackend() (model.Backend, string, error) {
-	if o.Backend != nil {
-		return o.Backend(o.Device)
+func (s *Set) traceBackend() (model.Backend, string, error) {
+	device := s.option("trace", "device")
+	if s.Opt.Backend != nil {
+		return s.Opt.Backend(device)
 	}
-	if o.Device == "cuda" {
+	if device == "cuda" {
 		return nil, "", errors.New("cuda: no CUDA backend given")
 	}
 	return model.NewCPU(), "", nil

@@ -37,7 +37,7 @@ func TestTraceView(t *testing.T) {
 	}
 	prompts := filepath.Join(t.TempDir(), "p.json")
 	os.WriteFile(prompts, []byte(`[{"id":"a","token_ids":[0,5,9]},{"id":"b","label":"B","text":"def f(x): return x"}]`), 0o644)
-	s, err := traceSet(t, dir, Options{TracePrompts: prompts, Device: "cpu"})
+	s, err := traceSet(t, dir, Options{Values: map[string]string{"trace-prompts": prompts, "device": "cpu"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +116,7 @@ func TestTraceViewErrors(t *testing.T) {
 	}
 	bad := filepath.Join(t.TempDir(), "p.json")
 	os.WriteFile(bad, []byte(`[{"id":"x","token_ids":[1]},{"id":"x","token_ids":[2]}]`), 0o644)
-	for _, opt := range []Options{{TracePrompts: bad}, {Device: "cuda0"}, {TracePrompts: filepath.Join(dir, "none")}} {
+	for _, opt := range []Options{{Values: map[string]string{"trace-prompts": bad}}, {Values: map[string]string{"device": "cuda0"}}, {Values: map[string]string{"trace-prompts": filepath.Join(dir, "none")}}} {
 		if _, err := traceSet(t, dir, opt); err == nil {
 			t.Errorf("%+v: built", opt)
 		}

@@ -20,7 +20,7 @@ import (
 // logits.safetensors. Layers run at the precision --trace-precision names
 // (a8, the default, or fp32), on the backend --device chooses.
 func buildTraceV4(s *Set, prompts []trace.Prompt, user bool) (Built, error) {
-	prec, err := tracePrecision(s.Opt.TracePrecision)
+	prec, err := tracePrecision(s.option("trace", "trace-precision"))
 	if err != nil {
 		return Built{}, err
 	}
@@ -41,7 +41,7 @@ func buildTraceV4(s *Set, prompts []trace.Prompt, user bool) (Built, error) {
 // with the layers' carried pre_mix, candidate masks and Engram hash ids
 // and gates. DSpark stages (mtp.*) are listed in trace.json, not run.
 func buildTraceV41(s *Set, prompts []trace.Prompt, user bool) (Built, error) {
-	prec, err := tracePrecision(s.Opt.TracePrecision)
+	prec, err := tracePrecision(s.option("trace", "trace-precision"))
 	if err != nil {
 		return Built{}, err
 	}
@@ -114,7 +114,7 @@ func v4Prompts(s *Set, prompts *[]trace.Prompt, user bool, vocab int) (tok *toke
 	}
 	if err := trace.Encode(*prompts, tok, vocab); err != nil {
 		if user {
-			return nil, nil, &Built{}, fmt.Errorf("--trace-prompts %s: %w", s.Opt.TracePrompts, err)
+			return nil, nil, &Built{}, fmt.Errorf("--trace-prompts %s: %w", s.option("trace", "trace-prompts"), err)
 		}
 		summary := "cannot run the default prompts"
 		if tok == nil && problems != nil {
@@ -133,7 +133,7 @@ func v4Backend(s *Set, out *Built) (model.Backend, error) {
 	if s.Opt.V4Backend == nil {
 		return nil, nil
 	}
-	backend, note, err := s.Opt.V4Backend(s.Opt.Device)
+	backend, note, err := s.Opt.V4Backend(s.option("trace", "device"))
 	if err != nil {
 		return nil, fmt.Errorf("--device: %w", err)
 	}

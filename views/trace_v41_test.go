@@ -17,7 +17,7 @@ import (
 // the first Engram layer are still served.
 func TestTraceViewV41(t *testing.T) {
 	src := filepath.Join(testdata.Dir(t), "trace", "v41-tiny")
-	s, err := traceSet(t, src, Options{Device: "cpu"})
+	s, err := traceSet(t, src, Options{Values: map[string]string{"device": "cpu"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +51,7 @@ func TestTraceViewV41(t *testing.T) {
 	}
 	prompts := filepath.Join(t.TempDir(), "p.json")
 	os.WriteFile(prompts, []byte(`[{"id":"a","token_ids":[0,5,9,300,7]}]`), 0o644)
-	s, err = traceSet(t, dir, Options{TracePrompts: prompts, Device: "cpu"})
+	s, err = traceSet(t, dir, Options{Values: map[string]string{"trace-prompts": prompts, "device": "cpu"}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -41,7 +41,7 @@ func TestTraceViewV4(t *testing.T) {
 	prompts := filepath.Join(t.TempDir(), "p.json")
 	os.WriteFile(prompts, []byte(`[{"id":"s0","token_ids":`+string(ids)+`}]`), 0o644)
 	for _, prec := range []string{"", "fp32"} {
-		s, err := traceSet(t, dir, Options{TracePrompts: prompts, Device: "cpu", TracePrecision: prec})
+		s, err := traceSet(t, dir, Options{Values: map[string]string{"trace-prompts": prompts, "device": "cpu", "trace-precision": prec}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -96,7 +96,7 @@ func TestTraceViewV4(t *testing.T) {
 			t.Errorf("trace.json does not record precision %s", mode)
 		}
 	}
-	if _, err := traceSet(t, dir, Options{TracePrompts: prompts, TracePrecision: "bf16"}); err == nil || !strings.Contains(err.Error(), "--trace-precision") {
+	if _, err := traceSet(t, dir, Options{Values: map[string]string{"trace-prompts": prompts, "trace-precision": "bf16"}}); err == nil || !strings.Contains(err.Error(), "--trace-precision") {
 		t.Errorf("--trace-precision bf16: %v", err)
 	}
 	// Without a tokenizer the default text prompts cannot run: ERROR.txt

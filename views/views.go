@@ -40,9 +40,27 @@ type View struct {
 // Option is a setting a view declares.
 type Option struct {
 	Name    string // the flag's name, unique among all views' options
-	Usage   string
+	Usage   string // names the view, as --help shows it among all flags
 	Default string
+	Kind    OptionKind
+	// Check, when set, validates a given value, so that the CLI refuses a
+	// bad one before it opens anything. Callers other than the CLI set
+	// Options.Values directly, so a builder still checks what it relies on.
+	Check func(string) error
+	// File says the value names a file the view reads: what an export
+	// holds then depends on the file's content, not on its name.
+	File bool
 }
+
+// OptionKind is the type of an option's value, which the CLI's flag
+// parses and --help shows.
+type OptionKind int
+
+const (
+	StringOption OptionKind = iota // any text
+	IntOption                      // a decimal integer
+	BoolOption                     // "true" or "false"; the flag alone means true
+)
 
 // A builder makes one view from the set's catalog and options (s.Cat,
 // s.Opt; s also shares the opened source files among the views). It
@@ -83,11 +101,10 @@ var registry = []View{
 	{Name: "nvfp4", About: "routed and MTP experts MXFP4 -> NVFP4 (lossless), everything else as is", build: safetensorsView(nvfp4Rewriter)},
 	{Name: "engram-fp4", About: "Engram tables FP8 -> FP4 with block-32 E8M0 scales, everything else as is", build: safetensorsView(engramRewriter)},
 	{Name: "nvfp4+engram-fp4", About: "both transcodes at once (the seed script's default output)", build: safetensorsView(nvfp4Rewriter, engramRewriter)},
-	{Name: "trace", About: "DeepSeek MLA + MoE decoder-layer forwards on prompts, run when read: activations, routes, statistics", build: buildTrace},
+	{Name: "trace", About: "DeepSeek MLA + MoE decoder-layer forwards on prompts, run when read: activations, routes, statistics", Options: traceOptions, build: buildTrace},
 	{Name: "q2", About: "routed experts -> ggml IQ2_XXS (w1, w3) and Q2_K (w2), with plan, manifests and README", build: buildQ2},
-	{Name: "gguf", About: "GGUF files for llama.cpp, LM Studio and ollama (deepseek2 BF16, Q8_0 and IQ2_XXS), single and split", build: buildGGUF,
-		Options: []Option{{Name: "gguf-split-mb", Usage: "most tensor data in one gguf/*/split/ shard, MiB", Default: strconv.Itoa(defaultGGUFSplitMB)}}},
-	{Name: "manifest", About: "the inventory of every tensor: formats, bytes, sha256, value checks, where each view's tensors come from", build: buildManifest},
+	{Name: "gguf", About: "GGUF files for llama.cpp, LM Studio and ollama (deepseek2 BF16, Q8_0 and IQ2_XXS), single and split", Options: ggufOptions, build: buildGGUF},
+	{Name: "manifest", About: "the inventory of every tensor: formats, bytes, sha256, value checks, where each view's tensors come from", Options: manifestOptions, build: buildManifest},
 }
 
 // Names lists the registered views in order.
@@ -102,41 +119,33 @@ func Names() []string {
 // All returns the registered views.
 func All() []View { return append([]View(nil), registry...) }
 
-// Options are the settings views take from the command line.
+// Options are what views are built with beyond the catalog: the caches
+// and backends the caller owns, the settings every view shares and the
+// values of the options views declare (View.Options).
 type Options struct {
 	// Views names the views to build; empty means all.
 	Views []string
 	// Revision is the source revision the q2/ documents record; empty
 	// means the Hugging Face cache snapshot name when the source is one.
+	// Not an option of q2/: the CLI's --revision also picks which
+	// snapshot of a Hugging Face cache folder every view serves.
 	Revision string
-	// DiskCache, when set, keeps the blocks of expensive views (q2/)
-	// across mounts; the in-memory block cache stays in front of it.
+	// DiskCache, when set, keeps the blocks of expensive views (q2/) and
+	// manifest/'s digests across mounts; the in-memory block cache stays
+	// in front of it. The CLI opens it (--cache-dir), since verify, audit,
+	// inspect and diff share it without building views.
 	DiskCache *diskcache.Cache
 	// Cache, when set, is the block cache files are read through; documents
 	// that need a file's derived bytes (q2/'s shard manifests) read them
 	// from it too, so a block read by both is computed once.
 	Cache vfile.Cache
-	// TracePrompts is a JSON file of prompts for trace/ (empty: the
-	// seed's four prompts).
-	TracePrompts string
-	// Device is where trace/ runs layers: auto (the default), cpu or cuda.
-	Device string
-	// Backend starts the backend trace/ runs layers on for Device (the
-	// CLI's, which knows CUDA); note is a line for the log. Nil runs
-	// every device but cuda on the CPU.
+	// Backend starts the backend trace/ runs layers on for its --device
+	// option (the CLI's, which knows CUDA); note is a line for the log.
+	// Nil runs every device but cuda on the CPU.
 	Backend func(device string) (b model.Backend, note string, err error)
-	// V4Backend starts what DeepSeek-V4 layers run on for Device: nil for
-	// the host engine. Nil runs them on the host.
+	// V4Backend starts what DeepSeek-V4 layers run on for --device: nil
+	// for the host engine. Nil runs them on the host.
 	V4Backend func(device string) (b model.Backend, note string, err error)
-	// TracePrecision is how trace/ runs DeepSeek-V4 layers: a8 (empty:
-	// the default, FP8 activations as DeepSeek's reference) or fp32.
-	TracePrecision string
-	// TP is the tensor-parallel degree whose cuts manifest/ reports: 0
-	// means inventory.DefaultTP, 1 none.
-	TP int
-	// NoHash makes manifest/ read headers only: no digests, no value
-	// checks.
-	NoHash bool
 	// Values are the views' declared options (View.Options) by name; an
 	// option not given takes its default.
 	Values map[string]string
@@ -196,6 +205,26 @@ func (s *Set) option(view, name string) string {
 		}
 	}
 	panic(fmt.Sprintf("views: view %s reads option %s, which it does not declare", view, name))
+}
+
+// intOption returns option name of view as an integer.
+func (s *Set) intOption(view, name string) (int, error) {
+	v := s.option(view, name)
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		return 0, fmt.Errorf("--%s %s: not an integer", name, v)
+	}
+	return n, nil
+}
+
+// boolOption returns option name of view as a boolean.
+func (s *Set) boolOption(view, name string) (bool, error) {
+	v := s.option(view, name)
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, fmt.Errorf("--%s %s: not true or false", name, v)
+	}
+	return b, nil
 }
 
 // WorkingMemory is what the views may hold outside the block cache while

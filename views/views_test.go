@@ -23,6 +23,9 @@ import (
 // tinyDir holds a v41-tiny checkpoint written once for the package's tests.
 var tinyDir string
 
+// noHash keeps manifest/ from reading tensor data.
+var noHash = map[string]string{"no-hash": "true"}
+
 func TestMain(m *testing.M) { tinyckpt.Main(m, "v41-tiny", &tinyDir) }
 
 // tinySet builds every view of a v41-tiny checkpoint written once per test
@@ -358,7 +361,7 @@ func TestBuildServesExactlyTheListedViews(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.views, ","), func(t *testing.T) {
-			s, err := Build(cat, Options{Views: tt.views, NoHash: true})
+			s, err := Build(cat, Options{Views: tt.views, Values: noHash})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -493,7 +496,7 @@ func TestBadShardIsNeverHidden(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cat.Close()
-	s, err := Build(cat, Options{Views: []string{"source", "nvfp4", "engram-fp4", "nvfp4+engram-fp4", "q2", "manifest"}, NoHash: true})
+	s, err := Build(cat, Options{Views: []string{"source", "nvfp4", "engram-fp4", "nvfp4+engram-fp4", "q2", "manifest"}, Values: noHash})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -562,6 +565,31 @@ func TestNVFP4GroupsSharedPerMount(t *testing.T) {
 		ga := a.(*nvfp4).group(e)
 		if ga != b.(*nvfp4).group(e) || ga != c.(*nvfp4).group(e) {
 			t.Fatalf("%s: the rewriters keep separate groups", e.Name)
+		}
+	}
+}
+
+// TestOptionValues checks that a declared option's value of the wrong kind
+// fails the build with a line naming the flag and the value.
+func TestOptionValues(t *testing.T) {
+	cat, err := checkpoint.Open(tinyDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cat.Close()
+	for _, tt := range []struct {
+		values map[string]string
+		want   string
+	}{
+		{map[string]string{"tp": "x"}, "--tp x: not an integer"},
+		{map[string]string{"no-hash": "maybe"}, "--no-hash maybe: not true or false"},
+	} {
+		s, err := Build(cat, Options{Views: []string{"manifest"}, Values: tt.values})
+		if err == nil {
+			s.Close()
+			t.Errorf("%v: built", tt.values)
+		} else if !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%v: %v, want %q", tt.values, err, tt.want)
 		}
 	}
 }

@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"hash"
 	"io"
 	"log/slog"
 	"maps"
@@ -31,7 +30,6 @@ func runExport(args []string) error {
 	fs := flags("export")
 	cacheMB := fs.Int("cache-mb", 256, "memory budget of the block cache, MiB")
 	qf := addQ2Flags(fs)
-	tf := addTraceFlags(fs)
 	vf := addViewFlags(fs)
 	pos, err := parse(fs, args, 3, 3)
 	if err != nil {
@@ -48,7 +46,6 @@ func runExport(args []string) error {
 	if err := qf.apply(&opt); err != nil {
 		return err
 	}
-	tf.apply(&opt)
 	vf.apply(&opt)
 	cache := blockcache.New(int64(*cacheMB)<<20, runtime.NumCPU())
 	opt.Cache = cache
@@ -130,17 +127,19 @@ func resolveExisting(p string) (string, error) {
 // under the same identity, so a changed source or a new dsfs rewrites it.
 func exportIdentity(view string, opt views.Options, cat *checkpoint.Catalog) (string, error) {
 	h := sha256.New()
-	fmt.Fprintf(h, "dsfs export\n%s\ncodec %s\nview %s\nrevision %q\ndevice %q\ntp %d no-hash %v\n",
-		version(), codecs.Version, view, opt.Revision, opt.Device, opt.TP, opt.NoHash)
+	fmt.Fprintf(h, "dsfs export\n%s\ncodec %s\nview %s\nrevision %q\n",
+		version(), codecs.Version, view, opt.Revision)
 	for _, name := range slices.Sorted(maps.Keys(opt.Values)) {
-		fmt.Fprintf(h, "option %s %q\n", name, opt.Values[name])
-	}
-	if opt.TracePrompts != "" {
-		b, err := os.ReadFile(opt.TracePrompts)
-		if err != nil {
-			return "", err
+		v := opt.Values[name]
+		if o, _ := viewOption(name); o.File && v != "" {
+			b, err := os.ReadFile(v)
+			if err != nil {
+				return "", err
+			}
+			fmt.Fprintf(h, "option %s: file sha256 %x\n", name, sha256.Sum256(b))
+			continue
 		}
-		fmt.Fprintf(h, "trace prompts %x\n", sha256.Sum256(b))
+		fmt.Fprintf(h, "option %s %q\n", name, v)
 	}
 	for _, sh := range cat.Shards {
 		fmt.Fprintf(h, "shard %q %d %d\n", sh.Name, sh.Size, sh.ModTime.UnixNano())
@@ -491,12 +490,27 @@ func (d *exportDirs) matches(ctx context.Context, f exportFile, progress func(in
 	}
 	file := os.NewFile(uintptr(fd), full)
 	defer file.Close()
-	h := sha256.New()
-	n, err := copyCtx(ctx, h, file, progress)
+	fi, err := file.Stat()
+	if err != nil {
+		return false, err
+	}
+	sum, err := vfile.SHA256(ctx, progressReader{file, progress}, 0, fi.Size())
 	if err != nil {
 		return false, fmt.Errorf("%s: %w", full, err)
 	}
-	return n == f.rec.size && hex.EncodeToString(h.Sum(nil)) == f.rec.sha256, nil
+	return fi.Size() == f.rec.size && sum == f.rec.sha256, nil
+}
+
+// progressReader reports the bytes each read returns.
+type progressReader struct {
+	r        io.ReaderAt
+	progress func(int64)
+}
+
+func (p progressReader) ReadAt(b []byte, off int64) (int, error) {
+	n, err := p.r.ReadAt(b, off)
+	p.progress(int64(n))
+	return n, err
 }
 
 // write writes file f under a temporary name, then renames it into place.
@@ -603,25 +617,4 @@ func writeNode(ctx context.Context, w io.Writer, n *vfile.Node, cache vfile.Cach
 		}
 	}
 	return size, bw.Flush()
-}
-
-// copyCtx copies r to w until EOF or ctx ends.
-func copyCtx(ctx context.Context, w hash.Hash, r io.Reader, progress func(int64)) (int64, error) {
-	buf := make([]byte, 4<<20)
-	var n int64
-	for {
-		if err := ctx.Err(); err != nil {
-			return n, err
-		}
-		k, err := r.Read(buf)
-		w.Write(buf[:k])
-		n += int64(k)
-		progress(int64(k))
-		if err == io.EOF {
-			return n, nil
-		}
-		if err != nil {
-			return n, err
-		}
-	}
 }

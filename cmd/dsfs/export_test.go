@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"os"
 	"os/exec"
@@ -298,4 +299,40 @@ func snapshot(t *testing.T, dir string) string {
 		return nil
 	})
 	return b.String()
+}
+
+// TestExportViewOptions checks that export takes the options views declare
+// (manifest/'s --tp and --no-hash), that they reach the view, and that a
+// rerun with other values rewrites the files they change.
+func TestExportViewOptions(t *testing.T) {
+	needXattr(t)
+	out := t.TempDir()
+	manifest := func() (tp int, hashed bool) {
+		t.Helper()
+		var doc struct {
+			TP     int  `json:"tp"`
+			Hashed bool `json:"hashed"`
+		}
+		b, err := os.ReadFile(filepath.Join(out, "manifest.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(b, &doc); err != nil {
+			t.Fatal(err)
+		}
+		return doc.TP, doc.Hashed
+	}
+	exportCounts(t, "manifest", "--tp", "4", "--no-hash", tinySrc, out)
+	if tp, hashed := manifest(); tp != 4 || hashed {
+		t.Fatalf("export --tp 4 --no-hash: manifest.json has tp %d, hashed %v", tp, hashed)
+	}
+	if written, _ := exportCounts(t, "manifest", "--tp", "4", "--no-hash", tinySrc, out); written != "0" {
+		t.Errorf("a rerun with the same options wrote %s files, want 0", written)
+	}
+	if written, _ := exportCounts(t, "manifest", "--tp", "1", tinySrc, out); written == "0" {
+		t.Error("a rerun with other options kept every file")
+	}
+	if tp, hashed := manifest(); tp != 1 || !hashed {
+		t.Errorf("export --tp 1: manifest.json has tp %d, hashed %v", tp, hashed)
+	}
 }

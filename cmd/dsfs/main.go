@@ -31,7 +31,6 @@ import (
 	"strings"
 
 	"github.com/dsfs/dsfs/synth"
-	"github.com/dsfs/dsfs/trace"
 	"github.com/dsfs/dsfs/views"
 )
 
@@ -51,7 +50,7 @@ func init() {
 		{"umount", "[--lazy|-z] MNT", "unmount a dsfs mount", runUmount, 1},
 		{"demo", "[--check] [--preset NAME] [MNT]", "synthesise a small checkpoint, mount it and show it; --check verifies the views and exits", runDemo, 1},
 		{"synth", "[--force] --preset NAME OUT", "write a synthetic checkpoint (presets: see --help)", runSynth, 1},
-		{"export", "[--cache-mb N] [--cache-dir DIR] [--cache-dir-gb N] [--revision REV] [--device auto|cpu|cuda] [--trace-prompts FILE] [--trace-precision a8|fp32] [--gguf-split-mb N] VIEW SRC OUT", "write a view as ordinary files, through the same code as the mount; a rerun completes an interrupted export", runExport, 1},
+		{"export", "[--cache-mb N] [--cache-dir DIR] [--cache-dir-gb N] [--revision REV] [--device auto|cpu|cuda] [--trace-prompts FILE] [--trace-precision a8|fp32] [--tp N] [--no-hash] [--gguf-split-mb N] VIEW SRC OUT", "write a view as ordinary files, through the same code as the mount; a rerun completes an interrupted export", runExport, 1},
 		{"verify", "q2 SRC --against DIR [--sample N] [--seed S] [--json F]", "recompute sampled q2/ blocks and check them against an exported q2 directory or a --cache-dir, and the recorded digests", runVerify, 1},
 		{"audit", "q2 SRC [--json F] [--sample N] [--cache-dir DIR] [--cache-dir-gb N] [--revision REV]", "cosine similarity and relative RMS error of the q2/ blocks against the exact MXFP4 decode, per projection", runAudit, 1},
 		{"inspect", "[--json F] [--shard NAME] [--tp N] [--no-hash] [--cache-dir DIR] SRC", "the manifest summary and problems of a checkpoint, hashing and checking every tensor (progress bar on a terminal); exits 1 when it finds problems", runInspect, 2},
@@ -216,7 +215,11 @@ func parse(fs *flag.FlagSet, args []string, min, max int) ([]string, error) {
 	}
 	var err error
 	fs.Visit(func(f *flag.Flag) {
-		if check := flagChecks[f.Name]; check != nil && err == nil {
+		check := flagChecks[f.Name]
+		if o, ok := viewOption(f.Name); ok && check == nil {
+			check = o.Check
+		}
+		if check != nil && err == nil {
 			if cerr := check(f.Value.String()); cerr != nil {
 				err = usagef("--%s %s: %v", f.Name, f.Value, cerr)
 			}
@@ -244,16 +247,15 @@ func argCount(min, max int) string {
 
 // flagChecks validates the values of the flags several commands share, by
 // flag name, so that each command rejects a bad value before it does
-// anything.
+// anything. A view's option brings its own check (views.Option.Check);
+// --tp, manifest/'s, is checked here since inspect and diff take it too.
 var flagChecks = map[string]func(string) error{
-	"cache-mb":      intIn(1, 1<<30, "want a number of MiB from 1 to 1073741824"),
-	"cache-dir-gb":  floatIn(0, 1<<32, "want a number of GiB from 0 (no cap) to 4294967296"),
-	"tp":            intIn(1, 1<<16, "want a tensor-parallel degree from 1 (no cuts) to 65536"),
-	"gguf-split-mb": intIn(1, 1<<30, "want a number of MiB from 1 to 1073741824"),
-	"sample":        intIn(0, math.MaxInt64, "want 0 (all) or a positive count"),
-	"device":        trace.CheckDevice,
-	"views":         checkViews,
-	"preset":        checkPreset,
+	"cache-mb":     intIn(1, 1<<30, "want a number of MiB from 1 to 1073741824"),
+	"cache-dir-gb": floatIn(0, 1<<32, "want a number of GiB from 0 (no cap) to 4294967296"),
+	"tp":           intIn(1, 1<<16, "want a tensor-parallel degree from 1 (no cuts) to 65536"),
+	"sample":       intIn(0, math.MaxInt64, "want 0 (all) or a positive count"),
+	"views":        checkViews,
+	"preset":       checkPreset,
 }
 
 // intIn accepts an integer in [lo, hi].

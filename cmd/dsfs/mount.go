@@ -20,7 +20,6 @@ import (
 	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/hfcache"
 	"github.com/dsfs/dsfs/internal/sdnotify"
-	"github.com/dsfs/dsfs/inventory"
 	"github.com/dsfs/dsfs/vfile"
 	"github.com/dsfs/dsfs/vfs"
 	"github.com/dsfs/dsfs/views"
@@ -90,10 +89,7 @@ func runMount(args []string) error {
 	var o fuseOptions
 	fs.Var(&o, "o", "mount options as FUSE tools take them, comma-separated: ro, allow_other, default_permissions, nosuid, nodev, noexec, and dsfs's flags as name=value (cache_mb=2048, views=nvfp4:q2)")
 	qf := addQ2Flags(fs)
-	tf := addTraceFlags(fs)
 	vf := addViewFlags(fs)
-	tp := fs.Int("tp", inventory.DefaultTP, "tensor-parallel degree whose cuts manifest/ reports (1: none)")
-	noHash := fs.Bool("no-hash", false, "manifest/ reads headers only: no sha256, no value checks")
 	pos, err := parse(fs, args, 2, 2)
 	if err != nil {
 		return err
@@ -121,9 +117,7 @@ func runMount(args []string) error {
 	if err := qf.apply(&opt); err != nil {
 		return err
 	}
-	tf.apply(&opt)
 	vf.apply(&opt)
-	opt.TP, opt.NoHash = *tp, *noHash
 	budget := int64(*cacheMB) << 20
 	cache := blockcache.New(budget, runtime.NumCPU())
 	opt.Cache = cache

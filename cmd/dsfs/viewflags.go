@@ -2,19 +2,35 @@ package main
 
 import (
 	"flag"
+	"strconv"
 
 	"github.com/dsfs/dsfs/views"
 )
 
 // viewFlags are the options views declare (views.View.Options), offered
-// by every command that builds views: declared once, in the view.
-type viewFlags map[string]*string
+// by every command that builds views (mount, export): declared once, in
+// the view.
+type viewFlags map[string]*flag.Flag
 
 func addViewFlags(fs *flag.FlagSet) viewFlags {
 	f := make(viewFlags)
 	for _, v := range views.All() {
 		for _, o := range v.Options {
-			f[o.Name] = fs.String(o.Name, o.Default, v.Name+"/: "+o.Usage)
+			switch o.Kind {
+			case views.IntOption:
+				n, err := strconv.Atoi(o.Default)
+				if err != nil {
+					panic("view " + v.Name + ": option " + o.Name + ": default is not an integer")
+				}
+				fs.Int(o.Name, n, o.Usage)
+			case views.BoolOption:
+				fs.Bool(o.Name, o.Default == "true", o.Usage)
+			case views.StringOption:
+				fs.String(o.Name, o.Default, o.Usage)
+			default:
+				panic("view " + v.Name + ": option " + o.Name + ": unknown kind")
+			}
+			f[o.Name] = fs.Lookup(o.Name)
 		}
 	}
 	return f
@@ -22,11 +38,20 @@ func addViewFlags(fs *flag.FlagSet) viewFlags {
 
 // apply sets the views' options in opt.
 func (f viewFlags) apply(opt *views.Options) {
-	if len(f) == 0 {
-		return
-	}
 	opt.Values = make(map[string]string, len(f))
-	for name, v := range f {
-		opt.Values[name] = *v
+	for name, fl := range f {
+		opt.Values[name] = fl.Value.String()
 	}
+}
+
+// viewOption returns the option a view declares under a flag's name.
+func viewOption(name string) (views.Option, bool) {
+	for _, v := range views.All() {
+		for _, o := range v.Options {
+			if o.Name == name {
+				return o, true
+			}
+		}
+	}
+	return views.Option{}, false
 }

@@ -44,7 +44,7 @@ func BenchmarkQuantizeRefVsPortable(b *testing.B) {
 
 func BenchmarkQuantizeUnit(b *testing.B) {
 	qw := unitImportance(benchWidth)
-	benchmarkQuantize(b, func(dst []byte, src []float32) { QuantizeImportance(dst, src, qw) })
+	benchmarkQuantize(b, func(dst []byte, src []float32) { quantizeImportance(dst, src, qw) })
 }
 
 func BenchmarkDequantize(b *testing.B) {

@@ -9,7 +9,8 @@
 //
 // There are two quantisers, as in ggml. [QuantizeRef] is
 // quantize_row_q2_K_ref, the path ggml takes without an importance matrix.
-// [QuantizeImportance] is quantize_row_q2_K_impl, a different search
+// quantizeImportance (unexported until a q2/ recipe uses an importance
+// matrix) is quantize_row_q2_K_impl, a different search
 // weighted by an importance vector. Both reproduce ggml's bytes exactly,
 // which rules out any reassociation of float32 arithmetic: every sum runs in
 // ggml's order and every product is rounded before it is added, because Go
@@ -21,7 +22,7 @@
 // the vector unit; the bytes are those of the portable Go path, which other
 // CPUs run and the tests compare against it.
 //
-// QuantizeImportance follows make_qkx3_quants as of d99724f2; the guard
+// quantizeImportance follows make_qkx3_quants as of d99724f2; the guard
 // against out-of-range levels that later llama.cpp commits added to it
 // changes none of the reference vectors.
 //
@@ -76,14 +77,14 @@ func quantizeRef(dst []byte, src []float32, vector bool) {
 	}
 }
 
-// QuantizeImportance encodes src into dst as ggml's quantize_row_q2_K_impl
+// quantizeImportance encodes src into dst as ggml's quantize_row_q2_K_impl
 // does (ggml_quantize_chunk with an importance matrix). importance holds one
 // entry per column, so its length is the row length; src holds whole rows of
 // that length, and weight i of every row is weighted by importance[i]. It
 // panics if len(importance) is not a positive multiple of BlockWeights, if
 // len(src) is not a multiple of len(importance), or if dst is shorter than
 // RowBytes(len(src)).
-func QuantizeImportance(dst []byte, src, importance []float32) {
+func quantizeImportance(dst []byte, src, importance []float32) {
 	n := len(importance)
 	if n == 0 || n%BlockWeights != 0 || len(src)%n != 0 {
 		panic(fmt.Sprintf("q2k: %d weights do not form rows of %d (importance length, a multiple of %d)", len(src), n, BlockWeights))

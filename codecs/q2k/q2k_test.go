@@ -36,10 +36,10 @@ func TestBadLengthsPanic(t *testing.T) {
 		{"RowBytes negative", func() { RowBytes(-256) }},
 		{"QuantizeRef partial block", func() { QuantizeRef(make([]byte, 168), src[:300]) }},
 		{"QuantizeRef short dst", func() { QuantizeRef(make([]byte, 167), src) }},
-		{"QuantizeImportance empty importance", func() { QuantizeImportance(make([]byte, 168), src, nil) }},
-		{"QuantizeImportance importance not a block multiple", func() { QuantizeImportance(make([]byte, 168), src[:256], src[:128]) }},
-		{"QuantizeImportance partial row", func() { QuantizeImportance(make([]byte, 168), src, src[:384]) }},
-		{"QuantizeImportance short dst", func() { QuantizeImportance(make([]byte, 100), src, src[:256]) }},
+		{"quantizeImportance empty importance", func() { quantizeImportance(make([]byte, 168), src, nil) }},
+		{"quantizeImportance importance not a block multiple", func() { quantizeImportance(make([]byte, 168), src[:256], src[:128]) }},
+		{"quantizeImportance partial row", func() { quantizeImportance(make([]byte, 168), src, src[:384]) }},
+		{"quantizeImportance short dst", func() { quantizeImportance(make([]byte, 100), src, src[:256]) }},
 		{"Dequantize partial block", func() { Dequantize(make([]float32, 256), make([]byte, 83)) }},
 		{"Dequantize short dst", func() { Dequantize(make([]float32, 255), make([]byte, 84)) }},
 	} {
@@ -141,10 +141,10 @@ func TestMatchesOracle(t *testing.T) {
 		if i := firstBlockDiff(got, want); i >= 0 {
 			t.Errorf("seed %d: %s: QuantizeRef block %d\n got %x\nwant %x", seed, name, i, got[i*BlockBytes:][:BlockBytes], want[i*BlockBytes:][:BlockBytes])
 		}
-		QuantizeImportance(got, x, qw)
+		quantizeImportance(got, x, qw)
 		oracleQuantizeImportance(want, x, qw)
 		if i := firstBlockDiff(got, want); i >= 0 {
-			t.Errorf("seed %d: %s: QuantizeImportance block %d\n got %x\nwant %x", seed, name, i, got[i*BlockBytes:][:BlockBytes], want[i*BlockBytes:][:BlockBytes])
+			t.Errorf("seed %d: %s: quantizeImportance block %d\n got %x\nwant %x", seed, name, i, got[i*BlockBytes:][:BlockBytes], want[i*BlockBytes:][:BlockBytes])
 		}
 	}
 }
@@ -191,7 +191,7 @@ func TestEdgeRowsDecode(t *testing.T) {
 		y := make([]float32, len(x))
 		for _, quantize := range []func(){
 			func() { QuantizeRef(q, x) },
-			func() { QuantizeImportance(q, x, unitImportance(256)) },
+			func() { quantizeImportance(q, x, unitImportance(256)) },
 		} {
 			quantize()
 			Dequantize(y, q)
@@ -227,7 +227,7 @@ func TestRoundTripError(t *testing.T) {
 		quantize func(dst []byte, src []float32, n int)
 	}{
 		{"q2_k_ref.json.gz", func(dst []byte, src []float32, _ int) { QuantizeRef(dst, src) }},
-		{"q2_k_unit.json.gz", func(dst []byte, src []float32, n int) { QuantizeImportance(dst, src, unitImportance(n)) }},
+		{"q2_k_unit.json.gz", func(dst []byte, src []float32, n int) { quantizeImportance(dst, src, unitImportance(n)) }},
 	} {
 		var worst, sum float64
 		var count int
@@ -296,10 +296,10 @@ func FuzzQuantize(f *testing.F) {
 		}
 		Dequantize(y, got)
 		qw := unitImportance(n)
-		QuantizeImportance(got, x, qw)
+		quantizeImportance(got, x, qw)
 		oracleQuantizeImportance(want, x, qw)
 		if i := firstBlockDiff(got, want); i >= 0 {
-			t.Fatalf("QuantizeImportance block %d\n got %x\nwant %x", i, got[i*BlockBytes:][:BlockBytes], want[i*BlockBytes:][:BlockBytes])
+			t.Fatalf("quantizeImportance block %d\n got %x\nwant %x", i, got[i*BlockBytes:][:BlockBytes], want[i*BlockBytes:][:BlockBytes])
 		}
 		Dequantize(y, got)
 	})

@@ -38,7 +38,7 @@ func TestVectors(t *testing.T) {
 		// portable fit must give ggml's bytes too.
 		{"q2_k_ref.json.gz", func(dst []byte, src []float32, _ int) { quantizeRef(dst, src, false) }},
 		{"q2_k_unit.json.gz", func(dst []byte, src []float32, nPerRow int) {
-			QuantizeImportance(dst, src, unitImportance(nPerRow))
+			quantizeImportance(dst, src, unitImportance(nPerRow))
 		}},
 	} {
 		for _, c := range loadVectors(t, tc.file) {

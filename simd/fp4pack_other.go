@@ -1,0 +1,13 @@
+//go:build !amd64
+
+package simd
+
+// vectorSteps is false: this architecture has no block kernels. It is a
+// variable, as on amd64, for the tests that clear it.
+var vectorSteps = false
+
+// maxLow7sVector does nothing: this architecture has no vector kernel.
+func maxLow7sVector(dst, src []byte) int { return 0 }
+
+// packStepsVector does nothing: this architecture has no vector kernel.
+func packStepsVector(dst, src []byte, steps []Steps, sel []byte) int { return 0 }
