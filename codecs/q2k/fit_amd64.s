@@ -239,9 +239,15 @@ TEXT ·requantizeAVX2(SB), NOSPLIT, $0-32
 requant:
 	VBROADCASTSS (R8), Y6
 	VBROADCASTSS (R9), Y7
-	VADDPS       (SI), Y6, Y0
+	// x is the first source of the addition, as in requantize's x + dm:
+	// when both are NaN (dm is Inf x 0 when the fp16 super-scale
+	// overflows), the result is the first source's NaN, whose payload
+	// nearest_int's bit trick turns into the level.
+	VMOVUPS      (SI), Y0
+	VADDPS       Y6, Y0, Y0
 	VDIVPS       Y7, Y0, Y0
-	VADDPS       32(SI), Y6, Y1
+	VMOVUPS      32(SI), Y1
+	VADDPS       Y6, Y1, Y1
 	VDIVPS       Y7, Y1, Y1
 	LEVELINT(Y0, Y2)
 	LEVELINT(Y1, Y2)
