@@ -369,7 +369,7 @@ func newV4Inference(s *Spec) []byte {
 }
 
 // tokenizerConfig is a minimal tokenizer_config.json with DeepSeek's special
-// tokens; there is no tokenizer.json (no vocabulary to load).
+// tokens; only a Spec with a TokenizerFill has a tokenizer.json beside it.
 var tokenizerConfig = map[string]any{
 	"add_bos_token":    true,
 	"add_eos_token":    false,

@@ -91,7 +91,7 @@ func V41FlashSpec() Spec {
 		EngramLayers:      []int{1, 14}, EngramRowsByLayer: []int64{384006168, 384016682}, EngramHeads: 8,
 		MTPLayers: 3, MTPExperts: 128, DSparkTargets: []int{37, 38, 39}, MarkovRank: 256,
 		VisionLayers: 32, VisionDim: 1024, VisionInter: 2816, VisionHeads: 16,
-		Sparse: true,
+		Sparse: true, TokenizerFill: releasedTokenizerFill,
 	}
 }
 
@@ -109,9 +109,16 @@ func V4FlashSpec() Spec {
 		CompressRatios: v4CompressRatios(43),
 		HCMult:         4, FP8Block: 128, HashLayers: 3,
 		MTPLayers: 1, MTPExperts: 256,
-		Sparse: true,
+		Sparse: true, TokenizerFill: releasedTokenizerFill,
 	}
 }
+
+// releasedTokenizerFill is the filler-word count that gives the released
+// checkpoints' synthetic tokenizer.json its 129,280 ids with exactly
+// engram_compressed_vocab_size (99,092) distinct Engram keys: the 1,259
+// learned tokens normalise to 1,080 keys, each filler word adds one and
+// each of the 30,009 spaced copies none.
+const releasedTokenizerFill = 98012
 
 // TinySpec is the v41-tiny preset: every tensor pattern of
 // DeepSeek-V4.1-Flash at small sizes, every matrix dimension a multiple of

@@ -3,6 +3,7 @@
 package synth
 
 import (
+	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -12,6 +13,9 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/dsfs/dsfs/tokenizer"
+	v4 "github.com/dsfs/dsfs/trace/v4"
 )
 
 // releaseShard is one shard of a released checkpoint: tensors, data
@@ -408,6 +412,57 @@ func TestV41FlashLayout(t *testing.T) {
 		!slices.Equal(cfg.TextConfig.EngramRows, []int64{384006168, 384016682}) || cfg.VisionConfig.Layers != 32 {
 		t.Errorf("config.json: %+v", cfg)
 	}
+	tok := checkReleaseTokenizer(t, dir)
+	// Engram hashes compressed ids: the map must have the configured size.
+	if _, n := v4.CompressedTokenMap(tok); n != 99_092 {
+		t.Errorf("tokenizer.json: the Engram token map has %d compressed ids, want engram_compressed_vocab_size 99,092", n)
+	}
+}
+
+// checkReleaseTokenizer checks the synthetic tokenizer.json both released
+// layouts carry: its bytes, 129,280 ids (config vocab_size), and
+// tokenizer_config.json's special tokens at ids 0, 1 and 2 (bos, eos and
+// pad_token_id of config.json).
+func checkReleaseTokenizer(t *testing.T, dir string) *tokenizer.Tokenizer {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, "tokenizer.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum := fmt.Sprintf("%x", sha256.Sum256(b)); len(b) != 5_229_749 || sum != "95f64fe357b3efd5d20f656850210e8917efe413d4780bb259443532d1ac8b9b" {
+		t.Errorf("tokenizer.json: %d bytes, sha256 %s; want 5,229,749 and 95f64fe3…", len(b), sum)
+	}
+	tok, err := tokenizer.Parse(b)
+	if err != nil {
+		t.Fatalf("tokenizer.json: %v", err)
+	}
+	if tok.VocabSize() != 129_280 {
+		t.Errorf("tokenizer.json: %d ids, want 129,280", tok.VocabSize())
+	}
+	cfg, err := os.ReadFile(filepath.Join(dir, "tokenizer_config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tok.ParseConfig(cfg); err != nil {
+		t.Fatalf("tokenizer_config.json: %v", err)
+	}
+	if bos, ok := tok.BOS(); !ok || bos != 0 {
+		t.Errorf("tokenizer_config.json: BOS %d (%v), want id 0", bos, ok)
+	}
+	var sp struct {
+		BOS string `json:"bos_token"`
+		EOS string `json:"eos_token"`
+		Pad string `json:"pad_token"`
+	}
+	if err := json.Unmarshal(cfg, &sp); err != nil {
+		t.Fatalf("tokenizer_config.json: %v", err)
+	}
+	for id, s := range []string{sp.BOS, sp.EOS, sp.Pad} {
+		if got := tok.Token(id); got != s {
+			t.Errorf("tokenizer_config.json names %q, id %d is %q", s, id, got)
+		}
+	}
+	return tok
 }
 
 func TestV4FlashLayout(t *testing.T) {
@@ -441,6 +496,7 @@ func TestV4FlashLayout(t *testing.T) {
 	if _, ok := c.index.WeightMap["layers.3.ffn.gate.tid2eid"]; ok {
 		t.Error("layer 3 has a tid2eid; V4-Flash hashes layers 0-2 only")
 	}
+	checkReleaseTokenizer(t, dir)
 }
 
 // TestTinyPresetsHaveEveryPattern: v41-tiny holds every pattern of the

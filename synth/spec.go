@@ -129,6 +129,12 @@ type Spec struct {
 	// as zeros: the full tensor list of a huge checkpoint in seconds and
 	// almost no disk.
 	Sparse bool
+
+	// TokenizerFill, when above zero, adds a tokenizer.json of Vocab ids
+	// (tokenizer.SynthesizeVocab: tokenizerMerges merges learned from its
+	// sample, TokenizerFill filler words, spaced copies of them for the
+	// rest) and makes tokenizer_config.json's pad token its id 2.
+	TokenizerFill int
 }
 
 // engramDim is the width of an Engram table row (FORMATS.md), and

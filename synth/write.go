@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	"sync"
 
 	"github.com/dsfs/dsfs/safetensors"
+	"github.com/dsfs/dsfs/tokenizer"
 )
 
 // IndexName is the name of the shard index a checkpoint carries.
@@ -90,7 +92,8 @@ func planShards(l *layout, maxBytes int64) ([]*shard, error) {
 
 // WriteSpec writes the checkpoint s describes into dir (created if
 // missing): the shards model-NNNNN-of-MMMMM.safetensors, IndexName,
-// config.json and tokenizer_config.json, replacing files of those names
+// config.json, tokenizer_config.json and, with a TokenizerFill,
+// tokenizer.json, replacing files of those names
 // and leaving others alone. The same spec always gives the same bytes.
 func WriteSpec(s Spec, dir string) error {
 	return writeSpec(s, dir, runtime.GOMAXPROCS(0))
@@ -150,7 +153,29 @@ func writeSpec(s Spec, dir string, workers int) error {
 	if err := os.WriteFile(filepath.Join(dir, InferenceConfigName, "config.json"), inference, 0o644); err != nil {
 		return fmt.Errorf("synth: %w", err)
 	}
-	return writeJSON(filepath.Join(dir, "tokenizer_config.json"), tokenizerConfig)
+	if s.TokenizerFill == 0 {
+		return writeJSON(filepath.Join(dir, "tokenizer_config.json"), tokenizerConfig)
+	}
+	return writeTokenizer(&s, dir)
+}
+
+// tokenizerMerges is how many merges a Spec's tokenizer.json learns from
+// tokenizer.Synthesize's sample (of the 1,112 it yields).
+const tokenizerMerges = 1000
+
+// writeTokenizer writes s's tokenizer.json and a tokenizer_config.json
+// whose pad token is the tokenizer's id 2, as pad_token_id says.
+func writeTokenizer(s *Spec, dir string) error {
+	tok, err := tokenizer.SynthesizeVocab(s.Vocab, tokenizerMerges, s.TokenizerFill)
+	if err != nil {
+		return fmt.Errorf("synth: tokenizer.json: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "tokenizer.json"), tok, 0o644); err != nil {
+		return fmt.Errorf("synth: %w", err)
+	}
+	cfg := maps.Clone(tokenizerConfig)
+	cfg["pad_token"] = "<｜▁pad▁｜>"
+	return writeJSON(filepath.Join(dir, "tokenizer_config.json"), cfg)
 }
 
 // createShard writes the header and sizes the file; the data reads as

@@ -121,7 +121,68 @@ func Synthesize(nMerges int) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	return encodeSynth(tokens, merges), nil
+}
 
+// synthFillPrefix begins every filler word of SynthesizeVocab. The sample
+// never holds it, even lowercased, so no learned token normalises to a
+// filler word's spelling.
+const synthFillPrefix = "zq"
+
+// SynthesizeVocab returns a tokenizer.json of Synthesize's form with
+// exactly vocab ids, for a checkpoint whose vocabulary is far larger than
+// the sample can teach: nMerges merges learned from the sample, then
+// words filler words ("zq", "zqa" ... "zqz", "zqaa" ..., each the merge of
+// the one before it in the tree and a letter), then the rest as the
+// filler words in the same order with a leading space (" zq" ...). The
+// fillers are real BPE tokens but no text the sample resembles uses them;
+// a leading-space copy differs from its word only by whitespace, as
+// " the" and "the" do in a trained vocabulary. The output depends only on
+// the arguments. It fails unless 259 + nMerges + words <= vocab <= 259 +
+// nMerges + 2·words.
+func SynthesizeVocab(vocab, nMerges, words int) ([]byte, error) {
+	if nMerges < 0 || words < 0 {
+		return nil, fmt.Errorf("nMerges %d or words %d is negative", nMerges, words)
+	}
+	spaced := vocab - len(synthSpecials) - 256 - nMerges - words
+	if spaced < 0 || spaced > words {
+		return nil, fmt.Errorf("vocabulary %d does not fit %d merges and %d filler words (and at most as many spaced copies)", vocab, nMerges, words)
+	}
+	first := len(synthSpecials)
+	tokens := make([][]byte, first, vocab)
+	for b := range 256 {
+		tokens = append(tokens, []byte{byte(b)})
+	}
+	merges, err := trainMerges(&tokens, nMerges)
+	if err != nil {
+		return nil, err
+	}
+	byteID := func(c byte) int32 { return int32(first) + int32(c) }
+	fill := make([]int32, 0, words) // ids of the filler words, in order
+	add := func(a, b int32) int32 {
+		id := int32(len(tokens))
+		tokens = append(tokens, slices.Concat(tokens[a], tokens[b]))
+		merges = append(merges, [2]int32{a, b})
+		return id
+	}
+	if words > 0 {
+		fill = append(fill, add(byteID(synthFillPrefix[0]), byteID(synthFillPrefix[1])))
+	}
+	for parent := 0; len(fill) < words; parent++ {
+		for c := byte('a'); c <= 'z' && len(fill) < words; c++ {
+			fill = append(fill, add(fill[parent], byteID(c)))
+		}
+	}
+	for _, w := range fill[:spaced] {
+		add(byteID(' '), w)
+	}
+	return encodeSynth(tokens, merges), nil
+}
+
+// encodeSynth writes tokens (id -> bytes, nil for the specials) and their
+// merges in rank order as a tokenizer.json.
+func encodeSynth(tokens [][]byte, merges [][2]int32) []byte {
+	first := len(synthSpecials)
 	var b bytes.Buffer
 	b.WriteString("{\n  \"version\": \"1.0\",\n  \"truncation\": null,\n  \"padding\": null,\n  \"added_tokens\": [")
 	for id, s := range synthSpecials {
@@ -185,7 +246,7 @@ func Synthesize(nMerges int) ([]byte, error) {
 		fmt.Fprintf(&b, "\n      %s", jsonString(pair))
 	}
 	b.WriteString("\n    ]\n  }\n}\n")
-	return b.Bytes(), nil
+	return b.Bytes()
 }
 
 // SynthesizeConfig returns the tokenizer_config.json to ship beside

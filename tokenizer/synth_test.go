@@ -96,3 +96,54 @@ func TestSynthesizeLimits(t *testing.T) {
 		t.Error("config lacks the tokenizer class")
 	}
 }
+
+func TestSynthesizeVocab(t *testing.T) {
+	const vocab, merges, words = 2000, 300, 1000 // 441 spaced copies
+	data, err := SynthesizeVocab(vocab, merges, words)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again, err := SynthesizeVocab(vocab, merges, words); err != nil || !bytes.Equal(data, again) {
+		t.Fatalf("SynthesizeVocab is not deterministic (%v)", err)
+	}
+	tok, err := Parse(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tok.VocabSize() != vocab {
+		t.Fatalf("VocabSize %d, want %d", tok.VocabSize(), vocab)
+	}
+	learned := 259 + merges
+	for _, tc := range []struct {
+		id   int
+		want string
+	}{
+		{0, synthBOS}, {2, synthPad}, {3 + 'a', "a"},
+		{learned, "zq"}, {learned + 1, "zqa"}, {learned + 26, "zqz"}, {learned + 27, "zqaa"},
+		{learned + words - 1, "zq" + fillSpelling(words-1)},
+		{learned + words, " zq"}, {learned + words + 1, " zqa"}, {vocab - 1, " zq" + fillSpelling(vocab-learned-words-1)},
+	} {
+		if got := tok.Decode([]int{tc.id}); got != tc.want {
+			t.Errorf("id %d decodes to %q, want %q", tc.id, got, tc.want)
+		}
+	}
+	// The fillers never appear in the sample: learned tokens cannot share
+	// their spelling, whatever the case.
+	if strings.Contains(strings.ToLower(synthSample), synthFillPrefix) {
+		t.Errorf("the sample holds %q", synthFillPrefix)
+	}
+	for _, bad := range [][3]int{{learned + words - 1, merges, words}, {learned + 2*words + 1, merges, words}, {vocab, -1, words}, {vocab, merges, -1}} {
+		if _, err := SynthesizeVocab(bad[0], bad[1], bad[2]); err == nil {
+			t.Errorf("SynthesizeVocab(%d, %d, %d) succeeded", bad[0], bad[1], bad[2])
+		}
+	}
+}
+
+// fillSpelling is the letters after "zq" of filler word i: the tree is
+// breadth-first, so word i's parent is word (i-1)/26.
+func fillSpelling(i int) string {
+	if i == 0 {
+		return ""
+	}
+	return fillSpelling((i-1)/26) + string(rune('a'+(i-1)%26))
+}

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/dsfs/dsfs/internal/testdata"
+	"github.com/dsfs/dsfs/synth"
 	"github.com/dsfs/dsfs/tokenizer"
 )
 
@@ -155,4 +156,36 @@ func BenchmarkEngramLayout(b *testing.B) {
 			EngramPrimes(2, 4, 8, 16000000)
 		}
 	})
+}
+
+// BenchmarkEngramHashReleased is what mounting trace/ of the released
+// layout spends on Engram: parsing v41-full-sparse's 129,280-id
+// tokenizer.json (5.2 MB) and building the token map, primes and
+// multipliers from it and the config.
+func BenchmarkEngramHashReleased(b *testing.B) {
+	dir := b.TempDir()
+	if err := synth.Write("v41-full-sparse", dir); err != nil {
+		b.Fatal(err)
+	}
+	read := func(name string) []byte {
+		data, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			b.Fatal(err)
+		}
+		return data
+	}
+	cfg, err := ParseConfig41(read("config.json"), read(filepath.Join("inference", "config.json")))
+	if err != nil {
+		b.Fatal(err)
+	}
+	tj := read("tokenizer.json")
+	for b.Loop() {
+		e, err := NewEngramHash(cfg, tj)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(e.Map) != 129280 || e.MapSize != 99092 {
+			b.Fatalf("map of %d ids into %d", len(e.Map), e.MapSize)
+		}
+	}
 }
