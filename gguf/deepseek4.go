@@ -352,6 +352,15 @@ func repackMXFP4(w *checkpoint.Tensor, lo, hi int64, dst []byte) error {
 func (p *ds4) kvs() ([]KV, error) {
 	c := p.cfg
 	const a = "deepseek4."
+	if c.MaxPos <= 0 {
+		// llama.cpp refuses a model without deepseek4.context_length.
+		return nil, fmt.Errorf("config.json: max_position_embeddings missing or not a positive integer")
+	}
+	if c.KVHeads <= 0 {
+		// Without it llama.cpp takes the query head count and builds a
+		// KV cache of the wrong width.
+		return nil, fmt.Errorf("config.json: num_key_value_heads missing or not a positive integer")
+	}
 	if c.ScoringFunc != "sqrtsoftplus" {
 		return nil, fmt.Errorf("config.json: scoring_func %q; llama.cpp's deepseek4 loads only sqrtsoftplus", c.ScoringFunc)
 	}
