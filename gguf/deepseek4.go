@@ -103,6 +103,15 @@ var v4Names = map[string]string{
 	"ffn.shared_experts.w3.weight":         "ffn_up_shexp.weight",
 }
 
+// v4Required are the config.json keys DeepseekV4Model.set_gguf_parameters
+// indexes without a default, and the two llama.cpp cannot load without
+// (max_position_embeddings for context_length; num_key_value_heads, whose
+// absence makes llama.cpp take the query head count).
+var v4Required = []string{"qk_rope_head_dim", "q_lora_rank", "sliding_window", "moe_intermediate_size",
+	"n_shared_experts", "routed_scaling_factor", "norm_topk_prob", "swiglu_limit", "index_n_heads",
+	"index_head_dim", "index_topk", "o_groups", "o_lora_rank", "compress_ratios", "compress_rope_theta",
+	"hc_mult", "hc_sinkhorn_iters", "hc_eps", "num_hash_layers", "max_position_embeddings", "num_key_value_heads"}
+
 var v4Layer = regexp.MustCompile(`^layers\.(\d+)\.(.+)$`)
 var v4Expert = regexp.MustCompile(`^ffn\.experts\.\d+\.w[123]\.(weight|scale)$`)
 
@@ -122,6 +131,15 @@ func planDeepseek4(cat *checkpoint.Catalog) (*Model, error) {
 	}
 	if c.ModelType != "deepseek_v4" {
 		return nil, fmt.Errorf("config.json: model_type %q is not deepseek_v4", c.ModelType)
+	}
+	var missing []string
+	for _, k := range v4Required {
+		if _, ok := cat.Config.Raw[k]; !ok {
+			missing = append(missing, k)
+		}
+	}
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("config.json: missing %s (llama.cpp's converter reads them; a default would change the model)", strings.Join(missing, ", "))
 	}
 	if c.Layers <= 0 || c.Experts <= 0 || len(c.CompressRatios) < c.Layers {
 		return nil, fmt.Errorf("config.json: %d layers, %d experts and %d compress_ratios do not describe a DeepSeek-V4 model", c.Layers, c.Experts, len(c.CompressRatios))
@@ -352,14 +370,8 @@ func repackMXFP4(w *checkpoint.Tensor, lo, hi int64, dst []byte) error {
 func (p *ds4) kvs() ([]KV, error) {
 	c := p.cfg
 	const a = "deepseek4."
-	if c.MaxPos <= 0 {
-		// llama.cpp refuses a model without deepseek4.context_length.
-		return nil, fmt.Errorf("config.json: max_position_embeddings missing or not a positive integer")
-	}
-	if c.KVHeads <= 0 {
-		// Without it llama.cpp takes the query head count and builds a
-		// KV cache of the wrong width.
-		return nil, fmt.Errorf("config.json: num_key_value_heads missing or not a positive integer")
+	if c.MaxPos <= 0 || c.KVHeads <= 0 {
+		return nil, fmt.Errorf("config.json: max_position_embeddings %d and num_key_value_heads %d must be positive", c.MaxPos, c.KVHeads)
 	}
 	if c.ScoringFunc != "sqrtsoftplus" {
 		return nil, fmt.Errorf("config.json: scoring_func %q; llama.cpp's deepseek4 loads only sqrtsoftplus", c.ScoringFunc)
