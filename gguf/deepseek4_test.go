@@ -279,3 +279,18 @@ func TestDeepseek4Metadata(t *testing.T) {
 		t.Errorf("shards hold %d tensors, the model %d", n, len(m.Tensors))
 	}
 }
+
+// TestDeepseek4Refuses checks that a config.json without a key the
+// converter or llama.cpp needs stops the recipe with one line naming it.
+func TestDeepseek4Refuses(t *testing.T) {
+	for _, key := range []string{"num_key_value_heads", "max_position_embeddings", "norm_topk_prob", "compress_ratios"} {
+		t.Run(key, func(t *testing.T) {
+			cat := openV4(t)
+			delete(cat.Config.Raw, key)
+			_, err := recipe(t, "MXFP4").Plan(cat)
+			if err == nil || !strings.Contains(err.Error(), key) || strings.Contains(err.Error(), "\n") {
+				t.Errorf("without %s: %v", key, err)
+			}
+		})
+	}
+}
