@@ -332,7 +332,7 @@ func (p *ds2) kvs() ([]KV, error) {
 			KV{a + "rope.scaling.yarn_log_multiplier", float32(0.1 * y.MScaleAllDim)},
 		)
 	}
-	tok, err := p.tokenizer(raw)
+	tok, err := p.tokenizer()
 	if err != nil {
 		return nil, err
 	}
@@ -342,9 +342,19 @@ func (p *ds2) kvs() ([]KV, error) {
 // tokenizer reads the tokenizer metadata: pre-tokenizer deepseek-v3 for
 // V3/R1, deepseek-llm for V2 (the names the converter's hash check picks
 // for DeepSeek's tokenizers).
-func (p *ds2) tokenizer(raw map[string]any) ([]KV, error) {
+func (p *ds2) tokenizer() ([]KV, error) {
+	pre := "deepseek-v3"
+	if p.cfg.ModelType == "deepseek_v2" {
+		pre = "deepseek-llm"
+	}
+	return checkpointTokenizer(p.cat, pre, p.cfg.Vocab)
+}
+
+// checkpointTokenizer reads a checkpoint's tokenizer.json and
+// tokenizer_config.json as GGUF tokenizer metadata.
+func checkpointTokenizer(cat *checkpoint.Catalog, pre string, vocab int) ([]KV, error) {
 	var tokJSON, tokConfig []byte
-	for _, f := range p.cat.Files {
+	for _, f := range cat.Files {
 		var err error
 		switch f.Name {
 		case "tokenizer.json":
@@ -359,11 +369,7 @@ func (p *ds2) tokenizer(raw map[string]any) ([]KV, error) {
 	if tokJSON == nil {
 		return nil, fmt.Errorf("tokenizer.json: missing (llama.cpp needs the vocabulary)")
 	}
-	pre := "deepseek-v3"
-	if p.cfg.ModelType == "deepseek_v2" {
-		pre = "deepseek-llm"
-	}
-	return TokenizerKVs(tokJSON, tokConfig, pre, p.cfg.Vocab, raw)
+	return TokenizerKVs(tokJSON, tokConfig, pre, vocab, cat.Config.Raw)
 }
 
 // rawInt reads a positive integer of config.json.

@@ -30,6 +30,8 @@ var (
 	Q2_K    = Type{"Q2_K", 10, 256, 84}
 	IQ2_XXS = Type{"IQ2_XXS", 16, 256, 66}
 	BF16    = Type{"BF16", 30, 1, 2}
+	I32     = Type{"I32", 26, 1, 4}
+	MXFP4   = Type{"MXFP4", 39, 32, 17}
 )
 
 // RowBytes is the size of a row of n weights, which must be a multiple of
@@ -41,6 +43,7 @@ const (
 	FileTypeMostlyQ8_0    = 7
 	FileTypeMostlyBF16    = 32
 	FileTypeMostlyIQ2_XXS = 19
+	FileTypeMostlyMXFP4   = 38 // LLAMA_FTYPE_MOSTLY_MXFP4_MOE
 )
 
 // QuantizationVersion is GGML_QNT_VERSION, written as

@@ -18,6 +18,10 @@ type Part struct {
 	// Decode returns rows [lo, hi) of the part (relative to it) as float32,
 	// Ne[0] values a row.
 	Decode func(lo, hi int64) ([]float32, error)
+	// Bytes, when set instead of Decode, writes rows [lo, hi) of the
+	// part straight into dst as the tensor's type: a byte shuffle (the
+	// MXFP4 repack), with no float32 in between.
+	Bytes func(lo, hi int64, dst []byte) error
 }
 
 // Tensor is one tensor of a recipe's model: its info and its parts, whose
@@ -32,6 +36,9 @@ type Tensor struct {
 func (t *Tensor) Fill(ctx context.Context, p Part, lo, hi int64, dst []byte) error {
 	if err := ctx.Err(); err != nil {
 		return err
+	}
+	if p.Bytes != nil {
+		return p.Bytes(lo, hi, dst)
 	}
 	v, err := p.Decode(lo, hi)
 	if err != nil {
@@ -69,6 +76,7 @@ func Recipes() []Recipe {
 		{"BF16", "deepseek2 (V2, V2-Lite, V3, R1): every matrix BF16 (FP8 dequantised, rounded to nearest even), norms, router and bias F32", planDeepseek2(BF16)},
 		{"Q8_0", "deepseek2: every matrix ggml Q8_0 (bit-exact with ggml's reference quantiser), norms, router and bias F32", planDeepseek2(Q8_0)},
 		{"IQ2_XXS", "deepseek2: routed experts ggml IQ2_XXS (gate, up) and Q2_K (down) as q2/ quantises them, everything else as BF16/", planDeepseek2(IQ2_XXS)},
+		{"MXFP4", "deepseek4 (V4, V4-Flash): routed experts ggml MXFP4 (the converter's lossless repack), FP8 matrices Q8_0, BF16 and F32 as they are, tid2eid I32", planDeepseek4},
 	}
 }
 

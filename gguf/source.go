@@ -135,6 +135,8 @@ func sameBytes(t *checkpoint.Tensor, typ Type) bool {
 		return t.DType == safetensors.BF16
 	case F16:
 		return t.DType == safetensors.F16
+	case I32:
+		return t.DType == safetensors.I32
 	}
 	return false
 }

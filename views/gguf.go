@@ -86,7 +86,7 @@ func ggufFile(disk *diskcache.Cache, recipe string, gf gguf.File) (*vfile.File, 
 		var n int64
 		for j, p := range t.Parts {
 			switch {
-			case p.Decode == nil:
+			case p.Decode == nil && p.Bytes == nil:
 				if p.Src.Size != p.Rows*rb {
 					return nil, fmt.Errorf("tensor %s: source %s is %d bytes, %d rows of %d needed", t.Name, p.Src.Name, p.Src.Size, p.Rows, rb)
 				}
