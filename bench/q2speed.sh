@@ -45,7 +45,7 @@ echo "(medians of $count runs, one thread; ggml: rates recorded with the referen
 
 if [[ ${1:-} == --shard ]]; then
 	procs=$(nproc)
-	go test -run '^$' -bench '^BenchmarkQ2ShardRead$' -benchtime 1x -count "$count" -cpu "1,$procs" ./views |
+	go test -run '^$' -bench '^BenchmarkQ2ShardRead$' -benchtime 1x -count "$count" -cpu "1,$procs" ./q2 |
 		tee "$out/shard" | grep -E '^(Benchmark|ok|FAIL)' >&2
 	one=$(grep -E '^BenchmarkQ2ShardRead(-1)?\s' "$out/shard" > "$out/shard1" || true; median "$out/shard1" Mweights/s)
 	all=$(grep -E "^BenchmarkQ2ShardRead-$procs\s" "$out/shard" > "$out/shardN" || true; median "$out/shardN" Mweights/s)
