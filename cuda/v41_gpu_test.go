@@ -98,14 +98,9 @@ func TestV41ForwardMatchesCPU(t *testing.T) {
 		}
 		st := host.Config.InitialState41(emb, 1)
 		for l := range host.Config.Layers {
-			want, err := host.Forward(context.Background(), l, st, [][]int{seq}, p)
-			if err != nil {
-				t.Fatal(err)
-			}
-			got, err := dev.Forward(context.Background(), l, st, [][]int{seq}, p)
-			if err != nil {
-				t.Fatalf("%s layer %d: %v", p, l, err)
-			}
+			want, got := forwardBoth(t, fmt.Sprintf("%s layer %d", p, l), func(m *v4.Model41) (*v4.LayerOutput41, error) {
+				return m.Forward(context.Background(), l, st, [][]int{seq}, p)
+			}, host, dev)
 			where := fmt.Sprintf("%s layer %d (%s)", p, l, want.Role.Role)
 			if want.Engram != nil && !slices.Equal(got.Engram.HashIDs, want.Engram.HashIDs) {
 				t.Errorf("%s: Engram hash ids differ", where)
@@ -125,20 +120,16 @@ func TestV41ForwardMatchesCPU(t *testing.T) {
 			if want.Engram != nil {
 				closeTo(t, where+" engram_gate", got.Engram.Gate, want.Engram.Gate, tol)
 			}
-			closeTo(t, where+" attn_out", got.AttnOut, want.AttnOut, tol)
-			closeTo(t, where+" ffn_out", got.FFNOut, want.FFNOut, tol)
-			closeTo(t, where+" stream_out", got.StreamOut, want.StreamOut, tol)
+			closeOuts(t, where, [3][]float32{got.AttnOut, got.FFNOut, got.StreamOut}, [3][]float32{want.AttnOut, want.FFNOut, want.StreamOut}, tol)
 			closeTo(t, where+" pre_mix_out", got.PreMixOut, want.PreMixOut, tol)
 			st = want.Out
 		}
-		want, err := host.Logits(context.Background(), st)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, err := dev.Logits(context.Background(), st)
-		if err != nil {
-			t.Fatal(err)
-		}
-		closeTo(t, string(p)+" logits", got.Logits, want.Logits, tol)
+		closeLogits(t, p, func(m *v4.Model41) ([]float32, error) {
+			f, err := m.Logits(context.Background(), st)
+			if err != nil {
+				return nil, err
+			}
+			return f.Logits, nil
+		}, host, dev, tol)
 	}
 }

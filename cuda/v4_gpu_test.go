@@ -63,34 +63,63 @@ func TestV4ForwardMatchesCPU(t *testing.T) {
 		}
 		stream := host.Config.InitialStream(emb)
 		for l := range host.Config.Layers {
-			want, err := host.Forward(context.Background(), l, stream, [][]int{seq}, p)
-			if err != nil {
-				t.Fatal(err)
-			}
-			got, err := dev.Forward(context.Background(), l, stream, [][]int{seq}, p)
-			if err != nil {
-				t.Fatalf("%s layer %d: %v", p, l, err)
-			}
 			where := fmt.Sprintf("%s layer %d", p, l)
+			want, got := forwardBoth(t, where, func(m *v4.Model) (*v4.LayerOutput, error) {
+				return m.Forward(context.Background(), l, stream, [][]int{seq}, p)
+			}, host, dev)
 			agreeRoutes(t, where, got.Routes, want.Routes)
 			for i, s := range want.Seqs {
 				g := got.Seqs[i]
 				agreePicks(t, where, g.IndexTopK, s.IndexTopK, s.IndexK, s.IndexMargin)
 				closeTo(t, where+" compressed_kv", g.Compressed, s.Compressed, tol)
 			}
-			closeTo(t, where+" attn_out", got.AttnOut, want.AttnOut, tol)
-			closeTo(t, where+" ffn_out", got.FFNOut, want.FFNOut, tol)
-			closeTo(t, where+" stream_out", got.StreamOut, want.StreamOut, tol)
+			closeOuts(t, where, [3][]float32{got.AttnOut, got.FFNOut, got.StreamOut}, [3][]float32{want.AttnOut, want.FFNOut, want.StreamOut}, tol)
 			stream = want.StreamOut
 		}
-		want, err := host.Logits(context.Background(), stream)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, err := dev.Logits(context.Background(), stream)
-		if err != nil {
-			t.Fatal(err)
-		}
-		closeTo(t, string(p)+" logits", got.Logits, want.Logits, tol)
+		closeLogits(t, p, func(m *v4.Model) ([]float32, error) {
+			f, err := m.Logits(context.Background(), stream)
+			if err != nil {
+				return nil, err
+			}
+			return f.Logits, nil
+		}, host, dev, tol)
 	}
+}
+
+// forwardBoth runs one layer, forward, on the host model and then on the
+// device model, failing t on either's error.
+func forwardBoth[M, O any](t *testing.T, where string, forward func(M) (O, error), host, dev M) (want, got O) {
+	t.Helper()
+	want, err := forward(host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err = forward(dev)
+	if err != nil {
+		t.Fatalf("%s: %v", where, err)
+	}
+	return want, got
+}
+
+// closeOuts compares a layer's attn_out, ffn_out and stream_out on the
+// device (got) with the host's (want).
+func closeOuts(t *testing.T, where string, got, want [3][]float32, tol float64) {
+	t.Helper()
+	for i, name := range []string{"attn_out", "ffn_out", "stream_out"} {
+		closeTo(t, where+" "+name, got[i], want[i], tol)
+	}
+}
+
+// closeLogits compares the device model's logits with the host model's.
+func closeLogits[M any](t *testing.T, p v4.Precision, logits func(M) ([]float32, error), host, dev M, tol float64) {
+	t.Helper()
+	want, err := logits(host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := logits(dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	closeTo(t, string(p)+" logits", got, want, tol)
 }

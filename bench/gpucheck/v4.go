@@ -55,25 +55,17 @@ func (c *checker) v4Tiny(dir string) error {
 		for rep := range c.reps {
 			stream := in
 			for l := range host.Config.Layers {
-				start := time.Now()
-				want, err := host.Forward(context.Background(), l, stream, [][]int{seq}, p)
+				want, got, err := timedLayer("v4-tiny", p, l, &th, &tg, func(m *v4.Model) (*v4.LayerOutput, error) {
+					return m.Forward(context.Background(), l, stream, [][]int{seq}, p)
+				}, host, dev)
 				if err != nil {
 					return err
 				}
-				th = append(th, time.Since(start))
-				start = time.Now()
-				got, err := dev.Forward(context.Background(), l, stream, [][]int{seq}, p)
-				if err != nil {
-					return fmt.Errorf("v4-tiny %s layer %d on cuda: %w", p, l, err)
-				}
-				tg = append(tg, time.Since(start))
 				stream = want.StreamOut
 				if rep > 0 {
 					continue
 				}
-				for i, pr := range [][2][]float32{{got.AttnOut, want.AttnOut}, {got.FFNOut, want.FFNOut}, {got.StreamOut, want.StreamOut}} {
-					errs[i] = max(errs[i], relErr(pr[0], pr[1], nil))
-				}
+				raiseOutErrs(&errs, [3][]float32{got.AttnOut, got.FFNOut, got.StreamOut}, [3][]float32{want.AttnOut, want.FFNOut, want.StreamOut})
 				tally(&routes, got.Routes.IDs, want.Routes.IDs, want.Routes.Margin, want.Routes.K, sameSet)
 				for i, s := range want.Seqs {
 					tally(&picks, got.Seqs[i].IndexTopK, s.IndexTopK, s.IndexMargin, s.IndexK, slices.Equal)
@@ -98,6 +90,31 @@ func (c *checker) v4Tiny(dir string) error {
 		}
 	}
 	return nil
+}
+
+// timedLayer runs layer l of model at precision p, forward, on the host
+// model and then on the device model, appending each run's time to th and
+// tg.
+func timedLayer[M, O any](model string, p v4.Precision, l int, th, tg *[]time.Duration, forward func(M) (O, error), host, dev M) (want, got O, err error) {
+	start := time.Now()
+	if want, err = forward(host); err != nil {
+		return want, got, err
+	}
+	*th = append(*th, time.Since(start))
+	start = time.Now()
+	if got, err = forward(dev); err != nil {
+		return want, got, fmt.Errorf("%s %s layer %d on cuda: %w", model, p, l, err)
+	}
+	*tg = append(*tg, time.Since(start))
+	return want, got, nil
+}
+
+// raiseOutErrs raises errs[0:3] to the relative errors of the device's
+// attn_out, ffn_out and stream_out against the host's.
+func raiseOutErrs(errs *[4]float64, got, want [3][]float32) {
+	for i := range got {
+		errs[i] = max(errs[i], relErr(got[i], want[i], nil))
+	}
 }
 
 var _ v4.DeviceOps = (*cuda.Backend)(nil)

@@ -55,25 +55,17 @@ func (c *checker) v41Tiny(dir string) error {
 		for rep := range c.reps {
 			st := host.Config.InitialState41(emb, 1)
 			for l := range host.Config.Layers {
-				start := time.Now()
-				want, err := host.Forward(context.Background(), l, st, [][]int{seq}, p)
+				want, got, err := timedLayer("v41-tiny", p, l, &th, &tg, func(m *v4.Model41) (*v4.LayerOutput41, error) {
+					return m.Forward(context.Background(), l, st, [][]int{seq}, p)
+				}, host, dev)
 				if err != nil {
 					return err
 				}
-				th = append(th, time.Since(start))
-				start = time.Now()
-				got, err := dev.Forward(context.Background(), l, st, [][]int{seq}, p)
-				if err != nil {
-					return fmt.Errorf("v41-tiny %s layer %d on cuda: %w", p, l, err)
-				}
-				tg = append(tg, time.Since(start))
 				st = want.Out
 				if rep > 0 {
 					continue
 				}
-				for i, pr := range [][2][]float32{{got.AttnOut, want.AttnOut}, {got.FFNOut, want.FFNOut}, {got.StreamOut, want.StreamOut}} {
-					errs[i] = max(errs[i], relErr(pr[0], pr[1], nil))
-				}
+				raiseOutErrs(&errs, [3][]float32{got.AttnOut, got.FFNOut, got.StreamOut}, [3][]float32{want.AttnOut, want.FFNOut, want.StreamOut})
 				if want.Engram != nil && !slices.Equal(got.Engram.HashIDs, want.Engram.HashIDs) {
 					engram = "DIFFER"
 				}

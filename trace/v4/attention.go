@@ -20,7 +20,7 @@ const (
 // [tokens, D], sequence by sequence where tokens interact, and returns
 // wo_b's output.
 func (f *forward) attention(x []float32) ([]float32, error) {
-	cfg, w, out := f.cfg, f.w, f.out
+	cfg, out := f.cfg, f.out
 	h, hd, rd := cfg.Heads, cfg.HeadDim, cfg.RopeDim
 	var q, kv []float32
 	var rp *rope
@@ -31,33 +31,57 @@ func (f *forward) attention(x []float32) ([]float32, error) {
 	rmsNormInto(q, q, nil, hd, cfg.NormEps) // per head, unweighted
 
 	o := make([]float32, f.n*h*hd)
-	row := 0
-	for _, s := range f.seqs {
-		T := len(s)
-		f.rotate(rp, q, h, row, T, false)
-		f.rotate(rp, kv, 1, row, T, false)
+	err = f.attendSeqs(rp, q, kv, o, func(_, row, T int) error {
 		for t := range T {
 			simd.QuantE4M3(kv[(row+t)*hd:(row+t+1)*hd-rd], kvQuantBlock)
 		}
 		sa, err := f.seqAttention(x[row*cfg.Hidden:(row+T)*cfg.Hidden], out.QR[row*cfg.QLoRA:(row+T)*cfg.QLoRA],
 			q[row*h*hd:(row+T)*h*hd], kv[row*hd:(row+T)*hd], o[row*h*hd:(row+T)*h*hd], rp)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		out.Seqs = append(out.Seqs, sa)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	out.WindowKV = kv
+	return f.outProject(o)
+}
+
+// attendSeqs runs attend(seq, row, T) on each sequence in turn, its
+// tokens the rows [row, row+T) of q [tokens, heads, head_dim], kv
+// [tokens, head_dim] and o [tokens, heads, head_dim]: q and kv rotated
+// before, the rotation undone on o after, since rotary positions restart
+// with each sequence.
+func (f *forward) attendSeqs(rp *rope, q, kv, o []float32, attend func(seq, row, T int) error) error {
+	h := f.cfg.Heads
+	row := 0
+	for si, s := range f.seqs {
+		T := len(s)
+		f.rotate(rp, q, h, row, T, false)
+		f.rotate(rp, kv, 1, row, T, false)
+		if err := attend(si, row, T); err != nil {
+			return err
+		}
 		f.rotate(rp, o, h, row, T, true)
 		row += T
 		if err := f.ctx.Err(); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	out.WindowKV = kv
+	return nil
+}
 
+// outProject runs the attention's output projection, grouped wo_a then
+// wo_b, on o [tokens, heads, head_dim].
+func (f *forward) outProject(o []float32) ([]float32, error) {
 	z, err := f.groupedWoA(o)
 	if err != nil {
 		return nil, err
 	}
-	return f.mm(w.woB, z, f.n, f.a8)
+	return f.mm(f.w.woB, z, f.n, f.a8)
 }
 
 // project runs the attention's projections of x [tokens, D]: the query

@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/safetensors"
 )
 
@@ -73,11 +72,7 @@ func BenchmarkFlashLayer(b *testing.B) {
 	experts := benchExperts(b, "DSFS_V4_BENCH_EXPERTS", 256)
 	dir := b.TempDir()
 	flashLayer(b, dir, experts)
-	cat, err := checkpoint.Open(dir)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer cat.Close()
+	cat := openBenchCatalog(b, dir)
 	m, err := Open(cat, nil)
 	if err != nil {
 		b.Fatal(err)
@@ -104,9 +99,7 @@ func BenchmarkFlashLayer(b *testing.B) {
 			b.Fatal(err)
 		}
 		last = out
-		times.total += out.Time
-		times.gemm += out.GEMMTime
-		times.load += out.LoadTime
+		times.add(out.Time, out.GEMMTime, out.LoadTime)
 		run = out.ExpertsRun
 	}
 	b.ReportMetric(float64(run), "experts-run")

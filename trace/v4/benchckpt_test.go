@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/codecs"
 	"github.com/dsfs/dsfs/cuda"
 	"github.com/dsfs/dsfs/safetensors"
@@ -234,6 +235,25 @@ func benchBackend(b *testing.B, env string) model.Backend {
 type benchTimes struct {
 	total, gemm, load time.Duration
 	cpu0              time.Duration
+}
+
+// add adds one forward's whole, matrix product and weight loading times.
+func (t *benchTimes) add(total, gemm, load time.Duration) {
+	t.total += total
+	t.gemm += gemm
+	t.load += load
+}
+
+// openBenchCatalog opens the benchmark checkpoint in dir for the rest of
+// the benchmark.
+func openBenchCatalog(b *testing.B, dir string) *checkpoint.Catalog {
+	b.Helper()
+	cat, err := checkpoint.Open(dir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { cat.Close() })
+	return cat
 }
 
 // report reports tokens/s over tokens per forward, the shares of time in

@@ -209,6 +209,31 @@ func (c *comparer) close(what string, got []float32, want *array) {
 	}
 }
 
+// closeInf compares scores whose infinities must match exactly and whose
+// finite values must be within the tolerance.
+func (c *comparer) closeInf(what string, got []float32, want *array) {
+	c.t.Helper()
+	w := want.f32(c.t)
+	if len(got) != len(w) {
+		c.t.Errorf("%s %s: %d values, want %d", c.where, what, len(got), len(w))
+		return
+	}
+	g := slices.Clone(got)
+	for i := range w {
+		if math.IsInf(float64(w[i]), 0) || math.IsInf(float64(g[i]), 0) {
+			if w[i] != g[i] {
+				c.t.Errorf("%s %s[%d]: got %g, want %g", c.where, what, i, g[i], w[i])
+			}
+			w[i], g[i] = 0, 0
+		}
+	}
+	r := relDiff(g, w)
+	c.worst = max(c.worst, r)
+	if r > tolerance {
+		c.t.Errorf("%s %s: max|Δ|/max %.3g exceeds %g", c.where, what, r, tolerance)
+	}
+}
+
 func (c *comparer) hc(site string, got HC, want goldenHC) {
 	c.t.Helper()
 	c.close(site+".pre", got.Pre, want.Pre)
@@ -282,22 +307,7 @@ func checkLayer(c *comparer, out *LayerOutput, g *goldenLayer) {
 			c.t.Errorf("%s indexer k %d, want %d", c.where, sa.IndexK, g.Indexer.K)
 		}
 		c.exact("indexer.topk", sa.IndexTopK, g.Indexer.TopK)
-		// Scores: compare the finite ones; -inf must match exactly.
-		want := g.Indexer.Scores.f32(c.t)
-		got := slices.Clone(sa.IndexScores)
-		for i := range want {
-			if math.IsInf(float64(want[i]), -1) != math.IsInf(float64(got[i]), -1) {
-				c.t.Errorf("%s indexer score %d: got %g, want %g", c.where, i, got[i], want[i])
-			}
-			if math.IsInf(float64(want[i]), -1) {
-				want[i], got[i] = 0, 0
-			}
-		}
-		r := relDiff(got, want)
-		c.worst = max(c.worst, r)
-		if r > tolerance {
-			c.t.Errorf("%s indexer.scores: max|Δ|/max %.3g exceeds %g", c.where, r, tolerance)
-		}
+		c.closeInf("indexer.scores", sa.IndexScores, g.Indexer.Scores)
 	}
 	c.close("attn_out", out.AttnOut, g.AttnOut)
 	c.close("stream_mid", out.StreamMid, g.StreamMid)

@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/internal/testdata"
 	"github.com/dsfs/dsfs/safetensors"
 )
@@ -96,11 +95,7 @@ func BenchmarkFlash41Layer(b *testing.B) {
 	experts := benchExperts(b, "DSFS_V41_BENCH_EXPERTS", 384)
 	dir := b.TempDir()
 	flash41Layer(b, dir, experts)
-	cat, err := checkpoint.Open(dir)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer cat.Close()
+	cat := openBenchCatalog(b, dir)
 	tj, err := os.ReadFile(filepath.Join(dir, "tokenizer.json"))
 	if err != nil {
 		b.Fatal(err)
@@ -132,9 +127,7 @@ func BenchmarkFlash41Layer(b *testing.B) {
 			b.Fatal(err)
 		}
 		last = out
-		times.total += out.Time
-		times.gemm += out.GEMMTime
-		times.load += out.LoadTime
+		times.add(out.Time, out.GEMMTime, out.LoadTime)
 		run = out.ExpertsRun
 		read = out.WeightBytes
 	}

@@ -300,7 +300,7 @@ func (f *forward41) engram(stream []float32) (*EngramOutput, error) {
 // [tokens, D], updating shared (one entry per sequence) as the layer's
 // role publishes state.
 func (f *forward41) attention41(x []float32, shared []Shared41) ([]float32, error) {
-	cfg, w, o := f.cfg, f.w, f.o
+	cfg, o := f.cfg, f.o
 	h, hd := cfg.Heads, cfg.HeadDim
 	var q, kv []float32
 	var rp *rope
@@ -309,33 +309,24 @@ func (f *forward41) attention41(x []float32, shared []Shared41) ([]float32, erro
 		return nil, err
 	}
 	out := make([]float32, f.n*h*hd)
-	row := 0
-	for si, s := range f.seqs {
-		T := len(s)
-		f.rotate(rp, q, h, row, T, false)
-		f.rotate(rp, kv, 1, row, T, false)
+	err = f.attendSeqs(rp, q, kv, out, func(si, row, T int) error {
 		// The window KV: FP8 over all head_dim values, in FP8 blocks.
 		if err := f.actQuant(kv[row*hd:(row+T)*hd], f.c41.FP8Block, false); err != nil {
-			return nil, err
+			return err
 		}
 		sa, err := f.seqAttention41(x[row*cfg.Hidden:(row+T)*cfg.Hidden], o.QR[row*cfg.QLoRA:(row+T)*cfg.QLoRA],
 			q[row*h*hd:(row+T)*h*hd], kv[row*hd:(row+T)*hd], out[row*h*hd:(row+T)*h*hd], rp, &shared[si])
 		if err != nil {
-			return nil, err
+			return err
 		}
 		o.Seqs = append(o.Seqs, sa)
-		f.rotate(rp, out, h, row, T, true)
-		row += T
-		if err := f.ctx.Err(); err != nil {
-			return nil, err
-		}
-	}
-	o.WindowKV = kv
-	z, err := f.groupedWoA(out)
+		return nil
+	})
 	if err != nil {
 		return nil, err
 	}
-	return f.mm(w.woB, z, f.n, f.a8)
+	o.WindowKV = kv
+	return f.outProject(out)
 }
 
 // seqAttention41 attends one sequence: the window, plus (ratio > 0) the

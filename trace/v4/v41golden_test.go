@@ -3,10 +3,8 @@ package v4
 import (
 	"context"
 	"fmt"
-	"math"
 	"os"
 	"path/filepath"
-	"slices"
 	"testing"
 
 	"github.com/dsfs/dsfs/internal/testdata"
@@ -102,31 +100,6 @@ func open41Dir(t *testing.T, dir string) *Model41 {
 	}
 	mustRun(t, m.Config.Layers, m.Problems, m.HeadProblems())
 	return m
-}
-
-// closeInf compares scores whose infinities must match exactly and whose
-// finite values must be within the tolerance.
-func (c *comparer) closeInf(what string, got []float32, want *array) {
-	c.t.Helper()
-	w := want.f32(c.t)
-	if len(got) != len(w) {
-		c.t.Errorf("%s %s: %d values, want %d", c.where, what, len(got), len(w))
-		return
-	}
-	g := slices.Clone(got)
-	for i := range w {
-		if math.IsInf(float64(w[i]), 0) || math.IsInf(float64(g[i]), 0) {
-			if w[i] != g[i] {
-				c.t.Errorf("%s %s[%d]: got %g, want %g", c.where, what, i, g[i], w[i])
-			}
-			w[i], g[i] = 0, 0
-		}
-	}
-	r := relDiff(g, w)
-	c.worst = max(c.worst, r)
-	if r > tolerance {
-		c.t.Errorf("%s %s: max|Δ|/max %.3g exceeds %g", c.where, what, r, tolerance)
-	}
 }
 
 func boolsI32(b []bool) []int32 {
