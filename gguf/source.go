@@ -42,24 +42,16 @@ func DecodeRows(t *checkpoint.Tensor, lo, hi int64) ([]float32, error) {
 	if err := readSource(t, b, lo*c*bits/8); err != nil {
 		return nil, err
 	}
-	switch t.DType {
-	case safetensors.BF16:
-		codecs.DecodeBF16(out, b)
-	case safetensors.F16:
-		codecs.DecodeF16(out, b)
-	case safetensors.F32:
-		for i := range out {
-			out[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
-		}
-	case safetensors.F8E4M3:
-		if t.Format != checkpoint.FormatFP8 || t.Scale == nil {
-			return nil, fmt.Errorf("%s: tensor %s: FP8 without a block scale", t.Shard.Name, t.Name)
-		}
-		return out, decodeFP8(out, b, t, lo, hi)
-	default:
+	if codecs.DecodeFloat(out, b, t.DType) {
+		return out, nil
+	}
+	if t.DType != safetensors.F8E4M3 {
 		return nil, fmt.Errorf("%s: tensor %s: dtype %s has no float decode", t.Shard.Name, t.Name, t.DType)
 	}
-	return out, nil
+	if t.Format != checkpoint.FormatFP8 || t.Scale == nil {
+		return nil, fmt.Errorf("%s: tensor %s: FP8 without a block scale", t.Shard.Name, t.Name)
+	}
+	return out, decodeFP8(out, b, t, lo, hi)
 }
 
 func decodeFP8(out []float32, b []byte, t *checkpoint.Tensor, lo, hi int64) error {

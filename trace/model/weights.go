@@ -157,21 +157,13 @@ func readRowsF32(t *checkpoint.Tensor, r0, r1 int) ([]float32, error) {
 // decodeRows decodes the bytes b of rows [r0, r1) of t into out.
 func decodeRows(out []float32, b []byte, t *checkpoint.Tensor, r0, r1 int) error {
 	cols := int(t.Shape[len(t.Shape)-1])
-	switch t.DType {
-	case safetensors.BF16:
-		codecs.DecodeBF16(out, b)
-	case safetensors.F16:
-		codecs.DecodeF16(out, b)
-	case safetensors.F32:
-		for i := range out {
-			out[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
-		}
-	case safetensors.F8E4M3:
-		return decodeFP8(out, b, t, r0, r1, cols)
-	default:
+	if codecs.DecodeFloat(out, b, t.DType) {
+		return nil
+	}
+	if t.DType != safetensors.F8E4M3 {
 		return tensorErr(t, decodable(t))
 	}
-	return nil
+	return decodeFP8(out, b, t, r0, r1, cols)
 }
 
 // decodeFP8 multiplies E4M3 rows [r0, r1) of t by their block scales
