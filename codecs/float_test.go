@@ -40,3 +40,27 @@ func TestDecodeFloat(t *testing.T) {
 		}
 	}
 }
+
+// TestDequantFP8Rows checks rows 1 and 2 of a 4x4 E4M3 matrix in 2x2
+// blocks: each value times the E8M0 scale of its block, the scale rows
+// starting at block row 0.
+func TestDequantFP8Rows(t *testing.T) {
+	b := []byte{0x38, 0x40, 0x38, 0xb8, 0x44, 0x38, 0x40, 0x38} // 1 2 1 -1 / 3 1 2 1
+	sb := []byte{127, 128, 126, 129}                            // 1 2 / 0.5 4
+	scale := make([]float32, 4)
+	if !DecodeScales(scale, sb, safetensors.F8E8M0) {
+		t.Fatal("DecodeScales refuses E8M0")
+	}
+	if DecodeScales(scale, sb, safetensors.BF16) {
+		t.Error("DecodeScales accepts BF16 scales")
+	}
+	out := make([]float32, 8)
+	DequantFP8Rows(out, b, scale, 1, 3, 4, 2, 2, 2)
+	want := []float32{1, 2, 2, -2, 1.5, 0.5, 8, 4}
+	for i := range want {
+		if out[i] != want[i] {
+			t.Errorf("out[%d] = %v, want %v (all %v)", i, out[i], want[i], out)
+			break
+		}
+	}
+}

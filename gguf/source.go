@@ -66,24 +66,10 @@ func decodeFP8(out []float32, b []byte, t *checkpoint.Tensor, lo, hi int64) erro
 		return err
 	}
 	scale := make([]float32, (last-first+1)*sCols)
-	for i := range scale {
-		switch s.DType {
-		case safetensors.F32:
-			scale[i] = math.Float32frombits(binary.LittleEndian.Uint32(sb[4*i:]))
-		case safetensors.F8E8M0:
-			scale[i] = codecs.E8M0ToFloat32(sb[i])
-		default:
-			return fmt.Errorf("%s: tensor %s: scale dtype %s is neither F32 nor F8_E8M0", s.Shard.Name, s.Name, s.DType)
-		}
+	if !codecs.DecodeScales(scale, sb, s.DType) {
+		return fmt.Errorf("%s: tensor %s: scale dtype %s is neither F32 nor F8_E8M0", s.Shard.Name, s.Name, s.DType)
 	}
-	for r := lo; r < hi; r++ {
-		srow := scale[(r/br-first)*sCols:]
-		row := out[(r-lo)*c : (r-lo+1)*c]
-		src := b[(r-lo)*c:]
-		for j := range row {
-			row[j] = codecs.E4M3ToFloat32(src[j]) * srow[int64(j)/bc]
-		}
-	}
+	codecs.DequantFP8Rows(out, b, scale, int(lo), int(hi), int(c), int(br), int(bc), int(sCols))
 	return nil
 }
 

@@ -3,7 +3,6 @@ package model
 import (
 	"encoding/binary"
 	"fmt"
-	"math"
 	"runtime"
 	"sync"
 	"unsafe"
@@ -179,23 +178,9 @@ func decodeFP8(out []float32, b []byte, t *checkpoint.Tensor, r0, r1, cols int) 
 		return err
 	}
 	scale := make([]float32, (last-first+1)*sCols)
-	for i := range scale {
-		switch s.DType {
-		case safetensors.F32:
-			scale[i] = math.Float32frombits(binary.LittleEndian.Uint32(sb[4*i:]))
-		case safetensors.F8E8M0:
-			scale[i] = codecs.E8M0ToFloat32(sb[i])
-		default:
-			return tensorErr(s, fmt.Errorf("scale dtype %s is neither F32 nor F8_E8M0", s.DType))
-		}
+	if !codecs.DecodeScales(scale, sb, s.DType) {
+		return tensorErr(s, fmt.Errorf("scale dtype %s is neither F32 nor F8_E8M0", s.DType))
 	}
-	for r := r0; r < r1; r++ {
-		srow := scale[(r/br-first)*sCols:]
-		row := out[(r-r0)*cols : (r-r0+1)*cols]
-		src := b[(r-r0)*cols:]
-		for c := range row {
-			row[c] = codecs.E4M3ToFloat32(src[c]) * srow[c/bc]
-		}
-	}
+	codecs.DequantFP8Rows(out, b, scale, r0, r1, cols, br, bc, sCols)
 	return nil
 }
