@@ -42,24 +42,16 @@ func DecodeRows(t *checkpoint.Tensor, lo, hi int64) ([]float32, error) {
 	if err := readSource(t, b, lo*c*bits/8); err != nil {
 		return nil, err
 	}
-	switch t.DType {
-	case safetensors.BF16:
-		codecs.DecodeBF16(out, b)
-	case safetensors.F16:
-		codecs.DecodeF16(out, b)
-	case safetensors.F32:
-		for i := range out {
-			out[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
-		}
-	case safetensors.F8E4M3:
-		if t.Format != checkpoint.FormatFP8 || t.Scale == nil {
-			return nil, fmt.Errorf("%s: tensor %s: FP8 without a block scale", t.Shard.Name, t.Name)
-		}
-		return out, decodeFP8(out, b, t, lo, hi)
-	default:
+	if codecs.DecodeFloat(out, b, t.DType) {
+		return out, nil
+	}
+	if t.DType != safetensors.F8E4M3 {
 		return nil, fmt.Errorf("%s: tensor %s: dtype %s has no float decode", t.Shard.Name, t.Name, t.DType)
 	}
-	return out, nil
+	if t.Format != checkpoint.FormatFP8 || t.Scale == nil {
+		return nil, fmt.Errorf("%s: tensor %s: FP8 without a block scale", t.Shard.Name, t.Name)
+	}
+	return out, decodeFP8(out, b, t, lo, hi)
 }
 
 func decodeFP8(out []float32, b []byte, t *checkpoint.Tensor, lo, hi int64) error {
@@ -74,24 +66,10 @@ func decodeFP8(out []float32, b []byte, t *checkpoint.Tensor, lo, hi int64) erro
 		return err
 	}
 	scale := make([]float32, (last-first+1)*sCols)
-	for i := range scale {
-		switch s.DType {
-		case safetensors.F32:
-			scale[i] = math.Float32frombits(binary.LittleEndian.Uint32(sb[4*i:]))
-		case safetensors.F8E8M0:
-			scale[i] = codecs.E8M0ToFloat32(sb[i])
-		default:
-			return fmt.Errorf("%s: tensor %s: scale dtype %s is neither F32 nor F8_E8M0", s.Shard.Name, s.Name, s.DType)
-		}
+	if !codecs.DecodeScales(scale, sb, s.DType) {
+		return fmt.Errorf("%s: tensor %s: scale dtype %s is neither F32 nor F8_E8M0", s.Shard.Name, s.Name, s.DType)
 	}
-	for r := lo; r < hi; r++ {
-		srow := scale[(r/br-first)*sCols:]
-		row := out[(r-lo)*c : (r-lo+1)*c]
-		src := b[(r-lo)*c:]
-		for j := range row {
-			row[j] = codecs.E4M3ToFloat32(src[j]) * srow[int64(j)/bc]
-		}
-	}
+	codecs.DequantFP8Rows(out, b, scale, int(lo), int(hi), int(c), int(br), int(bc), int(sCols))
 	return nil
 }
 

@@ -519,7 +519,23 @@ func TestGGUFLlamaCppExpertOrder(t *testing.T) {
 	llama := llamaCppDir(t)
 	src, prompts := ggufCheckpoint(t, "v3-tiny")
 	m := startMount(t, src, "--views", "gguf")
-	data, err := os.ReadFile(m.path("gguf", "BF16", "v3-tiny-BF16.gguf"))
+	bad, reversed := reverseExperts(t, m.path("gguf", "BF16", "v3-tiny-BF16.gguf"))
+	want, firm := traceLogits(t, src, prompts, routeMarginFloor["BF16"])
+	got := llamaLogits(t, llama, bad, prompts)
+	_, scale, _, _ := logitAgreement(t, got, want, firm, 0)
+	diff, _, differ, n := logitAgreement(t, got, want, firm, ggufTolerance["BF16"]*scale)
+	t.Logf("experts reversed in %d tensors: max |Δlogit| %.3g (relative %.3g), argmax differs at %d of %d", reversed, diff, diff/scale, differ, n)
+	if differ == 0 && diff/scale <= ggufTolerance["BF16"] {
+		t.Errorf("the logit comparison passes a file whose experts are stacked in reverse (relative %.3g, tolerance %g)", diff/scale, ggufTolerance["BF16"])
+	}
+}
+
+// reverseExperts copies the GGUF file at path to a temporary file with the
+// experts of each stacked expert tensor in reverse order, and returns that
+// file and how many tensors it reversed.
+func reverseExperts(t *testing.T, path string) (string, int) {
+	t.Helper()
+	data, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -533,8 +549,7 @@ func TestGGUFLlamaCppExpertOrder(t *testing.T) {
 			continue
 		}
 		b := data[f.DataStart+ti.Offset : f.DataStart+ti.Offset+ti.Size]
-		per := ti.Size / ti.Ne[2]
-		orig := bytes.Clone(b)
+		per, orig := ti.Size/ti.Ne[2], bytes.Clone(b)
 		for e := range ti.Ne[2] {
 			copy(b[e*per:(e+1)*per], orig[(ti.Ne[2]-1-e)*per:(ti.Ne[2]-e)*per])
 		}
@@ -547,14 +562,7 @@ func TestGGUFLlamaCppExpertOrder(t *testing.T) {
 	if err := os.WriteFile(bad, data, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	want, firm := traceLogits(t, src, prompts, routeMarginFloor["BF16"])
-	got := llamaLogits(t, llama, bad, prompts)
-	_, scale, _, _ := logitAgreement(t, got, want, firm, 0)
-	diff, _, differ, n := logitAgreement(t, got, want, firm, ggufTolerance["BF16"]*scale)
-	t.Logf("experts reversed in %d tensors: max |Δlogit| %.3g (relative %.3g), argmax differs at %d of %d", reversed, diff, diff/scale, differ, n)
-	if differ == 0 && diff/scale <= ggufTolerance["BF16"] {
-		t.Errorf("the logit comparison passes a file whose experts are stacked in reverse (relative %.3g, tolerance %g)", diff/scale, ggufTolerance["BF16"])
-	}
+	return bad, reversed
 }
 
 // TestGGUFFiles checks the files of gguf/ through the mount: sizes exact

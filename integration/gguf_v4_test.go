@@ -8,11 +8,9 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strings"
 	"testing"
 
 	"github.com/dsfs/dsfs/checkpoint"
-	"github.com/dsfs/dsfs/internal/ggufread"
 	"github.com/dsfs/dsfs/internal/testdata"
 	"github.com/dsfs/dsfs/tokenizer"
 	v4 "github.com/dsfs/dsfs/trace/v4"
@@ -208,33 +206,7 @@ func TestGGUFLlamaCppV4(t *testing.T) {
 		t.Errorf("llama.cpp disagrees with dsfs's V4 forward: relative %.3g (tolerance %g), argmax differs at %d of %d", diff/scale, v4Tolerance, differ, n)
 	}
 
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := ggufread.Read(bytes.NewReader(data), int64(len(data)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	reversed := 0
-	for _, ti := range f.Tensors {
-		if !strings.HasSuffix(ti.Name, "_exps.weight") {
-			continue
-		}
-		b := data[f.DataStart+ti.Offset : f.DataStart+ti.Offset+ti.Size]
-		per, orig := ti.Size/ti.Ne[2], bytes.Clone(b)
-		for e := range ti.Ne[2] {
-			copy(b[e*per:(e+1)*per], orig[(ti.Ne[2]-1-e)*per:(ti.Ne[2]-e)*per])
-		}
-		reversed++
-	}
-	if reversed == 0 {
-		t.Fatal("no stacked expert tensors in the file")
-	}
-	bad := filepath.Join(t.TempDir(), "reversed.gguf")
-	if err := os.WriteFile(bad, data, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	bad, reversed := reverseExperts(t, path)
 	got = llamaLogits(t, llama, bad, prompts)
 	diff, _, differ, n = logitAgreement(t, got, want, all, v4Tolerance*scale)
 	t.Logf("experts reversed in %d tensors: relative %.3g, argmax differs at %d of %d", reversed, diff/scale, differ, n)

@@ -19,20 +19,7 @@ import (
 func TestNoQuantisationClaimedWithoutConversion(t *testing.T) {
 	for _, preset := range []string{"v2lite-tiny", "v3-tiny"} {
 		t.Run(preset, func(t *testing.T) {
-			dir := t.TempDir()
-			if err := synth.Write(preset, dir); err != nil {
-				t.Fatal(err)
-			}
-			cat, err := checkpoint.Open(dir)
-			if err != nil {
-				t.Fatal(err)
-			}
-			s, err := Build(cat, Options{Views: []string{"nvfp4", "engram-fp4", "nvfp4+engram-fp4"}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			cache := blockcache.New(16<<20, 2)
-			t.Cleanup(func() { cache.Close(); s.Close(); cat.Close() })
+			cat, s, cache := presetSet(t, preset, "nvfp4", "engram-fp4", "nvfp4+engram-fp4")
 			for _, name := range []string{"nvfp4", "engram-fp4", "nvfp4+engram-fp4"} {
 				view := s.Root.Child(name)
 				if view == nil {
@@ -47,6 +34,26 @@ func TestNoQuantisationClaimedWithoutConversion(t *testing.T) {
 			}
 		})
 	}
+}
+
+// presetSet builds the given views of a fresh synth checkpoint of preset.
+func presetSet(t *testing.T, preset string, views ...string) (*checkpoint.Catalog, *Set, *blockcache.Cache) {
+	t.Helper()
+	dir := t.TempDir()
+	if err := synth.Write(preset, dir); err != nil {
+		t.Fatal(err)
+	}
+	cat, err := checkpoint.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := Build(cat, Options{Views: views})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cache := blockcache.New(16<<20, 2)
+	t.Cleanup(func() { cache.Close(); s.Close(); cat.Close() })
+	return cat, s, cache
 }
 
 func TestQuantConfigPatch(t *testing.T) {
@@ -81,20 +88,7 @@ func TestQuantConfigPatch(t *testing.T) {
 func TestBothConfigsPatched(t *testing.T) {
 	for _, preset := range []string{"v41-tiny", "v4-tiny"} {
 		t.Run(preset, func(t *testing.T) {
-			dir := t.TempDir()
-			if err := synth.Write(preset, dir); err != nil {
-				t.Fatal(err)
-			}
-			cat, err := checkpoint.Open(dir)
-			if err != nil {
-				t.Fatal(err)
-			}
-			s, err := Build(cat, Options{Views: []string{"nvfp4", "engram-fp4"}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			cache := blockcache.New(16<<20, 2)
-			t.Cleanup(func() { cache.Close(); s.Close(); cat.Close() })
+			cat, s, cache := presetSet(t, preset, "nvfp4", "engram-fp4")
 			lookup := func(path string) *vfile.Node {
 				n, err := s.Root.Lookup(path)
 				if err != nil {

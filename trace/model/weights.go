@@ -3,7 +3,6 @@ package model
 import (
 	"encoding/binary"
 	"fmt"
-	"math"
 	"runtime"
 	"sync"
 	"unsafe"
@@ -157,21 +156,13 @@ func readRowsF32(t *checkpoint.Tensor, r0, r1 int) ([]float32, error) {
 // decodeRows decodes the bytes b of rows [r0, r1) of t into out.
 func decodeRows(out []float32, b []byte, t *checkpoint.Tensor, r0, r1 int) error {
 	cols := int(t.Shape[len(t.Shape)-1])
-	switch t.DType {
-	case safetensors.BF16:
-		codecs.DecodeBF16(out, b)
-	case safetensors.F16:
-		codecs.DecodeF16(out, b)
-	case safetensors.F32:
-		for i := range out {
-			out[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
-		}
-	case safetensors.F8E4M3:
-		return decodeFP8(out, b, t, r0, r1, cols)
-	default:
+	if codecs.DecodeFloat(out, b, t.DType) {
+		return nil
+	}
+	if t.DType != safetensors.F8E4M3 {
 		return tensorErr(t, decodable(t))
 	}
-	return nil
+	return decodeFP8(out, b, t, r0, r1, cols)
 }
 
 // decodeFP8 multiplies E4M3 rows [r0, r1) of t by their block scales
@@ -187,23 +178,9 @@ func decodeFP8(out []float32, b []byte, t *checkpoint.Tensor, r0, r1, cols int) 
 		return err
 	}
 	scale := make([]float32, (last-first+1)*sCols)
-	for i := range scale {
-		switch s.DType {
-		case safetensors.F32:
-			scale[i] = math.Float32frombits(binary.LittleEndian.Uint32(sb[4*i:]))
-		case safetensors.F8E8M0:
-			scale[i] = codecs.E8M0ToFloat32(sb[i])
-		default:
-			return tensorErr(s, fmt.Errorf("scale dtype %s is neither F32 nor F8_E8M0", s.DType))
-		}
+	if !codecs.DecodeScales(scale, sb, s.DType) {
+		return tensorErr(s, fmt.Errorf("scale dtype %s is neither F32 nor F8_E8M0", s.DType))
 	}
-	for r := r0; r < r1; r++ {
-		srow := scale[(r/br-first)*sCols:]
-		row := out[(r-r0)*cols : (r-r0+1)*cols]
-		src := b[(r-r0)*cols:]
-		for c := range row {
-			row[c] = codecs.E4M3ToFloat32(src[c]) * srow[c/bc]
-		}
-	}
+	codecs.DequantFP8Rows(out, b, scale, r0, r1, cols, br, bc, sCols)
 	return nil
 }

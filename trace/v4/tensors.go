@@ -150,7 +150,7 @@ func (r *tensorRef) floats() ([]float32, error) {
 	}
 	n := r.rows * max(r.cols, 1)
 	out := make([]float32, n)
-	if decodePlain(out, b, t.DType) {
+	if codecs.DecodeFloat(out, b, t.DType) {
 		return out, nil
 	}
 	switch t.DType {
@@ -172,24 +172,6 @@ func (r *tensorRef) floats() ([]float32, error) {
 	return out, nil
 }
 
-// decodePlain decodes b into dst when it holds BF16, F16 or F32 values;
-// it reports false for any other dtype.
-func decodePlain(dst []float32, b []byte, dt safetensors.DType) bool {
-	switch dt {
-	case safetensors.BF16:
-		codecs.DecodeBF16(dst, b)
-	case safetensors.F16:
-		codecs.DecodeF16(dst, b)
-	case safetensors.F32:
-		for i := range dst {
-			dst[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
-		}
-	default:
-		return false
-	}
-	return true
-}
-
 // row decodes row i of a float tensor into dst.
 func (r *tensorRef) row(dst []float32, i int) error {
 	t := r.t
@@ -198,7 +180,7 @@ func (r *tensorRef) row(dst []float32, i int) error {
 	if _, err := t.ReadAt(b, int64(i)*int64(len(b))); err != nil {
 		return tensorErr(t, err)
 	}
-	if !decodePlain(dst, b, t.DType) {
+	if !codecs.DecodeFloat(dst, b, t.DType) {
 		return tensorErr(t, fmt.Errorf("dtype %s has no rows to look up", t.DType))
 	}
 	return nil
