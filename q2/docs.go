@@ -7,6 +7,7 @@ import (
 	_ "embed"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math"
 	"path"
 	"path/filepath"
@@ -239,32 +240,60 @@ func sourceRef(t *checkpoint.Tensor, role string) SourceRef {
 		DType: string(t.DType), Shape: t.Shape, Bytes: t.Size}
 }
 
-// PlanDoc returns plan.json: the full tensor map, from the headers.
-func (q *Plan) PlanDoc() *PlanDoc {
+// WritePlan writes plan.json: the full tensor map, from the headers. It
+// streams the document (tens of megabytes for a full checkpoint) rather
+// than building its text.
+func (q *Plan) WritePlan(w io.Writer) error { return vfile.WriteJSON(w, q.planDoc()) }
+
+// planDoc is plan.json.
+func (q *Plan) planDoc() *PlanDoc {
 	p := &PlanDoc{
 		Artifact: q.artifact(), DSFSVersion: dsfsVersion(), CodecVersion: codecs.Version, Quantiser: Quantiser,
-		SourceRepo: q.Repo, SourceRevision: q.Revision, Recipe: recipe(), Importance: importance(),
-		Shards: []PlanShard{}, External: []SourceRef{}, Dropped: []SourceRef{}, Skipped: []Skip{},
-	}
-	tt := &p.Totals
-	tt.SourceTensors = len(q.cat.Tensors)
-	for _, t := range q.cat.Tensors {
-		tt.SourceBytes += t.Size
+		SourceRepo: q.Repo, SourceRevision: q.Revision, Recipe: recipe(), Importance: importance(), Totals: q.totals(),
+		Shards:   make([]PlanShard, 0, len(q.Shards)),
+		External: make([]SourceRef, 0, len(q.External)), Dropped: make([]SourceRef, 0, len(q.Dropped)),
+		Skipped: append([]Skip{}, q.Skipped...),
 	}
 	for _, sh := range q.Shards {
 		ps := PlanShard{OutputShard: sh.Name, SourceShard: sh.Source.Name, FileBytes: sh.File.Size(),
 			HeaderBytes: int64(len(sh.Header()))}
+		if len(sh.Tensors) > 0 { // an empty list stays null, as the plan has always written it
+			ps.Tensors = make([]PlanTensor, 0, len(sh.Tensors))
+		}
 		for _, t := range sh.Tensors {
 			pt := PlanTensor{Name: t.Name, Role: t.Role, SourceShard: t.Source.Shard.Name, SourceRange: sourceRange(t.Source),
 				SourceDType: string(t.Source.DType), SourceShape: t.Source.Shape, OutputShard: sh.Name,
 				OutputOffset: t.Offset, OutputBytes: t.Size, OutputDType: string(t.DType), OutputShape: t.Shape}
-			tt.OutputTensors++
-			tt.OutputBytes += t.Size
 			if t.Type != nil {
 				pt.GGMLType = t.Type.Name
 				pt.LogicalShape = []int64{t.Rows(), t.In()}
 				pt.BlocksPerRow = t.In() / int64(t.Type.BlockWeights)
 				pt.BytesPerRow = t.RowBytes()
+			}
+			ps.Tensors = append(ps.Tensors, pt)
+		}
+		p.Shards = append(p.Shards, ps)
+	}
+	for _, t := range q.External {
+		p.External = append(p.External, sourceRef(t, RoleExternal))
+	}
+	for _, t := range q.Dropped {
+		p.Dropped = append(p.Dropped, sourceRef(t, RoleDropped))
+	}
+	return p
+}
+
+// totals are plan.json's figures.
+func (q *Plan) totals() Totals {
+	tt := Totals{SourceTensors: len(q.cat.Tensors), Shards: len(q.Shards), SkippedTensors: len(q.Skipped)}
+	for _, t := range q.cat.Tensors {
+		tt.SourceBytes += t.Size
+	}
+	for _, sh := range q.Shards {
+		for _, t := range sh.Tensors {
+			tt.OutputTensors++
+			tt.OutputBytes += t.Size
+			if t.Type != nil {
 				tt.QuantisedTensors++
 				tt.QuantisedBytes += t.Size
 				tt.QuantisedLogicalWeights += t.Rows() * t.In()
@@ -273,25 +302,18 @@ func (q *Plan) PlanDoc() *PlanDoc {
 				tt.NativeTensors++
 				tt.NativeBytes += t.Size
 			}
-			ps.Tensors = append(ps.Tensors, pt)
 		}
-		tt.Shards++
-		tt.FileBytes += ps.FileBytes
-		p.Shards = append(p.Shards, ps)
+		tt.FileBytes += sh.File.Size()
 	}
 	for _, t := range q.External {
-		p.External = append(p.External, sourceRef(t, RoleExternal))
 		tt.ExternalTensors++
 		tt.ExternalBytes += t.Size
 	}
 	for _, t := range q.Dropped {
-		p.Dropped = append(p.Dropped, sourceRef(t, RoleDropped))
 		tt.DroppedTensors++
 		tt.DroppedBytes += t.Size
 	}
-	p.Skipped = append(p.Skipped, q.Skipped...)
-	tt.SkippedTensors = len(q.Skipped)
-	return p
+	return tt
 }
 
 // shardManifest computes a shard's manifest: the source digest of every
@@ -378,7 +400,7 @@ func (q *Plan) ShardManifest(ctx context.Context, sh *Shard) (*ShardManifest, er
 // manifests (which it computes, quantising every shard not yet done) plus
 // the digests of the external Engram tables.
 func (q *Plan) Manifest(ctx context.Context) (*Manifest, error) {
-	plan := q.PlanDoc()
+	plan := q.planDoc()
 	role := make(map[string]string)
 	ggml := make(map[string]string)
 	for _, sh := range plan.Shards {
@@ -507,8 +529,15 @@ type readmeFigures struct {
 	DTypes                                 string // of the tensors copied unchanged
 	MTP                                    int    // MTP expert tensors copied unchanged
 	External                               string // the Engram tables, for prose
-	Shards                                 []PlanShard
+	Shards                                 []readmeShard
 	Environment                            map[string]string
+}
+
+// readmeShard is one output shard's line of README.md.
+type readmeShard struct {
+	OutputShard, SourceShard string
+	Tensors                  int
+	FileBytes                int64
 }
 
 // typeFigures are the quantised tensors of one ggml type.
@@ -544,12 +573,16 @@ func (q *Plan) README() []byte {
 	return b.Bytes()
 }
 
-// readmeFigures gathers README.md's figures from the plan.
+// readmeFigures gathers README.md's figures from the plan, without
+// building plan.json's tensor list.
 func (q *Plan) readmeFigures() readmeFigures {
-	p := q.PlanDoc()
 	f := readmeFigures{Title: q.title(), Repo: q.Repo, Revision: q.Revision, DSFS: dsfsVersion(), Quantiser: Quantiser,
 		GateUp: typeFigures{GGMLType: IQ2XXS}, Down: typeFigures{GGMLType: Q2K},
-		T: p.Totals, Shards: p.Shards, Environment: environment()}
+		T: q.totals(), Environment: environment()}
+	for _, sh := range q.Shards {
+		f.Shards = append(f.Shards, readmeShard{OutputShard: sh.Name, SourceShard: sh.Source.Name,
+			Tensors: len(sh.Tensors), FileBytes: sh.File.Size()})
+	}
 	byType := map[string]*typeFigures{IQ2XXS.Name: &f.GateUp, Q2K.Name: &f.Down}
 	type shape struct {
 		typ     *GGMLType
@@ -608,7 +641,7 @@ func (q *Plan) readmeFigures() readmeFigures {
 		}
 		return a.In < c.In
 	})
-	if tt := p.Totals; tt.QuantisedLogicalWeights > 0 {
+	if tt := f.T; tt.QuantisedLogicalWeights > 0 {
 		f.AverageBits = math.Round(8*float64(tt.QuantisedBytes)/float64(tt.QuantisedLogicalWeights)*1e4) / 1e4
 	}
 	for _, r := range roles {

@@ -1,9 +1,12 @@
 package q2
 
 import (
+	"bytes"
 	"testing"
 
 	"github.com/dsfs/dsfs/checkpoint"
+	"github.com/dsfs/dsfs/synth"
+	"github.com/dsfs/dsfs/vfile"
 )
 
 func TestQ2ShardNames(t *testing.T) {
@@ -67,5 +70,42 @@ func TestHumanFigures(t *testing.T) {
 		if g, c := humanGB(tt.n), commas(tt.n); g != tt.gb || c != tt.thousand {
 			t.Errorf("%d: humanGB %s commas %s, want %s %s", tt.n, g, c, tt.gb, tt.thousand)
 		}
+	}
+}
+
+// TestWritePlanSameBytes: the streamed plan.json is, byte for byte, the
+// document encoding/json makes of the whole plan, as plan.json was written
+// before it was streamed.
+func TestWritePlanSameBytes(t *testing.T) {
+	for _, preset := range []string{"v41-tiny", "v4-tiny"} {
+		t.Run(preset, func(t *testing.T) {
+			dir := t.TempDir()
+			if err := synth.Write(preset, dir); err != nil {
+				t.Fatal(err)
+			}
+			cat, err := checkpoint.Open(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cat.Close()
+			q, err := New(cat, Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, err := vfile.JSON(q.planDoc())
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got bytes.Buffer
+			if err := q.WritePlan(&got); err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got.Bytes(), want) {
+				t.Fatalf("WritePlan wrote %d bytes, encoding/json %d: they differ", got.Len(), len(want))
+			}
+			if p := q.planDoc(); len(p.Shards) == 0 || p.Totals.QuantisedTensors == 0 {
+				t.Fatal("the plan quantises nothing: the test would prove little")
+			}
+		})
 	}
 }

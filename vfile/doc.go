@@ -27,9 +27,12 @@
 // A [Doc] is a generated document (JSON or Markdown) whose size is not
 // known until it has been generated. It is generated whole on first read
 // and kept; a failed or interrupted generation is not kept, so the next
-// read tries again. A header document follows from the headers and may be
-// generated to answer a stat; a live document is generated afresh on every
-// read.
+// read tries again. A header document follows from the headers and is
+// generated to answer a stat. A streamed document is a large header
+// document: a stat measures it by writing it to a counter ([WriteJSON]
+// streams a value's JSON without holding its text), only its size is
+// kept, and each open writes it afresh. A live document is generated
+// afresh on every read.
 //
 // # Cancellation
 //

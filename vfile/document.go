@@ -1,43 +1,62 @@
 package vfile
 
 import (
+	"bytes"
 	"context"
+	"fmt"
+	"io"
 	"sync"
 )
 
-// Doc is a generated document (JSON or Markdown report) computed whole the
-// first time it is read and kept for the life of the mount.
+// Doc is a generated document (JSON or Markdown report).
 type Doc struct {
-	generate func(ctx context.Context) ([]byte, error)
+	generate func(ctx context.Context) ([]byte, error)    // NewDoc, NewHeaderDoc, NewDynamicDoc
+	write    func(ctx context.Context, w io.Writer) error // NewStreamedDoc
+	headers  bool                                         // follows from the headers: generated when stat'ed
+	dynamic  bool                                         // regenerated on every read (live status)
 
-	dynamic bool // regenerated on every read (live status)
-	headers bool // follows from the headers: cheap enough to generate when stat'ed
-
-	mu      sync.Mutex
-	data    []byte
-	done    bool
-	running *generation // the generation in progress, if any
+	mu        sync.Mutex
+	data      []byte // the document, kept unless it is streamed
+	size      int64
+	known     bool    // size (and data, unless streamed) known
+	running   *flight // the generation in progress, if any
+	measuring *flight // a streamed document's measuring in progress, if any
 }
 
-// generation is one run of a Doc's generate function that readers wait for.
-type generation struct {
+// flight is one run of a Doc's generation or measuring that readers wait
+// for.
+type flight struct {
 	done    chan struct{}
 	data    []byte
+	size    int64
 	err     error
 	waiters int // readers still waiting; guarded by Doc.mu
 	cancel  context.CancelFunc
 }
 
-// NewDoc returns a document produced by generate.
+// NewDoc returns a document produced by generate, generated on first read
+// and kept for the life of the mount: documents that cost real work (a
+// shard's digests, a trace layer's record).
 func NewDoc(generate func(ctx context.Context) ([]byte, error)) *Doc {
 	return &Doc{generate: generate}
 }
 
-// NewHeaderDoc returns a document that follows from the headers alone
-// (plan.json, a README): cheap enough to generate when its size is first
-// asked for, so that it has its exact size from the first stat.
+// NewHeaderDoc returns a small document that follows from the headers
+// alone (a README, a summary): cheap enough to generate when its size is
+// first asked for, so that it has its exact size from the first stat.
 func NewHeaderDoc(generate func(ctx context.Context) ([]byte, error)) *Doc {
 	return &Doc{generate: generate, headers: true}
+}
+
+// NewStreamedDoc returns a large document that follows from the headers
+// alone (plan.json: tens of megabytes for 100 k tensors), written by write,
+// which must write the same bytes every time. Its first stat measures it
+// by writing it to a counter, so that it has its exact size from the first
+// stat; each open writes it afresh. Only its size is kept, so that `ls
+// -lR` leaves nothing behind, and rewriting it costs less than a read of
+// it through FUSE.
+func NewStreamedDoc(write func(ctx context.Context, w io.Writer) error) *Doc {
+	return &Doc{write: write}
 }
 
 // NewDynamicDoc returns a document generated afresh on every read, such as
@@ -46,82 +65,158 @@ func NewDynamicDoc(generate func(ctx context.Context) ([]byte, error)) *Doc {
 	return &Doc{generate: generate, dynamic: true}
 }
 
-// Bytes returns the document, generating it on first use. Readers arriving
-// while it is generated wait for that one generation; each may give up when
-// its ctx ends, and the generation is cancelled only when none waits any
-// more. A failed or cancelled generation is not kept, so the next read
-// tries again.
+// Bytes returns the document, generating it unless it is kept. Readers
+// arriving while it is generated wait for that one generation; each may
+// give up when its ctx ends, and the generation is cancelled only when
+// none waits any more. A failed or cancelled generation is not kept, so
+// the next read tries again.
 func (d *Doc) Bytes(ctx context.Context) ([]byte, error) {
 	if d.dynamic {
 		return d.generate(ctx)
 	}
 	d.mu.Lock()
-	if d.done {
+	if d.known && d.write == nil {
 		d.mu.Unlock()
 		return d.data, nil
 	}
-	g := d.running
-	if g == nil {
-		g = d.start(ctx)
-	}
-	g.waiters++
-	d.mu.Unlock()
-
-	select {
-	case <-g.done:
-		return g.data, g.err
-	case <-ctx.Done():
-		d.mu.Lock()
-		g.waiters--
-		if g.waiters == 0 {
-			// Nobody wants the document any more: stop the work, and let the
-			// next reader start afresh rather than join a dying generation.
-			g.cancel()
-			if d.running == g {
-				d.running = nil
-			}
-		}
-		d.mu.Unlock()
-		return nil, ctx.Err()
-	}
+	b, _, err := d.await(ctx, &d.running, d.render)
+	return b, err
 }
 
-// start launches a generation; d.mu is held. The generation keeps ctx's
-// values but not its cancellation, which belongs to the waiters together.
-func (d *Doc) start(ctx context.Context) *generation {
-	gctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	g := &generation{done: make(chan struct{}), cancel: cancel}
-	d.running = g
-	go func() {
-		defer cancel()
-		data, err := d.generate(gctx)
-		if err == nil && gctx.Err() != nil {
-			err = gctx.Err()
-		}
-		d.mu.Lock()
-		if d.running == g {
-			d.running = nil
-		}
-		if err == nil {
-			d.data, d.done = data, true
-		}
-		g.data, g.err = data, err
-		d.mu.Unlock()
-		close(g.done)
-	}()
-	return g
+// Stat returns the document's size, and whether it is known: a header
+// document is generated by its first stat and a streamed one measured,
+// any other is known once generated, a live one never. A failure shows as
+// an unknown size here; the open reports it.
+func (d *Doc) Stat(ctx context.Context) (int64, bool) {
+	if d.dynamic {
+		return 0, false
+	}
+	d.mu.Lock()
+	switch {
+	case d.known || !d.FromHeaders():
+		defer d.mu.Unlock()
+		return d.size, d.known
+	case d.write != nil:
+		_, n, err := d.await(ctx, &d.measuring, d.measure)
+		return n, err == nil
+	}
+	_, n, err := d.await(ctx, &d.running, d.render)
+	return n, err == nil
 }
 
 // Live reports whether the document is generated afresh on every read.
 func (d *Doc) Live() bool { return d.dynamic }
 
 // FromHeaders reports whether the document follows from the headers, so
-// that it may be generated to answer a stat.
-func (d *Doc) FromHeaders() bool { return d.headers }
+// that it is generated or measured to answer a stat.
+func (d *Doc) FromHeaders() bool { return d.headers || d.write != nil }
 
-// Size returns the document's size once it has been generated.
-func (d *Doc) Size() (int64, bool) {
+// render generates the document's bytes. A streamed document is written
+// into a buffer of its measured size, and must come out that long.
+func (d *Doc) render(ctx context.Context) ([]byte, int64, error) {
+	if d.write == nil {
+		b, err := d.generate(ctx)
+		return b, int64(len(b)), err
+	}
 	d.mu.Lock()
-	defer d.mu.Unlock()
-	return int64(len(d.data)), d.done
+	size, known := d.size, d.known
+	d.mu.Unlock()
+	var buf bytes.Buffer
+	if known {
+		buf.Grow(int(size))
+	}
+	if err := d.write(ctx, ctxWriter{ctx, &buf}); err != nil {
+		return nil, 0, err
+	}
+	if known && int64(buf.Len()) != size {
+		return nil, 0, fmt.Errorf("document came out %d bytes long, %d when measured", buf.Len(), size)
+	}
+	return buf.Bytes(), int64(buf.Len()), nil
+}
+
+// measure writes a streamed document to a counter.
+func (d *Doc) measure(ctx context.Context) ([]byte, int64, error) {
+	var n counter
+	err := d.write(ctx, ctxWriter{ctx, &n})
+	return nil, int64(n), err
+}
+
+// await waits for the flight in *slot, starting one with run if none is in
+// progress. d.mu is held on entry; await releases it.
+func (d *Doc) await(ctx context.Context, slot **flight, run func(context.Context) ([]byte, int64, error)) ([]byte, int64, error) {
+	f := *slot
+	if f == nil {
+		f = d.start(ctx, slot, run)
+	}
+	f.waiters++
+	d.mu.Unlock()
+
+	select {
+	case <-f.done:
+		return f.data, f.size, f.err
+	case <-ctx.Done():
+		d.mu.Lock()
+		f.waiters--
+		if f.waiters == 0 {
+			// Nobody wants the result any more: stop the work, and let the
+			// next reader start afresh rather than join a dying flight.
+			f.cancel()
+			if *slot == f {
+				*slot = nil
+			}
+		}
+		d.mu.Unlock()
+		return nil, 0, ctx.Err()
+	}
+}
+
+// start launches a flight in *slot; d.mu is held. The flight keeps ctx's
+// values but not its cancellation, which belongs to the waiters together.
+func (d *Doc) start(ctx context.Context, slot **flight, run func(context.Context) ([]byte, int64, error)) *flight {
+	fctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	f := &flight{done: make(chan struct{}), cancel: cancel}
+	*slot = f
+	go func() {
+		defer cancel()
+		data, size, err := run(fctx)
+		if err == nil && fctx.Err() != nil {
+			err = fctx.Err()
+		}
+		d.mu.Lock()
+		if *slot == f {
+			*slot = nil
+		}
+		if err == nil {
+			d.size, d.known = size, true
+			if d.write == nil {
+				d.data = data
+			}
+		}
+		f.data, f.size, f.err = data, size, err
+		d.mu.Unlock()
+		close(f.done)
+	}()
+	return f
+}
+
+// counter is a writer that only counts.
+type counter int64
+
+func (c *counter) Write(p []byte) (int, error) {
+	*c += counter(len(p))
+	return len(p), nil
+}
+
+// ctxWriter fails once its context ends, so that a streamed document being
+// written stops when nobody waits for it any more.
+type ctxWriter struct {
+	ctx context.Context
+	w   io.Writer
+}
+
+func (w ctxWriter) Write(p []byte) (int, error) {
+	if err := w.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return w.w.Write(p)
 }

@@ -1,8 +1,12 @@
 package vfile
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"io"
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -84,8 +88,8 @@ func TestDocSharing(t *testing.T) {
 				if n := g.runs.Load(); n != 1 {
 					t.Fatalf("generated %d times, want once", n)
 				}
-				if n, ok := d.Size(); !ok || n != 3 {
-					t.Fatalf("Size = %d, %v after generation", n, ok)
+				if n, ok := d.Stat(t.Context()); !ok || n != 3 {
+					t.Fatalf("Stat = %d, %v after generation", n, ok)
 				}
 			})
 		})
@@ -108,7 +112,7 @@ func TestDocCancelledWhenNobodyWaits(t *testing.T) {
 		if g.canceled.Load() != 1 {
 			t.Fatal("generation goes on with no reader waiting")
 		}
-		if _, ok := d.Size(); ok {
+		if _, ok := d.Stat(t.Context()); ok {
 			t.Fatal("a cancelled generation was kept")
 		}
 		close(g.release)
@@ -132,5 +136,173 @@ func TestDocFailureNotKept(t *testing.T) {
 	fail = false
 	if b, err := d.Bytes(t.Context()); err != nil || string(b) != "ok" {
 		t.Fatalf("after a failure Bytes = %q, %v", b, err)
+	}
+}
+
+// write is a streamed document's write function that counts its runs
+// and writes "doc" once release is closed, or fails with its context's
+// error when cancelled first.
+func (g *gated) write(ctx context.Context, w io.Writer) error {
+	b, err := g.generate(ctx)
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(b)
+	return err
+}
+
+// TestStreamedDocSharing: readers and stats arriving while a streamed document
+// is written or measured wait for that one run, and an interrupted one
+// does not cancel it for the others.
+func TestStreamedDocSharing(t *testing.T) {
+	for _, stat := range []bool{false, true} {
+		t.Run(fmt.Sprintf("stat=%v", stat), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				g := &gated{release: make(chan struct{})}
+				d := NewStreamedDoc(g.write)
+				read := func(ctx context.Context) error {
+					if stat {
+						if n, ok := d.Stat(ctx); !ok || n != 3 {
+							return fmt.Errorf("Stat = %d, %v: %w", n, ok, ctx.Err())
+						}
+						return nil
+					}
+					b, err := d.Bytes(ctx)
+					if err == nil && string(b) != "doc" {
+						err = errors.New("wrong bytes " + string(b))
+					}
+					return err
+				}
+				ctx1, cancel1 := context.WithCancel(t.Context())
+				defer cancel1()
+				done1, done2 := make(chan error, 1), make(chan error, 1)
+				go func() { done1 <- read(ctx1) }()
+				synctest.Wait()
+				go func() { done2 <- read(t.Context()) }()
+				synctest.Wait()
+				cancel1()
+				if err := <-done1; !errors.Is(err, context.Canceled) {
+					t.Fatalf("interrupted reader got %v", err)
+				}
+				synctest.Wait()
+				if g.canceled.Load() != 0 {
+					t.Fatal("run cancelled while a reader still waits for it")
+				}
+				close(g.release)
+				if err := <-done2; err != nil {
+					t.Fatal(err)
+				}
+				if n := g.runs.Load(); n != 1 {
+					t.Fatalf("written %d times, want once", n)
+				}
+			})
+		})
+	}
+}
+
+// TestStreamedDocCancelled: a measuring nobody waits for any more stops, is
+// not kept, and the next stat measures afresh.
+func TestStreamedDocCancelled(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := &gated{release: make(chan struct{})}
+		d := NewStreamedDoc(g.write)
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan bool, 1)
+		go func() { _, ok := d.Stat(ctx); done <- ok }()
+		synctest.Wait()
+		cancel()
+		if <-done {
+			t.Fatal("an interrupted stat has a size")
+		}
+		synctest.Wait()
+		if g.canceled.Load() != 1 {
+			t.Fatal("measuring goes on with no reader waiting")
+		}
+		close(g.release)
+		if n, ok := d.Stat(t.Context()); !ok || n != 3 || g.runs.Load() != 2 {
+			t.Fatalf("next stat = %d, %v after %d runs; want a fresh measuring", n, ok, g.runs.Load())
+		}
+	})
+}
+
+// TestStreamedDocKeepsOnlyItsSize: measuring a large streamed document holds
+// none of its bytes while it runs nor after, and reading it builds them
+// once, in a buffer of the measured size, without keeping them.
+func TestStreamedDocKeepsOnlyItsSize(t *testing.T) {
+	const size = 64 << 20
+	chunk := bytes.Repeat([]byte("x"), 64<<10)
+	d := NewStreamedDoc(func(_ context.Context, w io.Writer) error {
+		for range size / len(chunk) {
+			if _, err := w.Write(chunk); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	n, ok := d.Stat(t.Context())
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	if !ok || n != size {
+		t.Fatalf("Stat = %d, %v; want %d", n, ok, size)
+	}
+	// Allowances of 1/8 of the document cover the runtime's own noise.
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > size/8 {
+		t.Errorf("measuring allocated %d bytes for a %d-byte document", alloc, size)
+	}
+	if kept := int64(after.HeapAlloc) - int64(before.HeapAlloc); kept > size/8 {
+		t.Errorf("%d bytes kept after measuring a %d-byte document", kept, size)
+	}
+
+	runtime.ReadMemStats(&before)
+	b, err := d.Bytes(t.Context())
+	if err != nil || len(b) != size {
+		t.Fatalf("Bytes = %d bytes, %v", len(b), err)
+	}
+	b = nil
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > size+size/8 {
+		t.Errorf("reading allocated %d bytes for a %d-byte document: more than one buffer", alloc, size)
+	}
+	if kept := int64(after.HeapAlloc) - int64(before.HeapAlloc); kept > size/8 {
+		t.Errorf("%d bytes kept after reading a %d-byte streamed document", kept, size)
+	}
+}
+
+// TestStreamedDocSizeChange: a streamed document that comes out at another
+// length than measured is an error, not a file whose size lies.
+func TestStreamedDocSizeChange(t *testing.T) {
+	text := "four"
+	d := NewStreamedDoc(func(_ context.Context, w io.Writer) error {
+		_, err := io.WriteString(w, text)
+		return err
+	})
+	if n, ok := d.Stat(t.Context()); !ok || n != 4 {
+		t.Fatalf("Stat = %d, %v", n, ok)
+	}
+	text = "five!"
+	if _, err := d.Bytes(t.Context()); err == nil {
+		t.Fatal("a document longer than measured was served")
+	}
+}
+
+// TestHeaderDocStat: a header document is generated by its first stat and
+// kept, so later stats and reads do not generate it again.
+func TestHeaderDocStat(t *testing.T) {
+	runs := 0
+	d := NewHeaderDoc(func(context.Context) ([]byte, error) {
+		runs++
+		return []byte("readme"), nil
+	})
+	for range 2 {
+		if n, ok := d.Stat(t.Context()); !ok || n != 6 {
+			t.Fatalf("Stat = %d, %v", n, ok)
+		}
+	}
+	if b, err := d.Bytes(t.Context()); err != nil || string(b) != "readme" || runs != 1 {
+		t.Fatalf("Bytes = %q, %v after %d runs; want one run", b, err, runs)
 	}
 }

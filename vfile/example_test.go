@@ -40,7 +40,7 @@ func ExampleDoc() {
 		runs++
 		return []byte(`{"tensors": 3}`), nil
 	})
-	_, known := d.Size()
+	_, known := d.Stat(context.Background())
 	fmt.Println("size known before reading:", known)
 	for range 2 {
 		b, _ := d.Bytes(context.Background())
@@ -52,6 +52,32 @@ func ExampleDoc() {
 	// {"tensors": 3}
 	// {"tensors": 3}
 	// generated 1 time(s)
+}
+
+// A streamed document is measured by its first stat and written afresh by
+// each read: only its size is kept.
+func ExampleNewStreamedDoc() {
+	writes := 0
+	d := vfile.NewStreamedDoc(func(_ context.Context, w io.Writer) error {
+		writes++
+		return vfile.WriteJSON(w, map[string]int{"tensors": 3})
+	})
+	n, known := d.Stat(context.Background())
+	fmt.Println("size at first stat:", n, known)
+	for range 2 {
+		b, _ := d.Bytes(context.Background())
+		fmt.Print(string(b))
+	}
+	fmt.Println("written", writes, "time(s)")
+	// Output:
+	// size at first stat: 19 true
+	// {
+	//   "tensors": 3
+	// }
+	// {
+	//   "tensors": 3
+	// }
+	// written 3 time(s)
 }
 
 // A tree of nodes is what a view builds; Lookup and Walk find files in it.

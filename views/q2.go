@@ -2,6 +2,7 @@ package views
 
 import (
 	"context"
+	"io"
 
 	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/q2"
@@ -36,7 +37,7 @@ func buildQ2(s *Set, _ string) (Built, error) {
 	if len(weightMap) > 0 {
 		files["model.safetensors.index.json"] = &vfile.Node{File: indexFile("q2/model.safetensors.index.json", total, weightMap)}
 	}
-	files["plan.json"] = &vfile.Node{Doc: vfile.NewHeaderDoc(jsonText(func(context.Context) (any, error) { return q.PlanDoc(), nil }))}
+	files["plan.json"] = &vfile.Node{Doc: vfile.NewStreamedDoc(func(_ context.Context, w io.Writer) error { return q.WritePlan(w) })}
 	files["manifest.json"] = jsonDoc(func(ctx context.Context) (any, error) { return q.Manifest(ctx) })
 	files["README.md"] = &vfile.Node{Doc: vfile.NewHeaderDoc(func(context.Context) ([]byte, error) { return q.README(), nil })}
 	return Built{Root: tree("", files), Stats: func() any { return q.Stats() }}, nil
