@@ -1,11 +1,13 @@
 package views
 
 import (
+	"bytes"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/dsfs/dsfs/checkpoint"
@@ -167,4 +169,45 @@ func TestHeaderDocs(t *testing.T) {
 		}
 		s.Close()
 	}
+}
+
+// TestHeaderDocsStable: every document that follows from the headers has,
+// from its first stat, the size its reads give, and each read gives the
+// same bytes, a streamed one (written afresh by each open) included, even
+// when the clock moves between reads (manifest/'s generated_utc).
+func TestHeaderDocsStable(t *testing.T) {
+	cat, err := checkpoint.Open(tinyDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cat.Close() })
+	s, err := Build(cat, Options{Values: map[string]string{"no-hash": "true"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	synctest.Test(t, func(t *testing.T) {
+		s.Root.Walk(func(p string, n *vfile.Node) error {
+			if n.Doc == nil || !n.Doc.FromHeaders() {
+				return nil
+			}
+			size, ok := n.Doc.Stat(t.Context())
+			if !ok {
+				t.Fatalf("%s: no size at first stat", p)
+			}
+			var first []byte
+			for i := range 2 {
+				time.Sleep(2 * time.Second)
+				b, err := n.Doc.Bytes(t.Context())
+				if err != nil {
+					t.Fatalf("%s: %v", p, err)
+				}
+				if int64(len(b)) != size || (i > 0 && !bytes.Equal(b, first)) {
+					t.Fatalf("%s: read %d gave %d bytes (stat said %d), same as the first: %v", p, i, len(b), size, bytes.Equal(b, first))
+				}
+				first = b
+			}
+			return nil
+		})
+	})
 }

@@ -85,19 +85,39 @@ func buildManifest(s *Set, name string) (Built, error) {
 func ManifestCacheDir(cacheDir string) string { return filepath.Join(cacheDir, "manifest") }
 
 // manifestDoc is manifest.json, or a shard's document when shards are
-// named. Without hashing (headersOnly) it follows from the headers.
+// named. Without hashing (headersOnly) it follows from the headers, and is
+// streamed: a full checkpoint's documents are tens of megabytes, which
+// `ls -lR` should not leave behind. Every writing carries the time and
+// duration of the first, so that all are the same bytes.
 func manifestDoc(inv *inventory.Inventory, headersOnly bool, shards ...string) *vfile.Node {
-	gen := func(ctx context.Context) ([]byte, error) {
+	if !headersOnly {
+		return &vfile.Node{Doc: vfile.NewDoc(func(ctx context.Context) ([]byte, error) {
+			m, err := inv.Manifest(ctx, shards...)
+			if err != nil {
+				return nil, err
+			}
+			return m.JSON()
+		})}
+	}
+	var (
+		mu      sync.Mutex
+		stamped bool
+		utc     string
+		seconds float64
+	)
+	return &vfile.Node{Doc: vfile.NewStreamedDoc(func(ctx context.Context, w io.Writer) error {
 		m, err := inv.Manifest(ctx, shards...)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		return m.JSON()
-	}
-	if headersOnly {
-		return &vfile.Node{Doc: vfile.NewHeaderDoc(gen)}
-	}
-	return &vfile.Node{Doc: vfile.NewDoc(gen)}
+		mu.Lock()
+		if !stamped {
+			stamped, utc, seconds = true, m.GeneratedUTC, m.Seconds
+		}
+		m.GeneratedUTC, m.Seconds = utc, seconds
+		mu.Unlock()
+		return m.WriteJSON(w)
+	})}
 }
 
 // described lists the views manifest/views/ describes, in registry order:
