@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"testing"
 	"time"
 
@@ -66,5 +67,68 @@ func TestCancelMidLayer(t *testing.T) {
 	if n := runtime.NumGoroutine(); n > before {
 		buf := make([]byte, 1<<16)
 		t.Fatalf("%d goroutines after the cancel, %d before:\n%s", n, before, buf[:runtime.Stack(buf, true)])
+	}
+}
+
+// cancelAfter is a context that reports itself cancelled from the check
+// after its first n: a cancel that lands between two tensors of a layer
+// being loaded, with no timing involved.
+type cancelAfter struct {
+	context.Context
+	n, checks int
+	done      chan struct{}
+}
+
+func newCancelAfter(n int) *cancelAfter {
+	return &cancelAfter{Context: context.Background(), n: n, done: make(chan struct{})}
+}
+
+func (c *cancelAfter) Err() error {
+	c.checks++
+	if c.checks <= c.n {
+		return nil
+	}
+	select {
+	case <-c.done:
+	default:
+		close(c.done)
+	}
+	return context.Canceled
+}
+
+func (c *cancelAfter) Done() <-chan struct{} { return c.done }
+
+// TestCancelLoad41: loading a V4.1 layer's weights stops at the first
+// tensor after the cancel, and the forward and the head report it.
+func TestCancelLoad41(t *testing.T) {
+	m, g := loadGolden41(t)
+	l := slices.IndexFunc(m.Config.Roles, func(r Role41) bool { return r.Engram })
+	if l < 0 {
+		t.Fatal("v41-tiny has no Engram layer")
+	}
+	full, err := m.loadLayer41(context.Background(), l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []int{0, 1, 5} {
+		ctx := newCancelAfter(n)
+		w, err := m.loadLayer41(ctx, l)
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("cancelled after %d tensors: loadLayer41 = %v, want context.Canceled", n, err)
+		}
+		if ctx.checks != n+1 || w.bytes >= full.bytes {
+			t.Fatalf("cancelled after %d tensors: %d checks, %d of the layer's %d bytes read: loading went on", n, ctx.checks, w.bytes, full.bytes)
+		}
+	}
+	emb, err := m.EmbedRows(g.Sequences[0].TokenIDs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := m.Config.InitialState41(emb, 1)
+	if _, err := m.Forward(newCancelAfter(2), l, in, [][]int{g.Sequences[0].TokenIDs}, A8); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Forward cancelled while loading: %v", err)
+	}
+	if _, err := m.Logits(newCancelAfter(0), in); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Logits cancelled while loading: %v", err)
 	}
 }

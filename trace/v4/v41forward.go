@@ -135,7 +135,7 @@ func (m *Model41) Forward(ctx context.Context, l int, in *State41, seqs [][]int,
 			l, len(in.Stream), len(in.PreMix), len(in.Shared), n, cfg.HCMult, cfg.Hidden, len(seqs))
 	}
 	start := time.Now()
-	w, err := m.loadLayer41(l)
+	w, err := m.loadLayer41(ctx, l)
 	if err != nil {
 		return nil, fmt.Errorf("layer %d: %w", l, err)
 	}
@@ -662,7 +662,7 @@ func (m *Model41) Logits(ctx context.Context, s *State41) (*Final41, error) {
 		return nil, fmt.Errorf("%d stream values for %d pre_mix values", len(s.Stream), len(s.PreMix))
 	}
 	tokens := len(s.PreMix) / n
-	ld := &loader{}
+	ld := &loader{ctx: ctx}
 	norm, head := ld.vec(m.norm), ld.lin(m.head)
 	if ld.err != nil {
 		return nil, ld.err

@@ -1,6 +1,7 @@
 package v4
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -273,10 +274,10 @@ type layer41Weights struct {
 	engramQK     []float32 // q_weight·k_weight [hc, D]
 }
 
-// loadLayer41 decodes layer l's weights.
-func (m *Model41) loadLayer41(l int) (*layer41Weights, error) {
+// loadLayer41 decodes layer l's weights, stopping when ctx is done.
+func (m *Model41) loadLayer41(ctx context.Context, l int) (*layer41Weights, error) {
 	t := m.layers[l]
-	ld := &loader{}
+	ld := &loader{ctx: ctx}
 	w := &layer41Weights{}
 	ld.attention(&w.layerWeights, &t.layerTensors)
 	w.cWkv, w.cWgate, w.cNorm = ld.lin(t.cWkv), ld.lin(t.cWgate), ld.vec(t.cNorm)
