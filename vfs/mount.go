@@ -167,6 +167,7 @@ func (m *Mount) statusDir(dir vfile.Attr) *vfile.Node {
 			"read_errors":    m.ctr.errors.Load(),
 			"opens":          m.ctr.opens.Load(),
 			"passthrough":    m.ctr.passthrough.Load(),
+			"largest_read":   m.ctr.largestRead.Load(),
 		}
 		if m.status != nil {
 			for k, v := range m.status() {
