@@ -222,7 +222,7 @@ func TestKernelSettings(t *testing.T) {
 		t.Fatalf("%s: %v, %v: want a file of a few MiB to see 1 MiB requests", path, fi, err)
 	}
 	if n == 0 || first.LargestRead != 1<<20 {
-		t.Errorf("first read: %d bytes in %d requests, the largest %d bytes; want 1 MiB requests", n, reads, first.LargestRead)
+		t.Errorf("first read: %d bytes in %d requests, the largest served %d bytes; want 1 MiB requests", n, reads, first.LargestRead)
 	}
 	f, err := os.Open(path)
 	if err != nil {

@@ -24,18 +24,18 @@ const immutable = 24 * time.Hour
 // counters are the mount's own figures, shown in .dsfs/stats.json.
 type counters struct {
 	reads, bytes, errors, opens, passthrough atomic.Int64
-	// largestRead is the largest read request of a file the kernel sent:
-	// 1 MiB when the mount's request size and read-ahead took effect.
+	// largestRead is the most bytes one read of a file served: 1 MiB when
+	// the mount's request size and read-ahead took effect.
 	largestRead atomic.Int64
 }
 
-// read counts a read request of size bytes that served n.
-func (c *counters) read(size, n int) {
+// read counts a read of a file that served n bytes.
+func (c *counters) read(n int) {
 	c.reads.Add(1)
 	c.bytes.Add(int64(n))
 	for {
 		l := c.largestRead.Load()
-		if int64(size) <= l || c.largestRead.CompareAndSwap(l, int64(size)) {
+		if int64(n) <= l || c.largestRead.CompareAndSwap(l, int64(n)) {
 			return
 		}
 	}
@@ -223,7 +223,7 @@ func (h *fileHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.Rea
 		}
 		return nil, syscall.EIO
 	}
-	h.m.ctr.read(len(dest), n)
+	h.m.ctr.read(n)
 	return fuse.ReadResultData(dest[:n]), 0
 }
 
