@@ -122,13 +122,23 @@ func WeightScale2(g int) float32 { return float32(math.Ldexp(1, g)) }
 // len(dst) must be 2*len(scale).
 func NVFP4WeightScale(dst, scale []byte, g int) {
 	checkLen("NVFP4WeightScale dst", len(dst), 2*len(scale))
-	var t [256]uint16
+	var t [256]byte
 	for b := range E8M0NaN {
-		t[b] = uint16(E4M3Pow2(b-127-g)) * 0x0101
+		t[b] = E4M3Pow2(b - 127 - g)
 	}
-	t[E8M0NaN] = e4m3NaN * 0x0101
-	for i, b := range scale {
-		binary.LittleEndian.PutUint16(dst[2*i:], t[b])
+	t[E8M0NaN] = e4m3NaN
+	// Four scales to a word, one to each 16-bit lane; times
+	// 0x0101 writes each twice (a lane holds a byte, so nothing carries).
+	i := 0
+	for ; i+8 <= len(scale); i += 8 {
+		s, d := scale[i:i+8:i+8], dst[2*i:2*i+16:2*i+16]
+		lo := uint64(t[s[0]]) | uint64(t[s[1]])<<16 | uint64(t[s[2]])<<32 | uint64(t[s[3]])<<48
+		hi := uint64(t[s[4]]) | uint64(t[s[5]])<<16 | uint64(t[s[6]])<<32 | uint64(t[s[7]])<<48
+		binary.LittleEndian.PutUint64(d[:8], lo*0x0101)
+		binary.LittleEndian.PutUint64(d[8:], hi*0x0101)
+	}
+	for ; i < len(scale); i++ {
+		dst[2*i], dst[2*i+1] = t[scale[i]], t[scale[i]]
 	}
 }
 

@@ -155,6 +155,32 @@ func TestNVFP4WeightScale(t *testing.T) {
 	}
 }
 
+// TestNVFP4WeightScaleRuns: runs of every length up to 40, of random scale
+// bytes (NaN among them) and at every other offset of the output, give each
+// scale's E4M3 of 2^(b-127-g) twice, as one scale at a time does.
+func TestNVFP4WeightScaleRuns(t *testing.T) {
+	rng, seed := newRand(t)
+	for _, g := range []int{-126, -5, 0, 3, 127} {
+		for n := range 41 {
+			src := make([]byte, n)
+			for i := range src {
+				src[i] = byte(rng.IntN(256))
+			}
+			dst := make([]byte, 2*n)
+			NVFP4WeightScale(dst, src, g)
+			for i, b := range src {
+				want := byte(e4m3NaN)
+				if b != E8M0NaN {
+					want = E4M3Pow2(int(b) - 127 - g)
+				}
+				if dst[2*i] != want || dst[2*i+1] != want {
+					t.Fatalf("seed %d: g=%d, run of %d, scale %d (%d): got %#02x %#02x, want %#02x twice", seed, g, n, i, b, dst[2*i], dst[2*i+1], want)
+				}
+			}
+		}
+	}
+}
+
 func TestCountNVFP4(t *testing.T) {
 	const g = 0
 	zeros := make([]byte, 16)

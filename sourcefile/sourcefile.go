@@ -1,7 +1,8 @@
 // Package sourcefile reads the files of a checkpoint while making sure they
 // are still the files dsfs opened. A file is identified, when opened, by its
-// device, inode, size, modification time and status-change time; every read
-// checks what the path names against that identity afterwards, so a file
+// device, inode, link count, size, modification time and status-change
+// time; every read checks the open file against that identity afterwards,
+// and what the path names at most every few milliseconds, so a file
 // changed, truncated, grown, or replaced by rename under the mount gives an
 // error, never bytes of two versions or of another file.
 package sourcefile
@@ -38,21 +39,40 @@ func (e *ChangedError) Unwrap() error { return ErrChanged }
 // identity is what tells one version of a file from another. The
 // status-change time catches an in-place write whose modification time was
 // put back (touch -d), which the modification time alone misses.
+// The link count drops when the file is removed or renamed over, whatever
+// the filesystem's time granularity.
 type identity struct {
-	dev, ino     uint64
-	size         int64
-	mtime, ctime syscall.Timespec
+	dev, ino, nlink uint64
+	size            int64
+	mtime, ctime    syscall.Timespec
 }
 
 func identityOf(st *syscall.Stat_t) identity {
-	return identity{dev: st.Dev, ino: st.Ino, size: st.Size, mtime: st.Mtim, ctime: st.Ctim}
+	return identity{dev: st.Dev, ino: st.Ino, nlink: uint64(st.Nlink), size: st.Size, mtime: st.Mtim, ctime: st.Ctim}
 }
+
+// pathCheckInterval is how long a read may rely on an earlier stat of the
+// path. Every read fstats the open descriptor, which sees any change to
+// the opened file's bytes, size or names: a write, a truncation or an
+// extension, and a removal or a rename over it (its link count drops). The
+// path is stat'd too, by the first read and then at most once an interval,
+// for what leaves the opened file untouched: a directory on the way
+// renamed, a symlink pointed elsewhere. Until then reads serve the opened
+// file, which the fstat has just found unchanged: every byte served is of
+// that one version of that one file, as it would have been had the read
+// come an instant before the path changed.
+const pathCheckInterval = 5 * time.Millisecond
 
 // File is a source file opened for reading. It is safe for concurrent use.
 type File struct {
-	path string
-	f    *os.File
-	id   identity
+	path   string
+	f      *os.File
+	id     identity
+	opened time.Time // the clock pathChecked counts from
+
+	// pathChecked is when, in nanoseconds after opened, a stat of the path
+	// last found it naming the opened file; -1 before the first.
+	pathChecked atomic.Int64
 
 	// changed is the first change found: once a file has changed, every
 	// later read fails, even if the path is put back.
@@ -84,7 +104,13 @@ func Open(path string) (*File, error) {
 		syscall.Close(fd)
 		return nil, &os.PathError{Op: "fcntl", Path: path, Err: err}
 	}
-	return &File{path: path, f: os.NewFile(uintptr(fd), path), id: identityOf(&st)}, nil
+	return newFile(path, os.NewFile(uintptr(fd), path), &st), nil
+}
+
+func newFile(path string, f *os.File, st *syscall.Stat_t) *File {
+	sf := &File{path: path, f: f, id: identityOf(st), opened: time.Now()}
+	sf.pathChecked.Store(-1)
+	return sf
 }
 
 // FromFile takes over f, a regular file already opened at path (by a
@@ -100,7 +126,7 @@ func FromFile(path string, f *os.File) (*File, error) {
 		f.Close()
 		return nil, &os.PathError{Op: "open", Path: path, Err: fmt.Errorf("not a regular file (%s)", fileType(t))}
 	}
-	return &File{path: path, f: f, id: identityOf(&st)}, nil
+	return newFile(path, f, &st), nil
 }
 
 // Stat returns the status of the opened file (not of what its path names
@@ -134,7 +160,7 @@ func (f *File) Size() int64 { return f.id.size }
 // io.ReaderAt asks.
 func (f *File) ReadAt(p []byte, off int64) (int, error) {
 	n, err := f.f.ReadAt(p, off)
-	if cerr := f.Check(); cerr != nil {
+	if cerr := f.check(false); cerr != nil {
 		return 0, cerr
 	}
 	if err != nil && err != io.EOF {
@@ -143,27 +169,45 @@ func (f *File) ReadAt(p []byte, off int64) (int, error) {
 	return n, err
 }
 
-// Check returns an error wrapping ErrChanged if the file at the path is no
-// longer the one opened, as it was. A write, a truncation or an extension
-// changes its size or status-change time; a rename over the path or a
-// removal changes what the path names.
-func (f *File) Check() error {
+// check returns an error wrapping ErrChanged if the file is no longer the
+// one opened, as it was, or its path no longer names it. It fstats the open
+// descriptor; it stats the path when statPath is set, on the first check,
+// and when the last stat of the path is pathCheckInterval old.
+func (f *File) check(statPath bool) error {
 	if ce := f.changed.Load(); ce != nil {
 		return ce
 	}
-	// One stat of the path answers both questions: while it names the
-	// opened inode, its size and times are the open file's.
-	var st syscall.Stat_t
-	how := ""
-	if err := syscall.Stat(f.path, &st); err != nil {
-		how = "no longer at its path (" + err.Error() + ")"
-	} else {
-		how = f.id.differs(identityOf(&st))
+	fi, err := f.f.Stat()
+	if err != nil {
+		return fmt.Errorf("checking %s: %w", f.path, err)
 	}
-	if how == "" {
+	if how := f.id.differs(identityOf(fi.Sys().(*syscall.Stat_t))); how != "" {
+		// The path says best what happened: removed, replaced, or
+		// still there and changed.
+		if phow := f.pathDiffers(); phow != "" {
+			how = phow
+		}
+		return f.setChanged(how)
+	}
+	now := time.Since(f.opened).Nanoseconds()
+	if last := f.pathChecked.Load(); !statPath && last >= 0 && now-last < pathCheckInterval.Nanoseconds() {
 		return nil
 	}
-	return f.setChanged(how)
+	if how := f.pathDiffers(); how != "" {
+		return f.setChanged(how)
+	}
+	f.pathChecked.Store(now)
+	return nil
+}
+
+// pathDiffers stats the path and says how what it names differs from the
+// opened file, or "" if it does not.
+func (f *File) pathDiffers() string {
+	var st syscall.Stat_t
+	if err := syscall.Stat(f.path, &st); err != nil {
+		return "no longer at its path (" + err.Error() + ")"
+	}
+	return f.id.differs(identityOf(&st))
 }
 
 // setChanged records the first change found and returns it.
@@ -181,6 +225,8 @@ func (id identity) differs(now identity) string {
 		return fmt.Sprintf("truncated from %d to %d bytes", id.size, now.size)
 	case now.size > id.size:
 		return fmt.Sprintf("grown from %d to %d bytes", id.size, now.size)
+	case now.nlink != id.nlink:
+		return fmt.Sprintf("removed, renamed over or linked anew (link count %d, now %d)", id.nlink, now.nlink)
 	case now.mtime != id.mtime || now.ctime != id.ctime:
 		return fmt.Sprintf("rewritten (modified %s, status changed %s; were %s and %s)",
 			stamp(now.mtime), stamp(now.ctime), stamp(id.mtime), stamp(id.ctime))
@@ -203,7 +249,7 @@ func (f *File) FirstReport() bool { return f.reported.CompareAndSwap(false, true
 // descriptor is handed over is not seen: the kernel reads it without
 // asking.
 func (f *File) Reopen() (int, error) {
-	if err := f.Check(); err != nil {
+	if err := f.check(true); err != nil {
 		return -1, err
 	}
 	fd, err := syscall.Open(f.path, syscall.O_RDONLY|syscall.O_CLOEXEC|syscall.O_NONBLOCK, 0)

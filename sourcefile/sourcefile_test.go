@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -180,7 +181,7 @@ func BenchmarkReadAt(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer plain.Close()
-	for _, n := range []int{128 << 10, 1 << 20} {
+	for _, n := range []int{4 << 10, 128 << 10, 1 << 20} {
 		for _, r := range []struct {
 			name string
 			r    io.ReaderAt
@@ -200,7 +201,9 @@ func BenchmarkReadAt(b *testing.B) {
 	}
 }
 
-// BenchmarkCheck is the cost a checked read adds: one stat of the path.
+// BenchmarkCheck is the cost a checked read adds: an fstat, and a stat of
+// the path once an interval ("read"); and a check that always stats the
+// path, as opening for passthrough does ("path").
 func BenchmarkCheck(b *testing.B) {
 	p := filepath.Join(b.TempDir(), "models--org--name", "snapshots", "0123abcd", "model-00001-of-00048.safetensors")
 	os.MkdirAll(filepath.Dir(p), 0o755)
@@ -212,11 +215,71 @@ func BenchmarkCheck(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer f.Close()
-	for b.Loop() {
-		if err := f.Check(); err != nil {
-			b.Fatal(err)
-		}
+	for _, statPath := range []bool{false, true} {
+		name := map[bool]string{false: "read", true: "path"}[statPath]
+		b.Run(name, func(b *testing.B) {
+			for b.Loop() {
+				if err := f.check(statPath); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
+}
+
+// TestPathChangesAreCaught changes what the path names while leaving the
+// opened file untouched: the directory holding it is renamed and another
+// put in its place. The first read after opening sees it; after a read,
+// the next ones serve the opened file, unchanged, until the path is stat'd
+// again, at most pathCheckInterval later.
+func TestPathChangesAreCaught(t *testing.T) {
+	replaceDir := func(t *testing.T, dir string) {
+		if err := os.Rename(dir, dir+".old"); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		write(t, filepath.Join(dir, "shard"), bytes.ToUpper(content))
+	}
+	open := func(t *testing.T) (*File, string) {
+		dir := filepath.Join(t.TempDir(), "snapshot")
+		os.Mkdir(dir, 0o755)
+		p := filepath.Join(dir, "shard")
+		write(t, p, content)
+		f, err := Open(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { f.Close() })
+		return f, dir
+	}
+	const how = "replaced by another file"
+	t.Run("first read", func(t *testing.T) {
+		f, dir := open(t)
+		replaceDir(t, dir)
+		if _, err := f.ReadAt(make([]byte, 4), 0); !errors.Is(err, ErrChanged) || !strings.Contains(err.Error(), how) {
+			t.Fatalf("first read after the change: %v; want ErrChanged, %q", err, how)
+		}
+	})
+	t.Run("later read", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			f, dir := open(t)
+			buf := make([]byte, 4)
+			if _, err := f.ReadAt(buf, 0); err != nil {
+				t.Fatal(err)
+			}
+			replaceDir(t, dir)
+			time.Sleep(pathCheckInterval - 1)
+			if n, err := f.ReadAt(buf, 4); err != nil || !bytes.Equal(buf[:n], content[4:8]) {
+				t.Fatalf("read within the interval: %q, %v; want the opened file's %q", buf[:n], err, content[4:8])
+			}
+			time.Sleep(1)
+			if _, err := f.ReadAt(buf, 0); !errors.Is(err, ErrChanged) || !strings.Contains(err.Error(), how) {
+				t.Fatalf("read once the interval is over: %v; want ErrChanged, %q", err, how)
+			}
+		})
+	})
 }
 
 // TestNoReadMixesVersions rewrites a file in place, same size, while

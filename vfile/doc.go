@@ -10,7 +10,10 @@
 // [*Blocks] — derived data of known length computed in blocks by a pure
 // function of source bytes — and [Small], a derived scalar cheap enough to
 // compute on every read. Because every size is known up front, `ls -l`
-// is exact at mount, files are page-cacheable and mmap works.
+// is exact at mount, files are page-cacheable and mmap works. A Range
+// appended right after the Range it continues, in the same source, extends
+// it, so a run of small tensors laid out as in their source is one source
+// read.
 //
 // # Blocks computed once
 //

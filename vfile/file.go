@@ -3,6 +3,7 @@ package vfile
 import (
 	"context"
 	"io"
+	"reflect"
 	"sort"
 
 	"github.com/dsfs/dsfs/sourcefile"
@@ -97,13 +98,31 @@ func NewFile(segs ...Segment) *File {
 	return f
 }
 
-// Append adds a segment at the end of the file. Empty segments are dropped.
+// Append adds a segment at the end of the file. Empty segments are dropped,
+// and a Range that continues the last segment, a Range of the same source,
+// extends it: a read spanning many small source tensors laid out in the
+// source's order is then one source read, one pread and one check of the
+// source file, instead of one per tensor.
 func (f *File) Append(s Segment) {
 	if s.Len() == 0 {
 		return
 	}
+	if r, ok := s.(Range); ok && len(f.segs) > 0 {
+		if last, ok := f.segs[len(f.segs)-1].(Range); ok && last.Off+last.N == r.Off && sameSource(last.R, r.R) {
+			f.segs[len(f.segs)-1] = Range{R: last.R, Off: last.Off, N: last.N + r.N}
+			f.ends[len(f.ends)-1] += r.N
+			return
+		}
+	}
 	f.segs = append(f.segs, s)
 	f.ends = append(f.ends, f.Size()+s.Len())
+}
+
+// sameSource reports whether a and b are the same source. Only pointers
+// are compared: comparing interfaces holding other types may panic.
+func sameSource(a, b io.ReaderAt) bool {
+	t := reflect.TypeOf(a)
+	return t != nil && t.Kind() == reflect.Pointer && t == reflect.TypeOf(b) && a == b
 }
 
 // Size is the file's length in bytes.

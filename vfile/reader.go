@@ -98,7 +98,10 @@ func (r *Reader) readSegment(ctx context.Context, s Segment, p []byte, off int64
 	case Unreadable:
 		return s.Err
 	case Small:
-		b := make([]byte, s.N)
+		b := p
+		if int64(len(p)) != s.N { // part of it: compute it aside
+			b = make([]byte, s.N)
+		}
 		if err := s.Compute(ctx, b); err != nil {
 			return fmt.Errorf("%s: %w", s.ID, err)
 		}

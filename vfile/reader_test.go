@@ -131,3 +131,78 @@ func TestSmallSegmentsNeedNoCache(t *testing.T) {
 		t.Fatalf("failing scalar: %v", err)
 	}
 }
+
+// countingReader counts the reads of a source.
+type countingReader struct {
+	r     io.ReaderAt
+	reads int
+}
+
+func (c *countingReader) ReadAt(p []byte, off int64) (int, error) {
+	c.reads++
+	return c.r.ReadAt(p, off)
+}
+
+// sliceReader is a source that is not a pointer: comparing two of them
+// would panic.
+type sliceReader []byte
+
+func (s sliceReader) ReadAt(p []byte, off int64) (int, error) {
+	return bytes.NewReader(s).ReadAt(p, off)
+}
+
+// TestAdjacentRangesAreOneSourceRead: Ranges that continue each other in
+// one source are read with one source read; any other boundary (another
+// source, a gap, a non-Range between) still splits the reads.
+func TestAdjacentRangesAreOneSourceRead(t *testing.T) {
+	src := make([]byte, 400)
+	for i := range src {
+		src[i] = byte(i * 13)
+	}
+	a, b := &countingReader{r: bytes.NewReader(src)}, &countingReader{r: bytes.NewReader(src)}
+	s := sliceReader(src)
+	spans := []struct {
+		r       io.ReaderAt
+		off, n  int64
+		literal string
+	}{
+		{r: a, off: 0, n: 10}, {r: a, off: 10, n: 20}, {r: a, off: 30, n: 1}, {r: a, off: 31, n: 69}, // one read
+		{literal: "x"},
+		{r: a, off: 100, n: 50}, {r: a, off: 150, n: 50}, // one read
+		{r: b, off: 200, n: 50},                           // another source
+		{r: a, off: 300, n: 100}, {r: a, off: 250, n: 50}, // not contiguous
+		{r: s, off: 0, n: 10}, {r: s, off: 10, n: 10}, // not comparable: two reads
+	}
+	var segs []Segment
+	var want []byte
+	for _, sp := range spans {
+		if sp.r == nil {
+			segs = append(segs, Bytes(sp.literal))
+			want = append(want, sp.literal...)
+			continue
+		}
+		segs = append(segs, Range{R: sp.r, Off: sp.off, N: sp.n})
+		want = append(want, src[sp.off:sp.off+sp.n]...)
+	}
+	f := NewFile(segs...)
+	r := NewReader(f, nil)
+	got := make([]byte, len(want))
+	if n, err := r.ReadAt(got, 0); n != len(want) || err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("ReadAt of the whole file: %d, %v, equal %v", n, err, bytes.Equal(got, want))
+	}
+	if a.reads != 4 || b.reads != 1 {
+		t.Fatalf("one read of the file read source a %d times, b %d times; want 4 and 1", a.reads, b.reads)
+	}
+	if len(f.Segments()) != 8 {
+		t.Fatalf("%d segments, want 8", len(f.Segments()))
+	}
+	seed := uint64(time.Now().UnixNano())
+	rng := rand.New(rand.NewPCG(seed, 2))
+	for range 1000 {
+		off := rng.Int64N(int64(len(want)))
+		p := make([]byte, rng.Int64N(int64(len(want))-off)+1)
+		if n, err := r.ReadAt(p, off); n != len(p) || (err != nil && err != io.EOF) || !bytes.Equal(p, want[off:off+int64(n)]) {
+			t.Fatalf("seed %d: ReadAt(%d, len %d) = %d, %v, or differs", seed, off, len(p), n, err)
+		}
+	}
+}

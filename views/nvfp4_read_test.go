@@ -1,0 +1,76 @@
+package views
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/dsfs/dsfs/blockcache"
+	"github.com/dsfs/dsfs/checkpoint"
+	"github.com/dsfs/dsfs/synth"
+	"github.com/dsfs/dsfs/vfile"
+)
+
+// BenchmarkNVFP4FirstRead reads the first nvfp4/ shard whole through a
+// vfile.Reader, in requests of the sizes a FUSE mount sends, with a fresh
+// block cache each time: the server's side of a first read through the
+// mount, without FUSE. The source is v41-tiny, or the checkpoint in
+// $DSFS_BENCH_SRC (bench/run.sh's v41-bench, for its shard sizes); run it
+// twice and keep the second for a source hot in the page cache. cpu-ms/GB
+// is the process's CPU time, block computations included, as bench/run.sh
+// reports a server's.
+func BenchmarkNVFP4FirstRead(b *testing.B) {
+	dir := os.Getenv("DSFS_BENCH_SRC")
+	if dir == "" {
+		dir = b.TempDir()
+		if err := synth.Write("v41-tiny", dir); err != nil {
+			b.Fatal(err)
+		}
+	}
+	cat, err := checkpoint.Open(dir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cat.Close()
+	s, err := Build(cat, Options{Views: []string{"nvfp4"}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	f := s.Root.Child("nvfp4").Child(cat.Shards[0].Name).File
+	b.Logf("%s: %d bytes in %d segments", cat.Shards[0].Name, f.Size(), len(f.Segments()))
+	for _, n := range []int{128 << 10, 1 << 20} {
+		b.Run(fmt.Sprintf("%dKiB", n>>10), func(b *testing.B) {
+			b.SetBytes(f.Size())
+			p := make([]byte, n)
+			cpu0 := cpuTime(b)
+			for b.Loop() {
+				cache := blockcache.New(256<<20, runtime.NumCPU())
+				r := vfile.NewReader(f, cache)
+				for off := int64(0); ; off += int64(n) {
+					if _, err := r.ReadAt(p, off); err == io.EOF {
+						break
+					} else if err != nil {
+						b.Fatal(err)
+					}
+				}
+				cache.Close()
+			}
+			gb := float64(b.N) * float64(f.Size()) / 1e9
+			b.ReportMetric(float64((cpuTime(b)-cpu0).Milliseconds())/gb, "cpu-ms/GB")
+		})
+	}
+}
+
+// cpuTime is the CPU time, user and system, the process has used so far.
+func cpuTime(b *testing.B) time.Duration {
+	var u syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &u); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(u.Utime.Nano() + u.Stime.Nano())
+}
