@@ -125,11 +125,11 @@ var v4Expert = regexp.MustCompile(`^ffn\.experts\.\d+\.w[123]\.(weight|scale)$`)
 // unused gate.bias left out. With experts IQ2_XXS the routed experts q2/
 // quantises are q2/'s blocks instead (gate and up IQ2_XXS, down Q2_K),
 // the rest as MXFP4.
-func planDeepseek4(experts Type) func(cat *checkpoint.Catalog) (*Model, error) {
-	return func(cat *checkpoint.Catalog) (*Model, error) { return planV4(cat, experts) }
+func planDeepseek4(experts Type, tok *tokenizers) func(cat *checkpoint.Catalog) (*Model, error) {
+	return func(cat *checkpoint.Catalog) (*Model, error) { return planV4(cat, experts, tok) }
 }
 
-func planV4(cat *checkpoint.Catalog, experts Type) (*Model, error) {
+func planV4(cat *checkpoint.Catalog, experts Type, tok *tokenizers) (*Model, error) {
 	if cat.ConfigBytes == nil {
 		return nil, fmt.Errorf("config.json: missing")
 	}
@@ -155,7 +155,7 @@ func planV4(cat *checkpoint.Catalog, experts Type) (*Model, error) {
 	if cat.Tensor("embed.weight") == nil {
 		return nil, fmt.Errorf("no embedding table embed.weight (the DeepSeek-V4 release naming)")
 	}
-	p := &ds4{cat: cat, cfg: &c, expertType: experts}
+	p := &ds4{cat: cat, cfg: &c, expertType: experts, tok: tok}
 	if err := p.tensors(); err != nil {
 		return nil, err
 	}
@@ -175,6 +175,7 @@ type ds4 struct {
 	cfg        *v4Config
 	expertType Type // MXFP4, or IQ2_XXS for q2/'s blocks
 	quantised  int  // stacked expert tensors made of q2/'s blocks
+	tok        *tokenizers
 	out        []Tensor
 }
 
@@ -478,5 +479,5 @@ func (p *ds4) kvs() ([]KV, error) {
 // tokenizer reads the tokenizer metadata: V4 ships DeepSeek-V3's
 // tokenizer, whose pre-tokenizer llama.cpp names deepseek-v3.
 func (p *ds4) tokenizer() ([]KV, error) {
-	return checkpointTokenizer(p.cat, "deepseek-v3", p.cfg.Vocab)
+	return p.tok.get(p.cat, "deepseek-v3", p.cfg.Vocab)
 }
