@@ -53,12 +53,13 @@ func buildGGUF(s *Set, _ string) (Built, error) {
 			fmt.Fprintf(&readme, "- `%s/`: not made for this checkpoint: %v\n", r.Name, err)
 			continue
 		}
-		fmt.Fprintf(&readme, "- `%s/`: %s\n", r.Name, r.About)
 		if shared == nil && usesQ2(m) {
 			if shared, err = newQ2Shared(s); err != nil {
-				return Built{}, fmt.Errorf("recipe %s: %w", r.Name, err)
+				fmt.Fprintf(&readme, "- `%s/`: not made for this checkpoint: %v\n", r.Name, err)
+				continue
 			}
 		}
+		fmt.Fprintf(&readme, "- `%s/`: %s\n", r.Name, r.About)
 		for _, layout := range []struct {
 			dir   string
 			split int64
@@ -141,7 +142,10 @@ func ggufFile(disk *diskcache.Cache, shared *q2Shared, recipe string, gf gguf.Fi
 			case p.Q2:
 				// q2/'s own blocks: same IDs in the block cache, same
 				// disk-cache keys, same counters.
-				b := shared.blocks[p.Src.Name]
+				var b *vfile.Blocks
+				if shared != nil {
+					b = shared.blocks[p.Src.Name]
+				}
 				if b == nil || b.N != p.Rows*rb {
 					return nil, fmt.Errorf("tensor %s: %s is not a q2/ tensor of %d rows of %d bytes", t.Name, p.Src.Name, p.Rows, rb)
 				}
