@@ -125,7 +125,8 @@ func q2ExpertBytes(t *testing.T, m *mount) map[string][]byte {
 // serves every expert without quantising a block (the block cache holds
 // them under q2/'s IDs), byte for byte the expert's slice of the stacked
 // GGUF tensor; a second mount on the same --cache-dir serves q2/ from the
-// entries the GGUF read wrote, again quantising nothing.
+// entries the GGUF read wrote, again quantising nothing, and then gguf/
+// the same bytes from the blocks q2/ read.
 func TestGGUFQ2Shared(t *testing.T) {
 	src := synthV4GGUF(t, v4GGUFSpec())
 	cacheDir := t.TempDir()
@@ -184,6 +185,16 @@ func TestGGUFQ2Shared(t *testing.T) {
 		if !bytes.Equal(again[name], b) {
 			t.Errorf("%s: differs on the remount", name)
 		}
+	}
+	// And the other way: gguf/ after q2/ quantises nothing either.
+	second, err := os.ReadFile(m2.path("gguf", "IQ2_XXS", "v4-synth-IQ2_XXS.gguf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s4, raw := readGGUFQ2Stats(t, m2)
+	if s4.ViewStats.GGUF.Q2.Quantised != 0 || s4.ViewStats.Q2.Quantised != 0 || !bytes.Equal(second, data) {
+		t.Errorf("gguf/ after q2/ on the remount: gguf/ quantised %d blocks, q2/ %d; same bytes as the first mount %v\n%s",
+			s4.ViewStats.GGUF.Q2.Quantised, s4.ViewStats.Q2.Quantised, bytes.Equal(second, data), raw)
 	}
 }
 
