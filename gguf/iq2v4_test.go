@@ -23,7 +23,7 @@ import (
 // the config.json keys the converter and llama.cpp need that the preset
 // leaves out (max_position_embeddings, num_key_value_heads,
 // norm_topk_prob) and a synthesised tokenizer of its 1024 tokens.
-func openSynthV4(t *testing.T) *checkpoint.Catalog {
+func openSynthV4(t testing.TB) *checkpoint.Catalog {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "v4-synth")
 	if err := synth.Write("v4-tiny", dir); err != nil {
