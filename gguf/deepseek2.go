@@ -17,7 +17,7 @@ import (
 // per head) and attn_v_b, MTP layers left out. With mat IQ2_XXS the
 // matrices are BF16 but for the routed experts: IQ2_XXS for gate and up,
 // Q2_K for down (q2/'s recipe), BF16 where a row is not whole 256-blocks.
-func planDeepseek2(mat Type) func(cat *checkpoint.Catalog) (*Model, error) {
+func planDeepseek2(mat Type, tok *tokenizers) func(cat *checkpoint.Catalog) (*Model, error) {
 	return func(cat *checkpoint.Catalog) (*Model, error) {
 		if cat.ConfigBytes == nil {
 			return nil, fmt.Errorf("config.json: missing")
@@ -29,7 +29,7 @@ func planDeepseek2(mat Type) func(cat *checkpoint.Catalog) (*Model, error) {
 		if cfg.ModelType != "deepseek_v2" && cfg.ModelType != "deepseek_v3" {
 			return nil, fmt.Errorf("config.json: model_type %q is not deepseek_v2 or deepseek_v3", cfg.ModelType)
 		}
-		p := &ds2{cat: cat, cfg: cfg, mat: mat}
+		p := &ds2{cat: cat, cfg: cfg, mat: mat, tok: tok}
 		switch {
 		case cat.Tensor("model.embed_tokens.weight") != nil:
 			p.naming = model.NamingHF
@@ -55,6 +55,7 @@ type ds2 struct {
 	cfg    *model.Config
 	naming model.Naming
 	mat    Type
+	tok    *tokenizers
 	out    []Tensor
 }
 
@@ -347,7 +348,7 @@ func (p *ds2) tokenizer() ([]KV, error) {
 	if p.cfg.ModelType == "deepseek_v2" {
 		pre = "deepseek-llm"
 	}
-	return checkpointTokenizer(p.cat, pre, p.cfg.Vocab)
+	return p.tok.get(p.cat, pre, p.cfg.Vocab)
 }
 
 // checkpointTokenizer reads a checkpoint's tokenizer.json and

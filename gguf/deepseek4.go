@@ -1,6 +1,7 @@
 package gguf
 
 import (
+	"context"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/dsfs/dsfs/checkpoint"
+	"github.com/dsfs/dsfs/q2"
 	"github.com/dsfs/dsfs/safetensors"
 )
 
@@ -120,8 +122,14 @@ var v4Expert = regexp.MustCompile(`^ffn\.experts\.\d+\.w[123]\.(weight|scale)$`)
 // stacked per layer and repacked to ggml MXFP4, byte for byte; FP8
 // matrices dequantised and stored Q8_0; BF16 matrices BF16; F32 tensors,
 // vectors and norms F32; tid2eid I32; the MTP block and the hash layers'
-// unused gate.bias left out.
-func planDeepseek4(cat *checkpoint.Catalog) (*Model, error) {
+// unused gate.bias left out. With experts IQ2_XXS the routed experts q2/
+// quantises are q2/'s blocks instead (gate and up IQ2_XXS, down Q2_K),
+// the rest as MXFP4.
+func planDeepseek4(experts Type, tok *tokenizers) func(cat *checkpoint.Catalog) (*Model, error) {
+	return func(cat *checkpoint.Catalog) (*Model, error) { return planV4(cat, experts, tok) }
+}
+
+func planV4(cat *checkpoint.Catalog, experts Type, tok *tokenizers) (*Model, error) {
 	if cat.ConfigBytes == nil {
 		return nil, fmt.Errorf("config.json: missing")
 	}
@@ -147,22 +155,28 @@ func planDeepseek4(cat *checkpoint.Catalog) (*Model, error) {
 	if cat.Tensor("embed.weight") == nil {
 		return nil, fmt.Errorf("no embedding table embed.weight (the DeepSeek-V4 release naming)")
 	}
-	p := &ds4{cat: cat, cfg: &c}
+	p := &ds4{cat: cat, cfg: &c, expertType: experts, tok: tok}
 	if err := p.tensors(); err != nil {
 		return nil, err
+	}
+	if experts == IQ2_XXS && p.quantised == 0 {
+		return nil, fmt.Errorf("no routed expert q2/ quantises (MXFP4 rows of whole 256-weight blocks); MXFP4/ is this checkpoint's recipe")
 	}
 	kvs, err := p.kvs()
 	if err != nil {
 		return nil, err
 	}
-	return &Model{Name: modelName(cat.Dir) + "-MXFP4", KVs: kvs, Tensors: p.out}, nil
+	return &Model{Name: modelName(cat.Dir) + "-" + experts.Name, KVs: kvs, Tensors: p.out}, nil
 }
 
 // ds4 is the state of planning one deepseek4 model.
 type ds4 struct {
-	cat *checkpoint.Catalog
-	cfg *v4Config
-	out []Tensor
+	cat        *checkpoint.Catalog
+	cfg        *v4Config
+	expertType Type // MXFP4, or IQ2_XXS for q2/'s blocks
+	quantised  int  // stacked expert tensors made of q2/'s blocks
+	tok        *tokenizers
+	out        []Tensor
 }
 
 // tensors maps every source tensor, the model-wide ones first, then layer
@@ -295,10 +309,19 @@ func int64ToInt32(s *checkpoint.Tensor, lo, hi int64, dst []byte) error {
 }
 
 // experts stacks layer l's routed experts of one projection, in expert
-// order, each repacked to MXFP4.
+// order, each repacked to MXFP4, or for the IQ2_XXS recipe, when q2/
+// quantises them, each q2/'s quantised tensor of it. Either way expert e's
+// rows are rows [e·rows, (e+1)·rows) of the stack, one part.
 func (p *ds4) experts(l int, gguf, proj string) error {
 	n := p.cfg.Experts
 	t := Tensor{TensorInfo: TensorInfo{Name: fmt.Sprintf("blk.%d.%s.weight", l, gguf), Type: MXFP4}}
+	if w := p.cat.Tensor(fmt.Sprintf("layers.%d.ffn.experts.0.%s.weight", l, proj)); p.expertType == IQ2_XXS && w != nil && q2.Quantisable(w) {
+		t.Type = Q2_K
+		if q2.ExpertType(w) == q2.IQ2XXS {
+			t.Type = IQ2_XXS
+		}
+		p.quantised++
+	}
 	var first *checkpoint.Tensor
 	for e := range n {
 		name := fmt.Sprintf("layers.%d.ffn.experts.%d.%s.weight", l, e, proj)
@@ -314,7 +337,16 @@ func (p *ds4) experts(l int, gguf, proj string) error {
 		} else if w.Shape[0] != first.Shape[0] || w.Shape[1] != first.Shape[1] {
 			return fmt.Errorf("tensor %s: shape %v does not stack with expert 0's %v", w.Name, w.Shape, first.Shape)
 		}
-		t.Parts = append(t.Parts, Part{Rows: w.Shape[0], Src: w, Bytes: func(lo, hi int64, dst []byte) error { return repackMXFP4(w, lo, hi, dst) }})
+		switch {
+		case t.Type == MXFP4:
+			t.Parts = append(t.Parts, Part{Rows: w.Shape[0], Src: w, Bytes: func(lo, hi int64, dst []byte) error { return repackMXFP4(w, lo, hi, dst) }})
+		case !q2.Quantisable(w):
+			return fmt.Errorf("tensor %s: q2/ does not quantise it, but quantises expert 0", w.Name)
+		default:
+			t.Parts = append(t.Parts, Part{Rows: w.Shape[0], Src: w, Q2: true, Bytes: func(lo, hi int64, dst []byte) error {
+				return q2.QuantiseRows(context.Background(), w, lo, hi, dst)
+			}})
+		}
 	}
 	t.Ne = []int64{first.Shape[1] * 2, first.Shape[0], int64(n)}
 	p.out = append(p.out, t)
@@ -376,12 +408,16 @@ func (p *ds4) kvs() ([]KV, error) {
 	if c.ScoringFunc != "sqrtsoftplus" {
 		return nil, fmt.Errorf("config.json: scoring_func %q; llama.cpp's deepseek4 loads only sqrtsoftplus", c.ScoringFunc)
 	}
+	ftype := uint32(FileTypeMostlyMXFP4)
+	if p.expertType == IQ2_XXS {
+		ftype = FileTypeMostlyIQ2_XXS
+	}
 	kvs := []KV{
 		{"general.architecture", "deepseek4"},
 		{"general.type", "model"},
 		{"general.name", modelName(p.cat.Dir)},
 		{"general.alignment", uint32(DefaultAlignment)},
-		{"general.file_type", uint32(FileTypeMostlyMXFP4)},
+		{"general.file_type", ftype},
 		{"general.quantization_version", uint32(QuantizationVersion)},
 		{a + "block_count", uint32(c.Layers)},
 		{a + "context_length", uint32(c.MaxPos)},
@@ -443,5 +479,5 @@ func (p *ds4) kvs() ([]KV, error) {
 // tokenizer reads the tokenizer metadata: V4 ships DeepSeek-V3's
 // tokenizer, whose pre-tokenizer llama.cpp names deepseek-v3.
 func (p *ds4) tokenizer() ([]KV, error) {
-	return checkpointTokenizer(p.cat, "deepseek-v3", p.cfg.Vocab)
+	return p.tok.get(p.cat, "deepseek-v3", p.cfg.Vocab)
 }

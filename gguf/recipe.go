@@ -2,9 +2,11 @@ package gguf
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"path/filepath"
 	"strings"
+	"sync"
 
 	"github.com/dsfs/dsfs/checkpoint"
 )
@@ -22,6 +24,12 @@ type Part struct {
 	// part straight into dst as the tensor's type: a byte shuffle (the
 	// MXFP4 repack), with no float32 in between.
 	Bytes func(lo, hi int64, dst []byte) error
+	// Q2 marks rows that are q2/'s quantised tensor of Src, byte for byte
+	// (Src an MXFP4 routed expert q2.Quantisable accepts, the tensor's type
+	// q2.ExpertType's): a view serves them from q2/'s own blocks, under
+	// q2/'s block IDs and disk-cache keys, so gguf/ and q2/ compute each
+	// block once. Bytes computes the same rows through no cache.
+	Q2 bool
 }
 
 // Tensor is one tensor of a recipe's model: its info and its parts, whose
@@ -70,14 +78,57 @@ type Recipe struct {
 	Plan func(cat *checkpoint.Catalog) (*Model, error)
 }
 
-// Recipes lists the recipes in the order gguf/ shows them.
+// Recipes lists the recipes in the order gguf/ shows them. The recipes of
+// one list read a checkpoint's tokenizer files once between them.
 func Recipes() []Recipe {
+	tok := &tokenizers{}
 	return []Recipe{
-		{"BF16", "deepseek2 (V2, V2-Lite, V3, R1): every matrix BF16 (FP8 dequantised, rounded to nearest even), norms, router and bias F32", planDeepseek2(BF16)},
-		{"Q8_0", "deepseek2: every matrix ggml Q8_0 (bit-exact with ggml's reference quantiser), norms, router and bias F32", planDeepseek2(Q8_0)},
-		{"IQ2_XXS", "deepseek2: routed experts ggml IQ2_XXS (gate, up) and Q2_K (down) as q2/ quantises them, everything else as BF16/", planDeepseek2(IQ2_XXS)},
-		{"MXFP4", "deepseek4 (V4, V4-Flash): routed experts ggml MXFP4 (the converter's lossless repack), FP8 matrices Q8_0, BF16 and F32 as they are, tid2eid I32", planDeepseek4},
+		{"BF16", "deepseek2 (V2, V2-Lite, V3, R1): every matrix BF16 (FP8 dequantised, rounded to nearest even), norms, router and bias F32", planDeepseek2(BF16, tok)},
+		{"Q8_0", "deepseek2: every matrix ggml Q8_0 (bit-exact with ggml's reference quantiser), norms, router and bias F32", planDeepseek2(Q8_0, tok)},
+		{"IQ2_XXS", "deepseek2 and deepseek4: routed experts ggml IQ2_XXS (gate, up) and Q2_K (down) as q2/ quantises them (deepseek4: q2/'s own blocks, computed once for both views), everything else as BF16/ (deepseek2) or MXFP4/ (deepseek4)", planIQ2XXS(tok)},
+		{"MXFP4", "deepseek4 (V4, V4-Flash): routed experts ggml MXFP4 (the converter's lossless repack), FP8 matrices Q8_0, BF16 and F32 as they are, tid2eid I32", planDeepseek4(MXFP4, tok)},
 	}
+}
+
+// planIQ2XXS is the IQ2_XXS recipe of either family: deepseek4 for a
+// DeepSeek-V4 config.json, else deepseek2.
+func planIQ2XXS(tok *tokenizers) func(cat *checkpoint.Catalog) (*Model, error) {
+	v2, v4 := planDeepseek2(IQ2_XXS, tok), planDeepseek4(IQ2_XXS, tok)
+	return func(cat *checkpoint.Catalog) (*Model, error) {
+		if cat.ConfigBytes != nil {
+			var c struct {
+				ModelType string `json:"model_type"`
+			}
+			if json.Unmarshal(cat.ConfigBytes, &c) == nil && c.ModelType == "deepseek_v4" {
+				return v4(cat)
+			}
+		}
+		return v2(cat)
+	}
+}
+
+// tokenizers keeps the tokenizer metadata of the checkpoint last read, so
+// that the recipes of one list parse its tokenizer.json once: for a
+// released vocabulary of 129k tokens that is most of a plan's time.
+type tokenizers struct {
+	mu    sync.Mutex
+	cat   *checkpoint.Catalog
+	pre   string
+	vocab int
+	kvs   []KV
+	err   error
+}
+
+// get returns checkpointTokenizer(cat, pre, vocab), read once. The KVs
+// are shared: callers copy them, never change them.
+func (m *tokenizers) get(cat *checkpoint.Catalog, pre string, vocab int) ([]KV, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.cat != cat || m.pre != pre || m.vocab != vocab {
+		m.kvs, m.err = checkpointTokenizer(cat, pre, vocab)
+		m.cat, m.pre, m.vocab = cat, pre, vocab
+	}
+	return m.kvs, m.err
 }
 
 // File is one GGUF file of a model: its layout and its tensors in data

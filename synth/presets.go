@@ -32,8 +32,10 @@ func Presets() []Preset {
 		{"v41-full-sparse", "DeepSeek-V4.1-Flash exactly (48 shards, 96,085 tensors, 475.24 GiB) as sparse files of zeros", V41FlashSpec(), nil},
 		{"v4-tiny", "DeepSeek-V4-Flash layout in 14 MB: 4 layers (hash, SWA, CSA, HCA), 8 MXFP4 experts, mtp.0, hc head, 7 shards", V4TinySpec(), nil},
 		{"v4-full-sparse", "DeepSeek-V4-Flash exactly (46 shards, 69,187 tensors, 148.65 GiB) as sparse files of zeros", V4FlashSpec(), nil},
+		{"v4-bench", "DeepSeek-V4-Flash layout in about 400 MB of realistic values, with a tokenizer, for gguf/ and q2/ load benchmarks", v4BenchSpec(), nil},
 		{"v2lite-tiny", "DeepSeek-V2-Lite layout (MLA, softmax routing) in 2.6 MB with a tokenizer: 4 layers (1 dense), 8 experts, for trace/", Spec{}, ptr(V2LiteTinySpec())},
 		{"v3-tiny", "DeepSeek-V3 layout (q LoRA, sigmoid + bias group routing) in 3.1 MB with a tokenizer: 4 layers (1 dense), 16 experts, for trace/", Spec{}, ptr(V3TinySpec())},
+		{"v3-bench", "DeepSeek-V3 layout (BF16) in about 400 MB with a tokenizer: 4 layers (1 dense), 8 experts of 1024x2048, for gguf/ load benchmarks", Spec{}, ptr(v3BenchSpec())},
 	}
 }
 
@@ -177,5 +179,34 @@ func benchSpec() Spec {
 		EngramLayers:      []int{1, 3}, EngramRows: 2 << 20, EngramHeads: 8,
 		MTPLayers: 1, MTPExperts: 8, DSparkTargets: []int{1, 2, 3}, MarkovRank: 256,
 		MaxShardBytes: 7 << 28, // 1.75 GiB
+	}
+}
+
+// v4BenchSpec is the v4-bench preset: the V4-Flash layout with every
+// matrix dimension a multiple of 256 (q2/ quantises its experts) and
+// 16 experts of 1024x2048 per layer, big enough that reading a view
+// costs seconds, and a tokenizer.json of its vocabulary (gguf/ needs one).
+func v4BenchSpec() Spec {
+	return Spec{
+		Seed: 6, Arch: ArchV4,
+		Hidden: 2048, Vocab: 16384, Layers: 4,
+		Experts: 16, ActiveExperts: 6, MoEInter: 1024, SharedInter: 1024,
+		QLoRA: 512, Heads: 16, HeadDim: 512, OGroups: 4, OLoRA: 512,
+		IndexHeads: 16, IndexHeadDim: 128,
+		CompressRatios: v4CompressRatios(4),
+		HCMult:         4, FP8Block: 128, HashLayers: 2,
+		MTPLayers: 1, MTPExperts: 8,
+		TokenizerFill: 8000,
+	}
+}
+
+// v3BenchSpec is the v3-bench preset: DeepSeek-V3's layout and routing
+// with 8 experts of 1024x2048 (whole 256-blocks) in each of 3 MoE layers.
+func v3BenchSpec() MLASpec {
+	return MLASpec{
+		Seed: 7, V3: true, Hidden: 2048, Vocab: 1024, Layers: 4, DenseLayers: 1, Inter: 4096, MoEInter: 1024,
+		Heads: 16, QLoRA: 512, KVLoRA: 256, QKNope: 128, QKRope: 64, VHead: 128,
+		Experts: 8, TopK: 4, Shared: 1, Groups: 4, TopKGroups: 2, RoutedScale: 2.5,
+		MaxShardBytes: 256 << 20,
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/dsfs/dsfs/codecs"
 	"github.com/dsfs/dsfs/diskcache"
 	"github.com/dsfs/dsfs/gguf"
+	"github.com/dsfs/dsfs/q2"
 	"github.com/dsfs/dsfs/tensorfile"
 	"github.com/dsfs/dsfs/vfile"
 )
@@ -33,7 +34,8 @@ var ggufOptions = []Option{
 // cannot import split files) and as gguf-split shards under split/, and a
 // README.md saying which recipes apply and why the others do not. The
 // tensors' blocks are shared by both layouts (same block keys), so a
-// block computed for one is served to the other from the cache.
+// block computed for one is served to the other from the cache; the
+// experts of deepseek4's IQ2_XXS/ are q2/'s blocks, shared with q2/ alike.
 func buildGGUF(s *Set, _ string) (Built, error) {
 	files := make(map[string]*vfile.Node)
 	var readme strings.Builder
@@ -44,11 +46,18 @@ func buildGGUF(s *Set, _ string) (Built, error) {
 	}
 	mb, _ := strconv.ParseInt(v, 10, 64)
 	split := mb << 20
+	var shared *q2Shared
 	for _, r := range gguf.Recipes() {
 		m, err := r.Plan(s.Cat)
 		if err != nil {
 			fmt.Fprintf(&readme, "- `%s/`: not made for this checkpoint: %v\n", r.Name, err)
 			continue
+		}
+		if shared == nil && usesQ2(m) {
+			if shared, err = newQ2Shared(s); err != nil {
+				fmt.Fprintf(&readme, "- `%s/`: not made for this checkpoint: %v\n", r.Name, err)
+				continue
+			}
 		}
 		fmt.Fprintf(&readme, "- `%s/`: %s\n", r.Name, r.About)
 		for _, layout := range []struct {
@@ -60,7 +69,7 @@ func buildGGUF(s *Set, _ string) (Built, error) {
 				return Built{}, fmt.Errorf("recipe %s: %w", r.Name, err)
 			}
 			for _, gf := range gfs {
-				f, err := ggufFile(s.Opt.DiskCache, r.Name, gf)
+				f, err := ggufFile(s.Opt.DiskCache, shared, r.Name, gf)
 				if err != nil {
 					return Built{}, fmt.Errorf("recipe %s: %s: %w", r.Name, gf.Name, err)
 				}
@@ -69,14 +78,58 @@ func buildGGUF(s *Set, _ string) (Built, error) {
 		}
 	}
 	files["README.md"] = &vfile.Node{File: vfile.NewFile(vfile.Bytes(readme.String()))}
-	return Built{Root: tree("", files)}, nil
+	b := Built{Root: tree("", files)}
+	if shared != nil {
+		b.Stats = func() any { return ggufStats{Q2: shared.plan.Stats()} }
+	}
+	return b, nil
+}
+
+// ggufStats are gguf/'s counters in .dsfs/stats.json: the q2/ blocks its
+// IQ2_XXS experts are served from, as counted by the q2 plan gguf/ holds
+// (q2/'s own view counts its reads apart; both read the same blocks).
+type ggufStats struct {
+	Q2 q2.Stats `json:"q2_blocks"`
+}
+
+// q2Shared is the q2 engine's plan of the checkpoint, for the gguf
+// recipes whose experts are q2/'s blocks: its quantised tensors by source
+// name.
+type q2Shared struct {
+	plan   *q2.Plan
+	blocks map[string]*vfile.Blocks
+}
+
+func newQ2Shared(s *Set) (*q2Shared, error) {
+	q, err := q2.New(s.Cat, q2Options(s.Opt))
+	if err != nil {
+		return nil, fmt.Errorf("q2 plan: %w", err)
+	}
+	sh := &q2Shared{plan: q, blocks: make(map[string]*vfile.Blocks)}
+	for _, t := range q.Quantised() {
+		sh.blocks[t.Source.Name] = t.Blocks
+	}
+	return sh, nil
+}
+
+// usesQ2 reports whether any part of m is q2/'s blocks.
+func usesQ2(m *gguf.Model) bool {
+	for _, t := range m.Tensors {
+		for _, p := range t.Parts {
+			if p.Q2 {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // ggufFile turns a laid-out GGUF file into segments: the header, then each
-// tensor's parts (source bytes served unchanged, or blocks of whole rows
-// computed through the block cache) and its zero padding. Blocks of a
-// costly type (IQ2_XXS, Q2_K) also go through disk, when there is one.
-func ggufFile(disk *diskcache.Cache, recipe string, gf gguf.File) (*vfile.File, error) {
+// tensor's parts (source bytes served unchanged, q2/'s own blocks, or
+// blocks of whole rows computed through the block cache) and its zero
+// padding. Blocks of a costly type (IQ2_XXS, Q2_K) also go through disk,
+// when there is one.
+func ggufFile(disk *diskcache.Cache, shared *q2Shared, recipe string, gf gguf.File) (*vfile.File, error) {
 	f := vfile.NewFile(vfile.Bytes(gf.Layout.Header))
 	for i, t := range gf.Tensors {
 		if f.Size() != int64(len(gf.Layout.Header))+gf.Layout.Offsets[i] {
@@ -86,6 +139,17 @@ func ggufFile(disk *diskcache.Cache, recipe string, gf gguf.File) (*vfile.File, 
 		var n int64
 		for j, p := range t.Parts {
 			switch {
+			case p.Q2:
+				// q2/'s own blocks: same IDs in the block cache, same
+				// disk-cache keys, same counters.
+				var b *vfile.Blocks
+				if shared != nil {
+					b = shared.blocks[p.Src.Name]
+				}
+				if b == nil || b.N != p.Rows*rb {
+					return nil, fmt.Errorf("tensor %s: %s is not a q2/ tensor of %d rows of %d bytes", t.Name, p.Src.Name, p.Rows, rb)
+				}
+				f.Append(b)
 			case p.Decode == nil && p.Bytes == nil:
 				if p.Src.Size != p.Rows*rb {
 					return nil, fmt.Errorf("tensor %s: source %s is %d bytes, %d rows of %d needed", t.Name, p.Src.Name, p.Src.Size, p.Rows, rb)

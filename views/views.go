@@ -103,7 +103,7 @@ var registry = []View{
 	{Name: "nvfp4+engram-fp4", About: "both transcodes at once (the seed script's default output)", build: safetensorsView(nvfp4Rewriter, engramRewriter)},
 	{Name: "trace", About: "DeepSeek MLA + MoE decoder-layer forwards on prompts, run when read: activations, routes, statistics", Options: traceOptions, build: buildTrace},
 	{Name: "q2", About: "routed experts -> ggml IQ2_XXS (w1, w3) and Q2_K (w2), with plan, manifests and README", build: buildQ2},
-	{Name: "gguf", About: "GGUF files for llama.cpp, LM Studio and ollama (deepseek2 BF16, Q8_0 and IQ2_XXS), single and split", Options: ggufOptions, build: buildGGUF},
+	{Name: "gguf", About: "GGUF files for llama.cpp, LM Studio and ollama (deepseek2 BF16, Q8_0, IQ2_XXS; deepseek4 MXFP4, IQ2_XXS), single and split", Options: ggufOptions, build: buildGGUF},
 	{Name: "manifest", About: "the inventory of every tensor: formats, bytes, sha256, value checks, where each view's tensors come from", Options: manifestOptions, build: buildManifest},
 }
 
