@@ -2,11 +2,13 @@ package safetensors
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
-	"sort"
+	"slices"
 	"strconv"
+	"strings"
 )
 
 // Meta is one __metadata__ entry; a slice of them keeps the key order.
@@ -24,7 +26,10 @@ type Spec struct {
 type Layout struct {
 	Header  []byte
 	Tensors []Tensor // Begin/End relative to the data section
-	Size    int64    // whole file size
+	// Order maps Tensors to what was laid out: Tensors[i] is spec
+	// Order[i] of the specs followed by the tail.
+	Order []int
+	Size  int64 // whole file size
 }
 
 // DataStart is the absolute offset of the data section.
@@ -43,21 +48,30 @@ func NewLayout(meta []Meta, specs []Spec) (*Layout, error) {
 // offset). A tail tensor that would not start on a multiple of its element
 // size is an error.
 func NewLayoutTail(meta []Meta, specs, tail []Spec) (*Layout, error) {
-	byRank := func(specs []Spec) []Spec {
-		specs = append([]Spec(nil), specs...)
-		sort.Slice(specs, func(i, j int) bool {
-			ri, rj := rank[specs[i].DType], rank[specs[j].DType]
-			if ri != rj {
-				return ri < rj
-			}
-			return specs[i].Name < specs[j].Name
-		})
-		return specs
+	all := make([]Spec, 0, len(specs)+len(tail))
+	all = append(append(all, specs...), tail...)
+	// Sort positions, not specs: Order maps each laid-out tensor back to
+	// its spec, and the ranks are looked up once per spec.
+	ranks := make([]int, len(all))
+	for i, s := range all {
+		ranks[i] = rank[s.DType]
+	}
+	order := make([]int, len(all))
+	for i := range order {
+		order[i] = i
+	}
+	byRank := func(a, b int) int {
+		if n := cmp.Compare(ranks[a], ranks[b]); n != 0 {
+			return n
+		}
+		return strings.Compare(all[a].Name, all[b].Name)
 	}
 	head := len(specs)
-	specs = append(byRank(specs), byRank(tail)...)
-	seen := make(map[string]bool, len(specs))
-	for _, s := range specs {
+	slices.SortFunc(order[:head], byRank)
+	slices.SortFunc(order[head:], byRank)
+	seen := make(map[string]bool, len(all))
+	for _, k := range order {
+		s := all[k]
 		if !s.DType.Known() {
 			return nil, fmt.Errorf("tensor %q: unknown dtype %q", s.Name, s.DType)
 		}
@@ -66,26 +80,28 @@ func NewLayoutTail(meta []Meta, specs, tail []Spec) (*Layout, error) {
 		}
 		seen[s.Name] = true
 	}
-	var buf bytes.Buffer
-	buf.Write(make([]byte, 8))
-	buf.WriteByte('{')
+	// About 100 bytes per tensor; the header is copied at its exact size
+	// at the end.
+	buf := make([]byte, 8, 64+100*len(all))
+	buf = append(buf, '{')
 	first := true
 	if len(meta) > 0 {
-		buf.WriteString(`"__metadata__":{`)
+		buf = append(buf, `"__metadata__":{`...)
 		for i, m := range meta {
 			if i > 0 {
-				buf.WriteByte(',')
+				buf = append(buf, ',')
 			}
-			writeString(&buf, m.Key)
-			buf.WriteByte(':')
-			writeString(&buf, m.Value)
+			buf = appendString(buf, m.Key)
+			buf = append(buf, ':')
+			buf = appendString(buf, m.Value)
 		}
-		buf.WriteByte('}')
+		buf = append(buf, '}')
 		first = false
 	}
-	l := &Layout{Tensors: make([]Tensor, 0, len(specs))}
+	l := &Layout{Tensors: make([]Tensor, 0, len(all)), Order: order}
 	var off int64
-	for i, s := range specs {
+	for i, k := range order {
+		s := all[k]
 		n, err := ByteLen(s.DType, s.Shape)
 		if err != nil {
 			return nil, fmt.Errorf("tensor %q: %w", s.Name, err)
@@ -97,43 +113,60 @@ func NewLayoutTail(meta []Meta, specs, tail []Spec) (*Layout, error) {
 		off += n
 		l.Tensors = append(l.Tensors, t)
 		if !first {
-			buf.WriteByte(',')
+			buf = append(buf, ',')
 		}
 		first = false
-		writeString(&buf, s.Name)
-		buf.WriteString(`:{"dtype":`)
-		writeString(&buf, string(s.DType))
-		buf.WriteString(`,"shape":[`)
+		buf = appendString(buf, s.Name)
+		buf = append(buf, `:{"dtype":`...)
+		buf = appendString(buf, string(s.DType))
+		buf = append(buf, `,"shape":[`...)
 		for i, d := range s.Shape {
 			if i > 0 {
-				buf.WriteByte(',')
+				buf = append(buf, ',')
 			}
-			buf.WriteString(strconv.FormatInt(d, 10))
+			buf = strconv.AppendInt(buf, d, 10)
 		}
-		buf.WriteString(`],"data_offsets":[`)
-		buf.WriteString(strconv.FormatInt(t.Begin, 10))
-		buf.WriteByte(',')
-		buf.WriteString(strconv.FormatInt(t.End, 10))
-		buf.WriteString("]}")
+		buf = append(buf, `],"data_offsets":[`...)
+		buf = strconv.AppendInt(buf, t.Begin, 10)
+		buf = append(buf, ',')
+		buf = strconv.AppendInt(buf, t.End, 10)
+		buf = append(buf, "]}"...)
 	}
-	buf.WriteByte('}')
-	for buf.Len()%8 != 0 {
-		buf.WriteByte(' ')
+	buf = append(buf, '}')
+	for len(buf)%8 != 0 {
+		buf = append(buf, ' ')
 	}
 	// A copy of exact size: a mount keeps ~200 of these headers, and the
 	// buffer's spare capacity would double their memory.
-	h := bytes.Clone(buf.Bytes())
+	h := bytes.Clone(buf)
 	binary.LittleEndian.PutUint64(h, uint64(len(h)-8))
 	l.Header = h
 	l.Size = int64(len(h)) + off
 	return l, nil
 }
 
-// writeString writes s as a JSON string without HTML escaping, as the
+// appendString appends s as a JSON string without HTML escaping, as the
 // reference serializer (serde_json) does.
-func writeString(buf *bytes.Buffer, s string) {
-	enc := json.NewEncoder(buf)
+func appendString(buf []byte, s string) []byte {
+	if plainJSON(s) {
+		buf = append(buf, '"')
+		buf = append(buf, s...)
+		return append(buf, '"')
+	}
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
 	enc.SetEscapeHTML(false)
-	enc.Encode(s)               // a string always encodes
-	buf.Truncate(buf.Len() - 1) // Encode appends a newline
+	enc.Encode(s) // a string always encodes
+	return append(buf, bytes.TrimSuffix(b.Bytes(), []byte("\n"))...)
+}
+
+// plainJSON reports whether s is printable ASCII with no quote or
+// backslash, which JSON writes as it is between quotes (tensor names are).
+func plainJSON(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' {
+			return false
+		}
+	}
+	return true
 }

@@ -2,6 +2,7 @@ package safetensors
 
 import (
 	"bytes"
+	"encoding/json"
 	"slices"
 	"testing"
 )
@@ -29,5 +30,23 @@ func TestNewLayoutTail(t *testing.T) {
 	}
 	if _, err := NewLayoutTail(nil, []Spec{{"w", U8, []int64{3}}}, []Spec{{"s", F32, []int64{}}}); err == nil {
 		t.Error("a tail F32 at offset 3 was laid out")
+	}
+}
+
+// TestAppendString: names are written as serde_json writes them (no HTML
+// escaping), whether they take the plain path or the encoder's.
+func TestAppendString(t *testing.T) {
+	for _, s := range []string{"", "layers.0.ffn.experts.7.w1.weight", "a<b>&c", "quote\"back\\slash",
+		"tab\tnl\n\x01", "del\x7f", "é ü 中", "bad\xffutf8", "line\u2028sep"} {
+		var b bytes.Buffer
+		enc := json.NewEncoder(&b)
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(s); err != nil {
+			t.Fatal(err)
+		}
+		want := bytes.TrimSuffix(b.Bytes(), []byte("\n"))
+		if got := appendString([]byte("x"), s); !bytes.Equal(got, append([]byte("x"), want...)) {
+			t.Errorf("%q: %s, want %s", s, got[1:], want)
+		}
 	}
 }

@@ -49,38 +49,65 @@ func Passthrough(t *checkpoint.Tensor) Out {
 // Layout is File that also returns the layout, for callers that record
 // where each tensor landed.
 func Layout(view string, outs []Out) (*vfile.File, *safetensors.Layout, error) {
+	ptrs := make([]*Out, len(outs))
+	for i := range outs {
+		ptrs[i] = &outs[i]
+	}
+	return lay(view, ptrs)
+}
+
+// Lay lays out the tensors outs points to as a safetensors file of view,
+// as Layout does, and sorts outs into data order in place: tensor i's data
+// starts at dataStart plus the lengths of those before it. A caller that
+// keeps outs as its record of the file needs no copy of them.
+func Lay(view string, outs []*Out) (f *vfile.File, dataStart int64, err error) {
+	f, l, err := lay(view, outs)
+	if err != nil {
+		return nil, 0, err
+	}
+	return f, l.DataStart(), nil
+}
+
+// lay lays out outs and sorts them into data order.
+func lay(view string, outs []*Out) (*vfile.File, *safetensors.Layout, error) {
+	// Specs in the order given, the tail ones last; byPos maps them back.
 	specs := make([]safetensors.Spec, 0, len(outs))
-	var tail []safetensors.Spec
+	byPos := make([]*Out, 0, len(outs))
 	var headBytes int64
-	byName := make(map[string]vfile.Segment, len(outs))
 	for _, o := range outs {
-		s := safetensors.Spec{Name: o.Name, DType: o.DType, Shape: o.Shape}
-		if o.Tail {
-			tail = append(tail, s)
-		} else {
-			specs = append(specs, s)
+		if !o.Tail {
+			specs = append(specs, safetensors.Spec{Name: o.Name, DType: o.DType, Shape: o.Shape})
+			byPos = append(byPos, o)
 			headBytes += o.Data.Len()
 		}
-		byName[o.Name] = o.Data
+	}
+	head := len(specs)
+	for _, o := range outs {
+		if o.Tail {
+			specs = append(specs, safetensors.Spec{Name: o.Name, DType: o.DType, Shape: o.Shape})
+			byPos = append(byPos, o)
+		}
 	}
 	if headBytes%8 != 0 {
-		specs, tail = append(specs, tail...), nil
+		head = len(specs)
 	}
 	l, err := safetensors.NewLayoutTail([]safetensors.Meta{
 		{Key: "format", Value: "pt"}, {Key: "dsfs.view", Value: view}, {Key: "dsfs.codec", Value: codecs.Version},
-	}, specs, tail)
+	}, specs[:head], specs[head:])
 	if err != nil {
 		return nil, nil, err
 	}
-	f := vfile.NewFile(vfile.Bytes(l.Header))
-	for _, t := range l.Tensors {
-		seg := byName[t.Name]
-		if seg.Len() != t.Len() {
-			return nil, nil, fmt.Errorf("tensor %s: data is %d bytes, %s %v needs %d", t.Name, seg.Len(), t.DType, t.Shape, t.Len())
+	segs := make([]vfile.Segment, 1, len(outs)+1)
+	segs[0] = vfile.Bytes(l.Header)
+	for i, t := range l.Tensors {
+		o := byPos[l.Order[i]]
+		if o.Data.Len() != t.Len() {
+			return nil, nil, fmt.Errorf("tensor %s: data is %d bytes, %s %v needs %d", t.Name, o.Data.Len(), t.DType, t.Shape, t.Len())
 		}
-		f.Append(seg)
+		outs[i] = o
+		segs = append(segs, o.Data)
 	}
-	return f, l, nil
+	return vfile.NewFile(segs...), l, nil
 }
 
 // blockTarget is the size a derived block aims for: large enough that the
