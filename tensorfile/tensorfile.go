@@ -53,23 +53,28 @@ func Layout(view string, outs []Out) (*vfile.File, *safetensors.Layout, error) {
 	for i := range outs {
 		ptrs[i] = &outs[i]
 	}
-	return lay(view, ptrs)
+	return lay(view, "", ptrs)
 }
 
 // Lay lays out the tensors outs points to as a safetensors file of view,
 // as Layout does, and sorts outs into data order in place: tensor i's data
 // starts at dataStart plus the lengths of those before it. A caller that
 // keeps outs as its record of the file needs no copy of them.
-func Lay(view string, outs []*Out) (f *vfile.File, dataStart int64, err error) {
-	f, l, err := lay(view, outs)
+//
+// With an id, the header is computed from outs when it is read, as a
+// block of that ID, instead of kept: it is ~100 bytes per tensor, and a
+// view of a released checkpoint has ~140k tensors. Computing it reads no
+// source byte.
+func Lay(view, id string, outs []*Out) (f *vfile.File, dataStart int64, err error) {
+	f, l, err := lay(view, id, outs)
 	if err != nil {
 		return nil, 0, err
 	}
 	return f, l.DataStart(), nil
 }
 
-// lay lays out outs and sorts them into data order.
-func lay(view string, outs []*Out) (*vfile.File, *safetensors.Layout, error) {
+// lay lays out outs and sorts them into data order; see Lay for id.
+func lay(view, id string, outs []*Out) (*vfile.File, *safetensors.Layout, error) {
 	// Specs in the order given, the tail ones last; byPos maps them back.
 	specs := make([]safetensors.Spec, 0, len(outs))
 	byPos := make([]*Out, 0, len(outs))
@@ -91,14 +96,15 @@ func lay(view string, outs []*Out) (*vfile.File, *safetensors.Layout, error) {
 	if headBytes%8 != 0 {
 		head = len(specs)
 	}
-	l, err := safetensors.NewLayoutTail([]safetensors.Meta{
-		{Key: "format", Value: "pt"}, {Key: "dsfs.view", Value: view}, {Key: "dsfs.codec", Value: codecs.Version},
-	}, specs[:head], specs[head:])
+	l, err := safetensors.NewLayoutTail(metadata(view), specs[:head], specs[head:])
 	if err != nil {
 		return nil, nil, err
 	}
 	segs := make([]vfile.Segment, 1, len(outs)+1)
 	segs[0] = vfile.Bytes(l.Header)
+	if id != "" {
+		segs[0] = header(id, view, outs, head, int64(len(l.Header)))
+	}
 	for i, t := range l.Tensors {
 		o := byPos[l.Order[i]]
 		if o.Data.Len() != t.Len() {
@@ -108,6 +114,33 @@ func lay(view string, outs []*Out) (*vfile.File, *safetensors.Layout, error) {
 		segs = append(segs, o.Data)
 	}
 	return vfile.NewFile(segs...), l, nil
+}
+
+// metadata is the __metadata__ of a virtual safetensors file of view.
+func metadata(view string) []safetensors.Meta {
+	return []safetensors.Meta{{Key: "format", Value: "pt"}, {Key: "dsfs.view", Value: view}, {Key: "dsfs.codec", Value: codecs.Version}}
+}
+
+// header is the n-byte header of a file of view laid out by lay, computed
+// when read from outs, which lay sorted into data order: laying out the
+// first head of them and the rest as the tail again gives the same order
+// and the same bytes.
+func header(id, view string, outs []*Out, head int, n int64) *vfile.Blocks {
+	return &vfile.Blocks{ID: id, N: n, BlockLen: n, Compute: func(_ context.Context, _ int64, dst []byte) error {
+		specs := make([]safetensors.Spec, len(outs))
+		for i, o := range outs {
+			specs[i] = safetensors.Spec{Name: o.Name, DType: o.DType, Shape: o.Shape}
+		}
+		l, err := safetensors.NewLayoutTail(metadata(view), specs[:head], specs[head:])
+		if err != nil {
+			return err
+		}
+		if int64(len(l.Header)) != n {
+			return fmt.Errorf("%s: header of %d bytes, laid out as %d", id, len(l.Header), n)
+		}
+		copy(dst, l.Header)
+		return nil
+	}}
 }
 
 // blockTarget is the size a derived block aims for: large enough that the

@@ -516,13 +516,14 @@ func (s *Set) tensorFile(view string, outs []tensorfile.Out) (*vfile.File, error
 	for i := range outs {
 		ptrs[i] = &outs[i]
 	}
-	return s.layOut(view, ptrs)
+	return s.layOut(view, "", ptrs)
 }
 
 // layOut lays out the tensors outs points to as a safetensors file of view
-// and keeps outs, sorted into data order, as its record.
-func (s *Set) layOut(view string, outs []*tensorfile.Out) (*vfile.File, error) {
-	f, start, err := tensorfile.Lay(view, outs)
+// and keeps outs, sorted into data order, as its record. With an id the
+// header is computed when read (tensorfile.Lay).
+func (s *Set) layOut(view, id string, outs []*tensorfile.Out) (*vfile.File, error) {
+	f, start, err := tensorfile.Lay(view, id, outs)
 	if err != nil {
 		return nil, err
 	}
@@ -621,7 +622,7 @@ func (s *Set) rewrite(view string, rws []*rewritten) (*vfile.Node, error) {
 			weightMap = append(weightMap, indexEntry{o.Name, sh.Name})
 			total += o.Data.Len()
 		}
-		f, err := s.layOut(view, outs)
+		f, err := s.layOut(view, view+"/"+sh.Name, outs)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", sh.Name, err)
 		}
