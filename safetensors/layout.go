@@ -33,7 +33,12 @@ type Layout struct {
 }
 
 // DataStart is the absolute offset of the data section.
-func (l *Layout) DataStart() int64 { return int64(len(l.Header)) }
+func (l *Layout) DataStart() int64 {
+	if len(l.Tensors) == 0 {
+		return l.Size
+	}
+	return l.Size - l.Tensors[len(l.Tensors)-1].End
+}
 
 // NewLayout lays out tensors in the reference serializer's order (dtype
 // rank, then name) with a compact header padded with spaces so that the
@@ -48,6 +53,18 @@ func NewLayout(meta []Meta, specs []Spec) (*Layout, error) {
 // offset). A tail tensor that would not start on a multiple of its element
 // size is an error.
 func NewLayoutTail(meta []Meta, specs, tail []Spec) (*Layout, error) {
+	return layout(meta, specs, tail, true)
+}
+
+// PlanLayoutTail is NewLayoutTail without the header's bytes (Header is
+// nil), for a caller that makes them only when they are read.
+func PlanLayoutTail(meta []Meta, specs, tail []Spec) (*Layout, error) {
+	return layout(meta, specs, tail, false)
+}
+
+// layout lays out specs and tail, writing the header when write is set
+// and only measuring it otherwise.
+func layout(meta []Meta, specs, tail []Spec, write bool) (*Layout, error) {
 	all := make([]Spec, 0, len(specs)+len(tail))
 	all = append(append(all, specs...), tail...)
 	// Sort positions, not specs: Order maps each laid-out tensor back to
@@ -80,22 +97,25 @@ func NewLayoutTail(meta []Meta, specs, tail []Spec) (*Layout, error) {
 		}
 		seen[s.Name] = true
 	}
-	// About 100 bytes per tensor; the header is copied at its exact size
-	// at the end.
-	buf := make([]byte, 8, 64+100*len(all))
-	buf = append(buf, '{')
+	var w headerWriter
+	if write {
+		// About 100 bytes per tensor; the header is copied at its exact
+		// size at the end.
+		w.buf = make([]byte, 0, 64+100*len(all))
+	}
+	w.str("\x00\x00\x00\x00\x00\x00\x00\x00{") // the length, set at the end
 	first := true
 	if len(meta) > 0 {
-		buf = append(buf, `"__metadata__":{`...)
+		w.str(`"__metadata__":{`)
 		for i, m := range meta {
 			if i > 0 {
-				buf = append(buf, ',')
+				w.str(",")
 			}
-			buf = appendString(buf, m.Key)
-			buf = append(buf, ':')
-			buf = appendString(buf, m.Value)
+			w.quote(m.Key)
+			w.str(":")
+			w.quote(m.Value)
 		}
-		buf = append(buf, '}')
+		w.str("}")
 		first = false
 	}
 	l := &Layout{Tensors: make([]Tensor, 0, len(all)), Order: order}
@@ -113,36 +133,76 @@ func NewLayoutTail(meta []Meta, specs, tail []Spec) (*Layout, error) {
 		off += n
 		l.Tensors = append(l.Tensors, t)
 		if !first {
-			buf = append(buf, ',')
+			w.str(",")
 		}
 		first = false
-		buf = appendString(buf, s.Name)
-		buf = append(buf, `:{"dtype":`...)
-		buf = appendString(buf, string(s.DType))
-		buf = append(buf, `,"shape":[`...)
+		w.quote(s.Name)
+		w.str(`:{"dtype":`)
+		w.quote(string(s.DType))
+		w.str(`,"shape":[`)
 		for i, d := range s.Shape {
 			if i > 0 {
-				buf = append(buf, ',')
+				w.str(",")
 			}
-			buf = strconv.AppendInt(buf, d, 10)
+			w.int(d)
 		}
-		buf = append(buf, `],"data_offsets":[`...)
-		buf = strconv.AppendInt(buf, t.Begin, 10)
-		buf = append(buf, ',')
-		buf = strconv.AppendInt(buf, t.End, 10)
-		buf = append(buf, "]}"...)
+		w.str(`],"data_offsets":[`)
+		w.int(t.Begin)
+		w.str(",")
+		w.int(t.End)
+		w.str("]}")
 	}
-	buf = append(buf, '}')
-	for len(buf)%8 != 0 {
-		buf = append(buf, ' ')
+	w.str("}")
+	for w.n%8 != 0 {
+		w.str(" ")
 	}
-	// A copy of exact size: a mount keeps ~200 of these headers, and the
-	// buffer's spare capacity would double their memory.
-	h := bytes.Clone(buf)
-	binary.LittleEndian.PutUint64(h, uint64(len(h)-8))
-	l.Header = h
-	l.Size = int64(len(h)) + off
+	l.Size = int64(w.n) + off
+	if write {
+		// A copy of exact size: a mount keeps ~200 of these headers, and
+		// the buffer's spare capacity would double their memory.
+		l.Header = bytes.Clone(w.buf)
+		binary.LittleEndian.PutUint64(l.Header, uint64(w.n-8))
+	}
 	return l, nil
+}
+
+// headerWriter appends header text to buf, or only counts its length
+// when buf is nil.
+type headerWriter struct {
+	buf []byte
+	n   int
+}
+
+func (w *headerWriter) str(s string) {
+	w.n += len(s)
+	if w.buf != nil {
+		w.buf = append(w.buf, s...)
+	}
+}
+
+func (w *headerWriter) int(v int64) {
+	var b [20]byte
+	d := strconv.AppendInt(b[:0], v, 10)
+	w.n += len(d)
+	if w.buf != nil {
+		w.buf = append(w.buf, d...)
+	}
+}
+
+// quote writes s as a JSON string.
+func (w *headerWriter) quote(s string) {
+	if plainJSON(s) {
+		w.n += len(s) + 2
+		if w.buf != nil {
+			w.buf = append(append(append(w.buf, '"'), s...), '"')
+		}
+		return
+	}
+	q := appendString(nil, s)
+	w.n += len(q)
+	if w.buf != nil {
+		w.buf = append(w.buf, q...)
+	}
 }
 
 // appendString appends s as a JSON string without HTML escaping, as the

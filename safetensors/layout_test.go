@@ -50,3 +50,33 @@ func TestAppendString(t *testing.T) {
 		}
 	}
 }
+
+// TestPlanLayoutTail: planning a layout places every tensor and sizes the
+// file as laying it out does, header included, without writing it.
+func TestPlanLayoutTail(t *testing.T) {
+	meta := []Meta{{"format", "pt"}, {"view", "odd \"<name>\""}}
+	specs := []Spec{{"w", U8, []int64{16}}, {"b", F32, []int64{2, 3}}, {"é\x01", BF16, []int64{4}}}
+	tail := []Spec{{"z.s2", F32, []int64{}}}
+	want, err := NewLayoutTail(meta, specs, tail)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := PlanLayoutTail(meta, specs, tail)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Header != nil || got.Size != want.Size || got.DataStart() != want.DataStart() ||
+		got.DataStart() != int64(len(want.Header)) || !slices.Equal(got.Order, want.Order) {
+		t.Fatalf("plan: size %d, data at %d, order %v; layout: size %d, data at %d, order %v",
+			got.Size, got.DataStart(), got.Order, want.Size, want.DataStart(), want.Order)
+	}
+	for i := range want.Tensors {
+		if got.Tensors[i].Name != want.Tensors[i].Name || got.Tensors[i].Begin != want.Tensors[i].Begin {
+			t.Fatalf("tensor %d: %+v, want %+v", i, got.Tensors[i], want.Tensors[i])
+		}
+	}
+	empty, err := PlanLayoutTail(nil, nil, nil)
+	if err != nil || empty.DataStart() != empty.Size || empty.Size != 8+8 {
+		t.Fatalf("empty plan: %+v, %v", empty, err)
+	}
+}

@@ -96,14 +96,18 @@ func lay(view, id string, outs []*Out) (*vfile.File, *safetensors.Layout, error)
 	if headBytes%8 != 0 {
 		head = len(specs)
 	}
-	l, err := safetensors.NewLayoutTail(metadata(view), specs[:head], specs[head:])
+	plan := safetensors.NewLayoutTail
+	if id != "" {
+		plan = safetensors.PlanLayoutTail
+	}
+	l, err := plan(metadata(view), specs[:head], specs[head:])
 	if err != nil {
 		return nil, nil, err
 	}
 	segs := make([]vfile.Segment, 1, len(outs)+1)
 	segs[0] = vfile.Bytes(l.Header)
 	if id != "" {
-		segs[0] = header(id, view, outs, head, int64(len(l.Header)))
+		segs[0] = header(id, view, outs, head, l.DataStart())
 	}
 	for i, t := range l.Tensors {
 		o := byPos[l.Order[i]]
