@@ -53,20 +53,20 @@ func NewLayout(meta []Meta, specs []Spec) (*Layout, error) {
 // offset). A tail tensor that would not start on a multiple of its element
 // size is an error.
 func NewLayoutTail(meta []Meta, specs, tail []Spec) (*Layout, error) {
-	return layout(meta, specs, tail, true)
-}
-
-// PlanLayoutTail is NewLayoutTail without the header's bytes (Header is
-// nil), for a caller that makes them only when they are read.
-func PlanLayoutTail(meta []Meta, specs, tail []Spec) (*Layout, error) {
-	return layout(meta, specs, tail, false)
-}
-
-// layout lays out specs and tail, writing the header when write is set
-// and only measuring it otherwise.
-func layout(meta []Meta, specs, tail []Spec, write bool) (*Layout, error) {
 	all := make([]Spec, 0, len(specs)+len(tail))
-	all = append(append(all, specs...), tail...)
+	return layout(meta, append(append(all, specs...), tail...), len(specs), true)
+}
+
+// PlanLayoutTail is NewLayoutTail of specs[:head] and the tail specs[head:]
+// without the header's bytes (Header is nil), for a caller that makes them
+// only when they are read.
+func PlanLayoutTail(meta []Meta, specs []Spec, head int) (*Layout, error) {
+	return layout(meta, specs, head, false)
+}
+
+// layout lays out all[:head] and the tail all[head:], writing the header
+// when write is set and only measuring it otherwise.
+func layout(meta []Meta, all []Spec, head int, write bool) (*Layout, error) {
 	// Sort positions, not specs: Order maps each laid-out tensor back to
 	// its spec, and the ranks are looked up once per spec.
 	ranks := make([]int, len(all))
@@ -83,19 +83,36 @@ func layout(meta []Meta, specs, tail []Spec, write bool) (*Layout, error) {
 		}
 		return strings.Compare(all[a].Name, all[b].Name)
 	}
-	head := len(specs)
 	slices.SortFunc(order[:head], byRank)
 	slices.SortFunc(order[head:], byRank)
-	seen := make(map[string]bool, len(all))
+	// The second of two specs of one name in data order is refused; sorted
+	// names find the (rare) duplicates without a map of every name.
+	names := make([]string, len(all))
+	for i, s := range all {
+		names[i] = s.Name
+	}
+	slices.Sort(names)
+	var dup map[string]bool // duplicate name -> seen in data order
+	for i := 1; i < len(names); i++ {
+		if names[i] == names[i-1] {
+			if dup == nil {
+				dup = make(map[string]bool)
+			}
+			dup[names[i]] = false
+		}
+	}
 	for _, k := range order {
 		s := all[k]
 		if !s.DType.Known() {
 			return nil, fmt.Errorf("tensor %q: unknown dtype %q", s.Name, s.DType)
 		}
-		if s.Name == MetadataKey || seen[s.Name] {
+		seen, isDup := dup[s.Name]
+		if s.Name == MetadataKey || seen {
 			return nil, fmt.Errorf("tensor %q: duplicate or reserved name", s.Name)
 		}
-		seen[s.Name] = true
+		if isDup {
+			dup[s.Name] = true
+		}
 	}
 	var w headerWriter
 	if write {

@@ -61,7 +61,7 @@ func TestPlanLayoutTail(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := PlanLayoutTail(meta, specs, tail)
+	got, err := PlanLayoutTail(meta, append(slices.Clone(specs), tail...), len(specs))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,8 +75,33 @@ func TestPlanLayoutTail(t *testing.T) {
 			t.Fatalf("tensor %d: %+v, want %+v", i, got.Tensors[i], want.Tensors[i])
 		}
 	}
-	empty, err := PlanLayoutTail(nil, nil, nil)
+	empty, err := PlanLayoutTail(nil, nil, 0)
 	if err != nil || empty.DataStart() != empty.Size || empty.Size != 8+8 {
 		t.Fatalf("empty plan: %+v, %v", empty, err)
+	}
+}
+
+// TestLayoutRefusesBadSpecs: a duplicate name (also across dtypes and
+// between the parts), the reserved name and an unknown dtype are refused,
+// naming the tensor, by laying out and by planning alike.
+func TestLayoutRefusesBadSpecs(t *testing.T) {
+	for _, tt := range []struct {
+		name        string
+		specs, tail []Spec
+		want        string
+	}{
+		{"duplicate", []Spec{{"a", U8, []int64{8}}, {"b", U8, []int64{8}}, {"a", U8, []int64{8}}}, nil, `tensor "a": duplicate or reserved name`},
+		{"across dtypes", []Spec{{"a", U8, []int64{8}}, {"a", F32, []int64{2}}}, nil, `tensor "a": duplicate or reserved name`},
+		{"head and tail", []Spec{{"a", U8, []int64{8}}}, []Spec{{"a", F32, []int64{}}}, `tensor "a": duplicate or reserved name`},
+		{"reserved", []Spec{{MetadataKey, U8, []int64{8}}}, nil, `tensor "__metadata__": duplicate or reserved name`},
+		{"unknown dtype", []Spec{{"x", "F7", []int64{8}}}, nil, `tensor "x": unknown dtype "F7"`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := NewLayoutTail(nil, tt.specs, tt.tail)
+			_, perr := PlanLayoutTail(nil, append(slices.Clone(tt.specs), tt.tail...), len(tt.specs))
+			if err == nil || err.Error() != tt.want || perr == nil || perr.Error() != tt.want {
+				t.Fatalf("laying out: %v; planning: %v; want %s", err, perr, tt.want)
+			}
+		})
 	}
 }

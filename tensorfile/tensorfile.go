@@ -96,11 +96,13 @@ func lay(view, id string, outs []*Out) (*vfile.File, *safetensors.Layout, error)
 	if headBytes%8 != 0 {
 		head = len(specs)
 	}
-	plan := safetensors.NewLayoutTail
+	var l *safetensors.Layout
+	var err error
 	if id != "" {
-		plan = safetensors.PlanLayoutTail
+		l, err = safetensors.PlanLayoutTail(metadata(view), specs, head)
+	} else {
+		l, err = safetensors.NewLayoutTail(metadata(view), specs[:head], specs[head:])
 	}
-	l, err := plan(metadata(view), specs[:head], specs[head:])
 	if err != nil {
 		return nil, nil, err
 	}

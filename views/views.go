@@ -599,9 +599,22 @@ func safetensorsView(makers ...rewrites) builder {
 
 func (s *Set) rewrite(view string, rws []*rewritten) (*vfile.Node, error) {
 	files := make(map[string]*vfile.Node)
+	shardOuts := make([][]*tensorfile.Out, len(s.Cat.Shards))
+	claims := make([][]claim, len(rws))
+	entries := 0
+	for i, sh := range s.Cat.Shards {
+		for k, rw := range rws {
+			claims[k] = rw.shard(i, sh)
+		}
+		shardOuts[i] = rewriteShard(sh, claims)
+		entries += len(shardOuts[i])
+	}
+	for _, b := range s.Cat.BadShards {
+		entries += len(b.Tensors)
+	}
 	// Bad shards first: a name the good shards place wins, as the index
 	// keeps the last placement of a name.
-	var weightMap []indexEntry
+	weightMap := make([]indexEntry, 0, entries)
 	for _, b := range s.Cat.BadShards {
 		for _, t := range b.Tensors {
 			weightMap = append(weightMap, indexEntry{t, b.Name})
@@ -609,12 +622,8 @@ func (s *Set) rewrite(view string, rws []*rewritten) (*vfile.Node, error) {
 		badShardFile(files, b.Name, b)
 	}
 	var total int64
-	claims := make([][]claim, len(rws))
 	for i, sh := range s.Cat.Shards {
-		for k, rw := range rws {
-			claims[k] = rw.shard(i, sh)
-		}
-		outs := rewriteShard(sh, claims)
+		outs := shardOuts[i]
 		if len(outs) == 0 {
 			continue
 		}
