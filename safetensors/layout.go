@@ -30,15 +30,12 @@ type Layout struct {
 	// Order[i] of the specs followed by the tail.
 	Order []int
 	Size  int64 // whole file size
+
+	dataStart int64
 }
 
 // DataStart is the absolute offset of the data section.
-func (l *Layout) DataStart() int64 {
-	if len(l.Tensors) == 0 {
-		return l.Size
-	}
-	return l.Size - l.Tensors[len(l.Tensors)-1].End
-}
+func (l *Layout) DataStart() int64 { return l.dataStart }
 
 // NewLayout lays out tensors in the reference serializer's order (dtype
 // rank, then name) with a compact header padded with spaces so that the
@@ -58,8 +55,8 @@ func NewLayoutTail(meta []Meta, specs, tail []Spec) (*Layout, error) {
 }
 
 // PlanLayoutTail is NewLayoutTail of specs[:head] and the tail specs[head:]
-// without the header's bytes (Header is nil), for a caller that makes them
-// only when they are read.
+// without the header's bytes, for a caller that makes them only when they
+// are read: Header and Tensors are nil, Order says where each spec goes.
 func PlanLayoutTail(meta []Meta, specs []Spec, head int) (*Layout, error) {
 	return layout(meta, specs, head, false)
 }
@@ -135,7 +132,10 @@ func layout(meta []Meta, all []Spec, head int, write bool) (*Layout, error) {
 		w.str("}")
 		first = false
 	}
-	l := &Layout{Tensors: make([]Tensor, 0, len(all)), Order: order}
+	l := &Layout{Order: order}
+	if write {
+		l.Tensors = make([]Tensor, 0, len(all))
+	}
 	var off int64
 	for i, k := range order {
 		s := all[k]
@@ -146,9 +146,11 @@ func layout(meta []Meta, all []Spec, head int, write bool) (*Layout, error) {
 		if size := int64(s.DType.Bits() / 8); i >= head && size > 1 && off%size != 0 {
 			return nil, fmt.Errorf("tensor %q: would start at offset %d, not a multiple of its %d-byte elements", s.Name, off, size)
 		}
-		t := Tensor{Name: s.Name, DType: s.DType, Shape: s.Shape, Begin: off, End: off + n}
+		begin := off
 		off += n
-		l.Tensors = append(l.Tensors, t)
+		if write {
+			l.Tensors = append(l.Tensors, Tensor{Name: s.Name, DType: s.DType, Shape: s.Shape, Begin: begin, End: off})
+		}
 		if !first {
 			w.str(",")
 		}
@@ -164,16 +166,17 @@ func layout(meta []Meta, all []Spec, head int, write bool) (*Layout, error) {
 			w.int(d)
 		}
 		w.str(`],"data_offsets":[`)
-		w.int(t.Begin)
+		w.int(begin)
 		w.str(",")
-		w.int(t.End)
+		w.int(off)
 		w.str("]}")
 	}
 	w.str("}")
 	for w.n%8 != 0 {
 		w.str(" ")
 	}
-	l.Size = int64(w.n) + off
+	l.dataStart = int64(w.n)
+	l.Size = l.dataStart + off
 	if write {
 		// A copy of exact size: a mount keeps ~200 of these headers, and
 		// the buffer's spare capacity would double their memory.

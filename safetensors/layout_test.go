@@ -65,15 +65,10 @@ func TestPlanLayoutTail(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.Header != nil || got.Size != want.Size || got.DataStart() != want.DataStart() ||
+	if got.Header != nil || got.Tensors != nil || got.Size != want.Size || got.DataStart() != want.DataStart() ||
 		got.DataStart() != int64(len(want.Header)) || !slices.Equal(got.Order, want.Order) {
 		t.Fatalf("plan: size %d, data at %d, order %v; layout: size %d, data at %d, order %v",
 			got.Size, got.DataStart(), got.Order, want.Size, want.DataStart(), want.Order)
-	}
-	for i := range want.Tensors {
-		if got.Tensors[i].Name != want.Tensors[i].Name || got.Tensors[i].Begin != want.Tensors[i].Begin {
-			t.Fatalf("tensor %d: %+v, want %+v", i, got.Tensors[i], want.Tensors[i])
-		}
 	}
 	empty, err := PlanLayoutTail(nil, nil, 0)
 	if err != nil || empty.DataStart() != empty.Size || empty.Size != 8+8 {

@@ -111,10 +111,10 @@ func lay(view, id string, outs []*Out) (*vfile.File, *safetensors.Layout, error)
 	if id != "" {
 		segs[0] = header(id, view, outs, head, l.DataStart())
 	}
-	for i, t := range l.Tensors {
-		o := byPos[l.Order[i]]
-		if o.Data.Len() != t.Len() {
-			return nil, nil, fmt.Errorf("tensor %s: data is %d bytes, %s %v needs %d", t.Name, o.Data.Len(), t.DType, t.Shape, t.Len())
+	for i, k := range l.Order {
+		o := byPos[k]
+		if n, _ := safetensors.ByteLen(o.DType, o.Shape); o.Data.Len() != n { // laid out: no error
+			return nil, nil, fmt.Errorf("tensor %s: data is %d bytes, %s %v needs %d", o.Name, o.Data.Len(), o.DType, o.Shape, n)
 		}
 		outs[i] = o
 		segs = append(segs, o.Data)
