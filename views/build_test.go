@@ -63,9 +63,9 @@ type closeCounter struct{ closed *atomic.Int64 }
 func (c closeCounter) Close() error { c.closed.Add(1); return nil }
 
 // TestBuildFailureReportsFirstViewAndClosesAll: with views built
-// concurrently, a failed build reports the first failing view in registry
-// order, as building them one after another does, and closes what every
-// view started.
+// concurrently and transient ones started first, a failed build reports
+// the first failing view in registry order, as building them one after
+// another does, and closes what every view started.
 func TestBuildFailureReportsFirstViewAndClosesAll(t *testing.T) {
 	cat, err := checkpoint.Open(tinyDir)
 	if err != nil {
@@ -73,8 +73,8 @@ func TestBuildFailureReportsFirstViewAndClosesAll(t *testing.T) {
 	}
 	defer cat.Close()
 	var started, closed atomic.Int64
-	view := func(name string, fail bool) View {
-		return View{Name: name, build: func(s *Set, name string) (Built, error) {
+	view := func(name string, fail, transient bool) View {
+		return View{Name: name, Transient: transient, build: func(s *Set, name string) (Built, error) {
 			started.Add(1)
 			b := Built{Root: vfile.Dir(""), Closers: []io.Closer{closeCounter{&closed}}}
 			if fail {
@@ -83,7 +83,9 @@ func TestBuildFailureReportsFirstViewAndClosesAll(t *testing.T) {
 			return b, nil
 		}}
 	}
-	registry := []View{view("a", false), view("b", true), view("c", false), view("d", true), view("e", false)}
+	// d, transient, starts first and fails: b, before it, still reports.
+	registry := []View{view("a", false, false), view("b", true, false), view("c", false, false),
+		view("d", true, true), view("e", false, false)}
 	for range 20 {
 		started.Store(0)
 		closed.Store(0)

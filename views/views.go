@@ -36,7 +36,12 @@ type View struct {
 	// each as a flag of every command that builds views (mount, export),
 	// and the builder reads it with Set.option.
 	Options []Option
-	build   builder
+	// Transient says the builder holds much memory while it runs that
+	// the view does not keep (trace/ parses the tokenizer): such views
+	// are started first, while the heap holds little, so that what they
+	// hold does not come on top of what the other views keep.
+	Transient bool
+	build     builder
 }
 
 // Option is a setting a view declares.
@@ -103,7 +108,7 @@ var registry = []View{
 	{Name: "nvfp4", About: "routed and MTP experts MXFP4 -> NVFP4 (lossless), everything else as is", build: safetensorsView(nvfp4Rewrites)},
 	{Name: "engram-fp4", About: "Engram tables FP8 -> FP4 with block-32 E8M0 scales, everything else as is", build: safetensorsView(engramRewrites)},
 	{Name: "nvfp4+engram-fp4", About: "both transcodes at once (the seed script's default output)", build: safetensorsView(nvfp4Rewrites, engramRewrites)},
-	{Name: "trace", About: "DeepSeek MLA + MoE decoder-layer forwards on prompts, run when read: activations, routes, statistics", Options: traceOptions, build: buildTrace},
+	{Name: "trace", About: "DeepSeek MLA + MoE decoder-layer forwards on prompts, run when read: activations, routes, statistics", Options: traceOptions, Transient: true, build: buildTrace},
 	{Name: "q2", About: "routed experts -> ggml IQ2_XXS (w1, w3) and Q2_K (w2), with plan, manifests and README", build: buildQ2},
 	{Name: "gguf", About: "GGUF files for llama.cpp, LM Studio and ollama (deepseek2 BF16, Q8_0 and IQ2_XXS), single and split", Options: ggufOptions, build: buildGGUF},
 	{Name: "manifest", About: "the inventory of every tensor: formats, bytes, sha256, value checks, where each view's tensors come from", Options: manifestOptions, build: buildManifest},
@@ -295,7 +300,8 @@ func build(cat *checkpoint.Catalog, opt Options, registry []View) (*Set, error) 
 	// The views are independent: they are built concurrently and kept in
 	// registry order, so the tree, stats, warnings and the error reported
 	// are those of building them one after another. A view after one that
-	// failed is not started (it would not have been built).
+	// failed is not started (it would not have been built). Transient
+	// views start first.
 	built := make([]Built, len(chosen))
 	errs := make([]error, len(chosen))
 	sets := make([]*Set, len(chosen))
@@ -303,7 +309,16 @@ func build(cat *checkpoint.Catalog, opt Options, registry []View) (*Set, error) 
 	failed := len(chosen) // the first view that failed so far
 	var eg errgroup.Group
 	eg.SetLimit(workers())
-	for i, v := range chosen {
+	start := make([]int, 0, len(chosen))
+	for _, transient := range []bool{true, false} {
+		for i, v := range chosen {
+			if v.Transient == transient {
+				start = append(start, i)
+			}
+		}
+	}
+	for _, i := range start {
+		v := chosen[i]
 		sets[i] = s.forView()
 		eg.Go(func() error {
 			mu.Lock()
