@@ -111,12 +111,65 @@ func layout(meta []Meta, all []Spec, head int, write bool) (*Layout, error) {
 			dup[s.Name] = true
 		}
 	}
+	l := &Layout{Order: order}
+	if write {
+		l.Tensors = make([]Tensor, 0, len(all))
+	}
+	var off int64
+	for i, k := range order {
+		s := all[k]
+		n, err := ByteLen(s.DType, s.Shape)
+		if err != nil {
+			return nil, fmt.Errorf("tensor %q: %w", s.Name, err)
+		}
+		if size := int64(s.DType.Bits() / 8); i >= head && size > 1 && off%size != 0 {
+			return nil, fmt.Errorf("tensor %q: would start at offset %d, not a multiple of its %d-byte elements", s.Name, off, size)
+		}
+		if write {
+			l.Tensors = append(l.Tensors, Tensor{Name: s.Name, DType: s.DType, Shape: s.Shape, Begin: off, End: off + n})
+		}
+		off += n
+	}
 	var w headerWriter
 	if write {
 		// About 100 bytes per tensor; the header is copied at its exact
 		// size at the end.
 		w.buf = make([]byte, 0, 64+100*len(all))
 	}
+	writeHeader(&w, meta, all, order)
+	l.dataStart = int64(w.n)
+	l.Size = l.dataStart + off
+	if write {
+		// A copy of exact size: a mount keeps ~200 of these headers, and
+		// the buffer's spare capacity would double their memory.
+		l.Header = bytes.Clone(w.buf)
+	}
+	return l, nil
+}
+
+// AppendHeader appends to dst the header NewLayoutTail writes for specs
+// given in data order (a Layout's Order applied to what it laid out). It
+// neither sorts nor checks them beyond their sizes, so a header laid out
+// once can be written again at the cost of writing it.
+func AppendHeader(dst []byte, meta []Meta, specs []Spec) ([]byte, error) {
+	for _, s := range specs {
+		if _, err := ByteLen(s.DType, s.Shape); err != nil {
+			return nil, fmt.Errorf("tensor %q: %w", s.Name, err)
+		}
+	}
+	w := headerWriter{buf: dst}
+	if w.buf == nil {
+		w.buf = []byte{}
+	}
+	writeHeader(&w, meta, specs, nil)
+	return w.buf, nil
+}
+
+// writeHeader writes the header of all laid out in order (nil: as given),
+// whose sizes are known to be valid: the length, the metadata, each
+// tensor with its offsets, and the padding to a multiple of 8.
+func writeHeader(w *headerWriter, meta []Meta, all []Spec, order []int) {
+	start := len(w.buf)
 	w.str("\x00\x00\x00\x00\x00\x00\x00\x00{") // the length, set at the end
 	first := true
 	if len(meta) > 0 {
@@ -132,25 +185,13 @@ func layout(meta []Meta, all []Spec, head int, write bool) (*Layout, error) {
 		w.str("}")
 		first = false
 	}
-	l := &Layout{Order: order}
-	if write {
-		l.Tensors = make([]Tensor, 0, len(all))
-	}
 	var off int64
-	for i, k := range order {
-		s := all[k]
-		n, err := ByteLen(s.DType, s.Shape)
-		if err != nil {
-			return nil, fmt.Errorf("tensor %q: %w", s.Name, err)
+	for i := range all {
+		s := all[i]
+		if order != nil {
+			s = all[order[i]]
 		}
-		if size := int64(s.DType.Bits() / 8); i >= head && size > 1 && off%size != 0 {
-			return nil, fmt.Errorf("tensor %q: would start at offset %d, not a multiple of its %d-byte elements", s.Name, off, size)
-		}
-		begin := off
-		off += n
-		if write {
-			l.Tensors = append(l.Tensors, Tensor{Name: s.Name, DType: s.DType, Shape: s.Shape, Begin: begin, End: off})
-		}
+		n, _ := ByteLen(s.DType, s.Shape) // checked by the caller
 		if !first {
 			w.str(",")
 		}
@@ -166,24 +207,19 @@ func layout(meta []Meta, all []Spec, head int, write bool) (*Layout, error) {
 			w.int(d)
 		}
 		w.str(`],"data_offsets":[`)
-		w.int(begin)
-		w.str(",")
 		w.int(off)
+		w.str(",")
+		w.int(off + n)
 		w.str("]}")
+		off += n
 	}
 	w.str("}")
 	for w.n%8 != 0 {
 		w.str(" ")
 	}
-	l.dataStart = int64(w.n)
-	l.Size = l.dataStart + off
-	if write {
-		// A copy of exact size: a mount keeps ~200 of these headers, and
-		// the buffer's spare capacity would double their memory.
-		l.Header = bytes.Clone(w.buf)
-		binary.LittleEndian.PutUint64(l.Header, uint64(w.n-8))
+	if w.buf != nil {
+		binary.LittleEndian.PutUint64(w.buf[start:], uint64(w.n-8))
 	}
-	return l, nil
 }
 
 // headerWriter appends header text to buf, or only counts its length

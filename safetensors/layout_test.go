@@ -100,3 +100,30 @@ func TestLayoutRefusesBadSpecs(t *testing.T) {
 		})
 	}
 }
+
+// TestAppendHeader: writing the specs again in data order gives the
+// header laying them out wrote, after whatever dst holds.
+func TestAppendHeader(t *testing.T) {
+	meta := []Meta{{"format", "pt"}, {"view", "odd \"<name>\""}}
+	specs := []Spec{{"w", U8, []int64{16}}, {"b", F32, []int64{2, 3}}, {"é\x01", BF16, []int64{4}}}
+	tail := []Spec{{"z.s2", F32, []int64{}}, {"a.s2", F32, []int64{}}}
+	l, err := NewLayoutTail(meta, specs, tail)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := append(slices.Clone(specs), tail...)
+	ordered := make([]Spec, len(all))
+	for i, k := range l.Order {
+		ordered[i] = all[k]
+	}
+	got, err := AppendHeader([]byte("prefix"), meta, ordered)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, append([]byte("prefix"), l.Header...)) {
+		t.Fatalf("appended\n%q\nlaid out\n%q", got[6:], l.Header)
+	}
+	if _, err := AppendHeader(nil, nil, []Spec{{"x", F32, []int64{-1}}}); err == nil {
+		t.Error("a negative dimension was written")
+	}
+}

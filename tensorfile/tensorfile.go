@@ -109,7 +109,7 @@ func lay(view, id string, outs []*Out) (*vfile.File, *safetensors.Layout, error)
 	segs := make([]vfile.Segment, 1, len(outs)+1)
 	segs[0] = vfile.Bytes(l.Header)
 	if id != "" {
-		segs[0] = header(id, view, outs, head, l.DataStart())
+		segs[0] = header(id, view, outs, l.DataStart())
 	}
 	for i, k := range l.Order {
 		o := byPos[k]
@@ -128,23 +128,21 @@ func metadata(view string) []safetensors.Meta {
 }
 
 // header is the n-byte header of a file of view laid out by lay, computed
-// when read from outs, which lay sorted into data order: laying out the
-// first head of them and the rest as the tail again gives the same order
-// and the same bytes.
-func header(id, view string, outs []*Out, head int, n int64) *vfile.Blocks {
+// when read from outs, which lay sorted into data order: written in that
+// order it is the header lay measured, with no sorting or checking again.
+func header(id, view string, outs []*Out, n int64) *vfile.Blocks {
 	return &vfile.Blocks{ID: id, N: n, BlockLen: n, Compute: func(_ context.Context, _ int64, dst []byte) error {
 		specs := make([]safetensors.Spec, len(outs))
 		for i, o := range outs {
 			specs[i] = safetensors.Spec{Name: o.Name, DType: o.DType, Shape: o.Shape}
 		}
-		l, err := safetensors.NewLayoutTail(metadata(view), specs[:head], specs[head:])
+		h, err := safetensors.AppendHeader(dst[:0], metadata(view), specs)
 		if err != nil {
 			return err
 		}
-		if int64(len(l.Header)) != n {
-			return fmt.Errorf("%s: header of %d bytes, laid out as %d", id, len(l.Header), n)
+		if int64(len(h)) != n {
+			return fmt.Errorf("%s: header of %d bytes, laid out as %d", id, len(h), n)
 		}
-		copy(dst, l.Header)
 		return nil
 	}}
 }
