@@ -62,7 +62,7 @@ func Layout(view string, outs []Out) (*vfile.File, *safetensors.Layout, error) {
 // keeps outs as its record of the file needs no copy of them.
 //
 // With an id, the header is computed from outs when it is read, as a
-// block of that ID, instead of kept: it is ~100 bytes per tensor, and a
+// Small segment of that ID, instead of kept: it is ~100 bytes per tensor, and a
 // view of a released checkpoint has ~140k tensors. Computing it reads no
 // source byte.
 func Lay(view, id string, outs []*Out) (f *vfile.File, dataStart int64, err error) {
@@ -128,10 +128,14 @@ func metadata(view string) []safetensors.Meta {
 }
 
 // header is the n-byte header of a file of view laid out by lay, computed
-// when read from outs, which lay sorted into data order: written in that
-// order it is the header lay measured, with no sorting or checking again.
-func header(id, view string, outs []*Out, n int64) *vfile.Blocks {
-	return &vfile.Blocks{ID: id, N: n, BlockLen: n, Compute: func(_ context.Context, _ int64, dst []byte) error {
+// on every read from outs, which lay sorted into data order: written in
+// that order it is the header lay measured, with no sorting or checking
+// again. It is a Small segment, not Blocks: writing it reads no source
+// byte and costs less than a trip through the block cache, where it would
+// wait behind derived blocks being read ahead, and the kernel keeps what
+// it read of it.
+func header(id, view string, outs []*Out, n int64) vfile.Small {
+	return vfile.Small{ID: id, N: n, Compute: func(_ context.Context, dst []byte) error {
 		specs := make([]safetensors.Spec, len(outs))
 		for i, o := range outs {
 			specs[i] = safetensors.Spec{Name: o.Name, DType: o.DType, Shape: o.Shape}

@@ -93,7 +93,7 @@ func TestLayHeaderComputedWhenRead(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := got.Segments()[0].(*vfile.Blocks); !ok {
+	if _, ok := got.Segments()[0].(vfile.Small); !ok {
 		t.Fatalf("header segment is %T, want one computed when read", got.Segments()[0])
 	}
 	if start != wantStart || !bytes.Equal(read(got), read(want)) {

@@ -38,7 +38,7 @@ func TestNVFP4OpenIsCheap(t *testing.T) {
 	scalars := 0
 	for _, sh := range cat.Shards {
 		f := s.Root.Child("nvfp4").Child(sh.Name).File
-		hdr, ok := f.Segments()[0].(*vfile.Blocks)
+		hdr, ok := f.Segments()[0].(vfile.Small)
 		if !ok || hdr.ID != "nvfp4/"+sh.Name {
 			t.Fatalf("%s: no header segment", sh.Name)
 		}
