@@ -572,7 +572,9 @@ func badShardFile(files map[string]*vfile.Node, file string, b checkpoint.BadSha
 
 // A Rewriter changes some tensors of a checkpoint. Rewrite returns the
 // tensors that replace t (none to drop it) and true, or false to leave t to
-// the next rewriter and finally to pass it through unchanged.
+// the next rewriter and finally to pass it through unchanged. A set makes
+// each rewriter once, calls Rewrite once per tensor and shares what it
+// returns among the views applying it, which must not modify it.
 type Rewriter interface {
 	Rewrite(t *checkpoint.Tensor) ([]tensorfile.Out, bool)
 	// ConfigPatch lists the config.json keys the view sets.
