@@ -29,7 +29,7 @@ func boundShards(shards []*Shard, errs []error, maxTensors int, maxBytes int64) 
 		if s == nil {
 			continue
 		}
-		n, b := len(s.Header.Tensors), s.Header.DataStart-8
+		n, b := len(s.header.Tensors), s.DataStart-8
 		if tensors+n > maxTensors || bytes+b > maxBytes {
 			errs[i] = fmt.Errorf("left out: with its %d tensors (%d header bytes) the checkpoint would hold more than the %d tensors or %d header bytes a mount allows (%d tensors, %d bytes before it)",
 				n, b, maxTensors, maxBytes, tensors, bytes)

@@ -5,6 +5,8 @@
 package checkpoint
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -116,8 +118,14 @@ type Shard struct {
 	Path    string // the checkpoint dir joined with Name; symbolic links are followed on open
 	Size    int64
 	ModTime time.Time
-	Header  *safetensors.Header
-	Tensors []*Tensor // data order; tensors left out of the catalog are left out here too
+	// DataStart is the absolute offset of the data section (8 + the
+	// header's length).
+	DataStart int64
+	Tensors   []*Tensor // data order; tensors left out of the catalog are left out here too
+
+	// header is the parsed header until the catalog takes its tensors:
+	// Tensors hold what a mount needs of it.
+	header *safetensors.Header
 
 	f  *sourcefile.File
 	id fileID
@@ -167,9 +175,11 @@ type Catalog struct {
 	ConfigBytes []byte // config.json as read; nil when absent
 	// InferenceConfigBytes is inference/config.json as read; nil when absent.
 	InferenceConfigBytes []byte
-	IndexBytes           []byte // the index as read; nil when absent
-	Shards               []*Shard
-	Tensors              []*Tensor // sorted by name, each name once
+	// IndexSHA256 is the hex SHA-256 of the index as read; empty when
+	// absent. (A released index is ~7 MB: its bytes are not kept.)
+	IndexSHA256 string
+	Shards      []*Shard
+	Tensors     []*Tensor // sorted by name, each name once
 	// Files is every other regular file under Dir (symbolic links
 	// followed, hidden directories such as .cache skipped), config.json and
 	// the index included, sorted by name. Files the index names as shards
@@ -451,7 +461,8 @@ func (c *Catalog) shardNames(top map[string]bool, files []File) ([]string, *inde
 		if err != nil {
 			c.problem(IndexName, "", "unreadable: "+pathErrReason(err))
 		} else {
-			c.IndexBytes = b
+			sum := sha256.Sum256(b)
+			c.IndexSHA256 = hex.EncodeToString(sum[:])
 			idx, err := parseIndex(b)
 			if err == nil {
 				c.Problems = append(c.Problems, idx.problems...)
@@ -573,7 +584,7 @@ func (c *Catalog) catalog(shards []*Shard, idx *index) {
 	n := 0
 	for _, s := range shards {
 		if s != nil {
-			n += len(s.Header.Tensors)
+			n += len(s.header.Tensors)
 		}
 	}
 	cands = make([]candidate, 0, n)
@@ -583,15 +594,15 @@ func (c *Catalog) catalog(shards []*Shard, idx *index) {
 		}
 		i := len(c.Shards)
 		c.Shards = append(c.Shards, s)
-		slab := make([]Tensor, len(s.Header.Tensors))
+		slab := make([]Tensor, len(s.header.Tensors))
 		slabs = append(slabs, slab)
 		dropped = append(dropped, make([]bool, len(slab)))
 		listed = append(listed, 0)
-		for j, ht := range s.Header.Tensors {
+		for j, ht := range s.header.Tensors {
 			t := &slab[j]
 			*t = Tensor{
 				Name: ht.Name, Shard: s, DType: ht.DType, Shape: ht.Shape,
-				Offset: s.Header.DataStart + ht.Begin, Size: ht.Len(),
+				Offset: s.DataStart + ht.Begin, Size: ht.Len(),
 				Layer: -1, Expert: -1, MTP: -1,
 			}
 			indexed, unlisted := true, false
@@ -647,6 +658,7 @@ func (c *Catalog) catalog(shards []*Shard, idx *index) {
 				s.Tensors = append(s.Tensors, &slabs[i][j])
 			}
 		}
+		s.header = nil // the slab holds it now
 	}
 	if idx == nil {
 		return

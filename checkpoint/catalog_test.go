@@ -2,7 +2,9 @@ package checkpoint
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -269,8 +271,12 @@ func TestFiles(t *testing.T) {
 	if len(c.Problems) != 1 || c.Problems[0] != (Problem{File: "dangling.txt", Reason: "broken symbolic link"}) {
 		t.Errorf("problems %v, want the dangling link", c.Problems)
 	}
-	if string(c.IndexBytes) == "" || string(c.ConfigBytes) == "" {
-		t.Errorf("index or config bytes not kept")
+	index, err := os.ReadFile(filepath.Join(dir, IndexName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum := sha256.Sum256(index); c.IndexSHA256 != hex.EncodeToString(sum[:]) || string(c.ConfigBytes) == "" {
+		t.Errorf("index hash %q or config bytes not kept", c.IndexSHA256)
 	}
 }
 
@@ -416,7 +422,7 @@ func TestReadAt(t *testing.T) {
 	c := mustOpen(t, dir)
 	w := c.Tensor("head.weight")
 	s := w.Shard
-	dataStart := s.Header.DataStart
+	dataStart := s.DataStart
 	buf := make([]byte, w.Size)
 	if n, err := s.ReadAt(buf, w.Offset); err != nil || n != len(buf) {
 		t.Fatalf("ReadAt: %d, %v", n, err)

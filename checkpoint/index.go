@@ -32,23 +32,23 @@ func parseIndex(data []byte) (*index, error) {
 	if err := json.Unmarshal(data, &doc); err != nil {
 		return nil, fmt.Errorf("does not parse: %v", err)
 	}
-	weightMap, err := decodeWeightMap(doc.WeightMap, MaxTensors)
+	weightMap, odd, err := decodeWeightMap(doc.WeightMap, MaxTensors)
 	if err != nil {
 		return nil, err
 	}
-	idx := &index{
-		weightMap: make(map[string]string, len(weightMap)),
-		count:     make(map[string]int),
+	// The decoded map becomes the index's, each entry replaced by its
+	// shard.
+	idx := &index{weightMap: weightMap, count: make(map[string]int)}
+	for name, v := range odd {
+		idx.problems = append(idx.problems, Problem{File: IndexName, Tensor: name,
+			Reason: fmt.Sprintf("weight_map value %s is not a file name", jsonText(v))})
+		idx.weightMap[name] = ""
 	}
 	refused := make(map[string]string) // entry -> reason
 	// Clean once per distinct entry; there are thousands of tensors per shard.
 	cleaned := make(map[string]string)
-	for name, v := range weightMap {
-		entry, ok := v.(string)
-		if !ok {
-			idx.problems = append(idx.problems, Problem{File: IndexName, Tensor: name,
-				Reason: fmt.Sprintf("weight_map value %s is not a file name", jsonText(v))})
-			idx.weightMap[name] = ""
+	for name, entry := range weightMap {
+		if _, isOdd := odd[name]; isOdd {
 			continue
 		}
 		if _, bad := refused[entry]; bad {
@@ -89,18 +89,46 @@ func parseIndex(data []byte) (*index, error) {
 // decodeWeightMap decodes the weight_map object raw, refusing one of more
 // than max members before decoding it: a decoded entry costs several times
 // its JSON. A repeated name counts each time and keeps its last value.
-func decodeWeightMap(raw json.RawMessage, max int) (map[string]any, error) {
+// Values that are not strings are in odd (and in names, as ""). A real
+// index has none: its values are decoded as strings, with no boxing.
+func decodeWeightMap(raw json.RawMessage, max int) (names map[string]string, odd map[string]any, err error) {
 	if len(raw) == 0 || string(raw) == "null" {
-		return nil, errors.New("has no weight_map object")
+		return nil, nil, errors.New("has no weight_map object")
 	}
 	if members(raw) > max {
-		return nil, fmt.Errorf("weight_map has more than %d entries, the limit", max)
+		return nil, nil, fmt.Errorf("weight_map has more than %d entries, the limit", max)
 	}
-	var m map[string]any
-	if err := json.Unmarshal(raw, &m); err != nil {
-		return nil, fmt.Errorf("does not parse: %v", err)
+	err = json.Unmarshal(raw, &names)
+	// A value of another type fails the decode; a null one decodes as "".
+	if te := (*json.UnmarshalTypeError)(nil); errors.As(err, &te) || err == nil && hasEmpty(names) {
+		var m map[string]any
+		if err := json.Unmarshal(raw, &m); err != nil {
+			return nil, nil, fmt.Errorf("does not parse: %v", err)
+		}
+		names, odd = make(map[string]string, len(m)), make(map[string]any)
+		for k, v := range m {
+			s, ok := v.(string)
+			if !ok {
+				odd[k] = v
+			}
+			names[k] = s
+		}
+		return names, odd, nil
 	}
-	return m, nil
+	if err != nil {
+		return nil, nil, fmt.Errorf("does not parse: %v", err)
+	}
+	return names, nil, nil
+}
+
+// hasEmpty reports whether a value of m is "".
+func hasEmpty(m map[string]string) bool {
+	for _, v := range m {
+		if v == "" {
+			return true
+		}
+	}
+	return false
 }
 
 // members counts the members of the JSON object raw (its commas outside

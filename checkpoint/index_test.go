@@ -35,6 +35,9 @@ func TestParseIndex(t *testing.T) {
 			`model.safetensors.index.json: tensor b: weight_map value null is not a file name`,
 			`model.safetensors.index.json: tensor c: weight_map value ["m"] is not a file name`,
 		}, "\n"), "", 3},
+		// Decoded as strings, a null would read as an empty entry.
+		{"null among strings", `{"weight_map":{"b":null,"d":"m"}}`, "m",
+			`model.safetensors.index.json: tensor b: weight_map value null is not a file name`, "", 1},
 		{"empty weight_map", `{"weight_map":{}}`, "", "", "", 0},
 		{"no weight_map", `{"metadata":{}}`, "", "", "has no weight_map object", 0},
 		{"weight_map not an object", `{"weight_map":["a"]}`, "", "", "does not parse", 0},
@@ -93,7 +96,7 @@ func TestWeightMapBound(t *testing.T) {
 		{`{"a":"m","a":"n","b":"m"}`, "weight_map has more than 2 entries, the limit"},
 		{`{"a":"m","b":"m","c":"m"}`, "weight_map has more than 2 entries, the limit"},
 	} {
-		_, err := decodeWeightMap([]byte(tt.in), 2)
+		_, _, err := decodeWeightMap([]byte(tt.in), 2)
 		if (err == nil) != (tt.want == "") || err != nil && err.Error() != tt.want {
 			t.Errorf("%s: %v, want %q", tt.in, err, tt.want)
 		}

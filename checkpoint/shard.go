@@ -43,7 +43,7 @@ func openShard(rs roots, dir, name string, parsing *semaphore.Weighted) (_ *Shar
 	if err != nil {
 		return nil, err
 	}
-	return &Shard{Name: name, Path: p, Size: fi.Size(), ModTime: fi.ModTime(), Header: h, f: f, id: idOf(fi)}, nil
+	return &Shard{Name: name, Path: p, Size: fi.Size(), ModTime: fi.ModTime(), DataStart: h.DataStart, header: h, f: f, id: idOf(fi)}, nil
 }
 
 func notRegular(fi os.FileInfo) error {

@@ -63,3 +63,48 @@ func TestSafetensorsFileLayout(t *testing.T) {
 		t.Fatal("a segment of the wrong length was accepted")
 	}
 }
+
+// TestLayHeaderComputedWhenRead: a file laid out with a header ID serves
+// the same bytes as one whose header is kept, tail tensors included, and
+// keeps no header bytes of its own.
+func TestLayHeaderComputedWhenRead(t *testing.T) {
+	outs := func() []*Out {
+		return []*Out{
+			{Name: "w", DType: safetensors.U8, Shape: []int64{8}, Data: vfile.Bytes{1, 2, 3, 4, 5, 6, 7, 8}},
+			{Name: "s2", DType: safetensors.F32, Shape: []int64{}, Data: vfile.Bytes{0, 0, 128, 63}, Tail: true},
+			{Name: "a", DType: safetensors.BF16, Shape: []int64{4}, Data: vfile.Bytes{1, 0, 2, 0, 3, 0, 4, 0}},
+		}
+	}
+	cache := blockcache.New(1<<20, 1)
+	defer cache.Close()
+	read := func(f *vfile.File) []byte {
+		b, err := io.ReadAll(io.NewSectionReader(vfile.NewReader(f, cache), 0, f.Size()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	kept, derived := outs(), outs()
+	want, wantStart, err := Lay("test", "", kept)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, start, err := Lay("test", "test/file.safetensors", derived)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := got.Segments()[0].(vfile.Small); !ok {
+		t.Fatalf("header segment is %T, want one computed when read", got.Segments()[0])
+	}
+	if start != wantStart || !bytes.Equal(read(got), read(want)) {
+		t.Fatalf("a computed header serves other bytes than a kept one")
+	}
+	for i := range kept {
+		if kept[i].Name != derived[i].Name {
+			t.Fatalf("data order %s, want %s", derived[i].Name, kept[i].Name)
+		}
+	}
+	if kept[len(kept)-1].Name != "s2" {
+		t.Fatalf("the tail tensor is not last: %s", kept[len(kept)-1].Name)
+	}
+}

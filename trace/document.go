@@ -243,8 +243,8 @@ func provenance(cat *checkpoint.Catalog, naming model.Naming) Provenance {
 	if cat.ConfigBytes != nil {
 		p.SHA256["config"] = hash(cat.ConfigBytes)
 	}
-	if cat.IndexBytes != nil {
-		p.SHA256["index"] = hash(cat.IndexBytes)
+	if cat.IndexSHA256 != "" {
+		p.SHA256["index"] = cat.IndexSHA256
 	}
 	for _, f := range cat.Files {
 		key := map[string]string{"tokenizer.json": "tokenizer", "tokenizer_config.json": "tokenizer_config"}[f.Name]

@@ -91,7 +91,7 @@ type File struct {
 
 // NewFile concatenates segments into a file.
 func NewFile(segs ...Segment) *File {
-	f := &File{}
+	f := &File{segs: make([]Segment, 0, len(segs)), ends: make([]int64, 0, len(segs))}
 	for _, s := range segs {
 		f.Append(s)
 	}

@@ -2,8 +2,9 @@ package views
 
 import (
 	"context"
-	"sort"
+	"slices"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/dsfs/dsfs/vfile"
@@ -13,23 +14,42 @@ import (
 // names ~100 k tensors, so the bytes are produced when the file is read,
 // not kept for the life of the mount; only their length is computed here.
 func indexFile(id string, total int64, weightMap map[string]string) *vfile.File {
-	names := make([]string, 0, len(weightMap))
-	for n := range weightMap {
-		names = append(names, n)
+	entries := make([]indexEntry, 0, len(weightMap))
+	for n, f := range weightMap {
+		entries = append(entries, indexEntry{n, f})
 	}
-	sort.Strings(names)
+	return indexOf(id, total, entries)
+}
+
+// indexEntry places a tensor in a file of a view's index.
+type indexEntry struct{ tensor, file string }
+
+// indexOf is indexFile of a weight map given as its entries in the order
+// they were placed: of several entries of one name the last wins. The
+// entries are sorted in place and kept; their strings are the tensors'
+// and files' own.
+func indexOf(id string, total int64, entries []indexEntry) *vfile.File {
+	slices.SortStableFunc(entries, func(a, b indexEntry) int { return strings.Compare(a.tensor, b.tensor) })
+	kept := entries[:0]
+	for i, e := range entries {
+		if i+1 < len(entries) && entries[i+1].tensor == e.tensor {
+			continue
+		}
+		kept = append(kept, e)
+	}
+	entries = slices.Clip(kept)
 	write := func(w *jsonWriter) {
 		w.str("{\n  \"metadata\": {\n    \"total_size\": ")
 		w.str(strconv.FormatInt(total, 10))
 		w.str("\n  },\n  \"weight_map\": {")
-		for i, n := range names {
+		for i, e := range entries {
 			if i > 0 {
 				w.str(",")
 			}
 			w.str("\n    ")
-			w.quote(n)
+			w.quote(e.tensor)
 			w.str(": ")
-			w.quote(weightMap[n])
+			w.quote(e.file)
 		}
 		w.str("\n  }\n}\n")
 	}

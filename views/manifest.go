@@ -63,7 +63,7 @@ func buildManifest(s *Set, name string) (Built, error) {
 		n.From = s.shardSources(sh)
 		files["shards/"+sh.Name+".json"] = n
 	}
-	prov := &provenance{set: s, unserved: make(map[string]*Set)}
+	prov := &provenance{set: s.top, unserved: make(map[string]*Set)}
 	for _, v := range s.described(name) {
 		files["views/"+v+".json"] = &vfile.Node{Doc: vfile.NewDoc(func(ctx context.Context) ([]byte, error) {
 			d, err := prov.view(ctx, v)
@@ -233,7 +233,7 @@ func (p *provenance) view(ctx context.Context, name string) (*viewDoc, error) {
 		case isUnreadable(n.File):
 			fd.Kind = "unreadable"
 		case strings.HasSuffix(path, ".safetensors"):
-			ts, err := tensors(set.records[n.File])
+			ts, err := tensors(set.recordsOf(n.File))
 			if err != nil {
 				return fmt.Errorf("%s/%s: %w", name, path, err)
 			}

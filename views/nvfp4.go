@@ -131,11 +131,16 @@ func (n *nvfp4) Rewrite(t *checkpoint.Tensor) ([]tensorfile.Out, bool) {
 	if !isNVFP4Expert(t) {
 		return nil, false
 	}
-	rows, cols := t.Shape[0], t.Shape[1] // [out, in/2] bytes
+	rows := t.Shape[0] // [out, in/2] bytes
 	g := n.group(t)
+	// One string holds the block IDs and names of both scales, so a
+	// checkpoint's ~50k experts cost one allocation each for them.
 	b := base(t.Name)
+	id2 := "nvfp4/" + b + ".weight_scale_2"
+	id := id2[:len(id2)-len("_2")]
+	const view = len("nvfp4/")
 	scaleRow := t.Scale.Shape[1]
-	scale := tensorfile.RowBlocks("nvfp4/"+b+".weight_scale", rows, 2*scaleRow, func(ctx context.Context, lo, hi int64, dst []byte) error {
+	scale := tensorfile.RowBlocks(id, rows, 2*scaleRow, func(ctx context.Context, lo, hi int64, dst []byte) error {
 		ge, err := g.g()
 		if err != nil {
 			return err
@@ -148,7 +153,7 @@ func (n *nvfp4) Rewrite(t *checkpoint.Tensor) ([]tensorfile.Out, bool) {
 		return nil
 	})
 	// g is memoised per mount: the scalar needs no block of its own.
-	global := vfile.Small{ID: "nvfp4/" + b + ".weight_scale_2", N: 4,
+	global := vfile.Small{ID: id2, N: 4,
 		Compute: func(ctx context.Context, dst []byte) error {
 			ge, err := g.g()
 			if err != nil {
@@ -158,20 +163,25 @@ func (n *nvfp4) Rewrite(t *checkpoint.Tensor) ([]tensorfile.Out, bool) {
 			return nil
 		}}
 	// weight_scale reads its own scale and, for g, the group's others.
-	scaleSources := []*checkpoint.Tensor{t.Scale}
+	scaleSources := make([]*checkpoint.Tensor, 1, len(g.scales))
+	scaleSources[0] = t.Scale
 	for _, sc := range g.scales {
 		if sc != t.Scale {
 			scaleSources = append(scaleSources, sc)
 		}
 	}
+	name := t.Name // shared with the catalog when it is base + ".weight", as usual
+	if !strings.HasSuffix(name, ".weight") {
+		name = b + ".weight"
+	}
 	return []tensorfile.Out{
-		{Name: b + ".weight", DType: safetensors.U8, Shape: []int64{rows, cols}, Data: vfile.Range{R: t.Shard, Off: t.Offset, N: t.Size},
+		{Name: name, DType: safetensors.U8, Shape: t.Shape[:2:2], Data: vfile.Range{R: t.Shard, Off: t.Offset, N: t.Size},
 			Codec: tensorfile.Copy, Sources: []*checkpoint.Tensor{t}},
-		{Name: b + ".weight_scale", DType: safetensors.F8E4M3, Shape: []int64{rows, 2 * scaleRow}, Data: scale,
+		{Name: id[view:], DType: safetensors.F8E4M3, Shape: []int64{rows, 2 * scaleRow}, Data: scale,
 			Codec: "nvfp4_weight_scale", Sources: scaleSources},
 		// Last in the file: g takes every scale of the group to compute,
 		// and a reader of the header must not wait for it.
-		{Name: b + ".weight_scale_2", DType: safetensors.F32, Shape: []int64{}, Data: global,
+		{Name: id2[view:], DType: safetensors.F32, Shape: []int64{}, Data: global,
 			Codec: "nvfp4_weight_scale_2", Sources: g.scales, Tail: true},
 	}, true
 }

@@ -16,6 +16,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/diskcache"
@@ -23,6 +24,7 @@ import (
 	"github.com/dsfs/dsfs/tensorfile"
 	"github.com/dsfs/dsfs/trace/model"
 	"github.com/dsfs/dsfs/vfile"
+	"golang.org/x/sync/errgroup"
 )
 
 // View is a named tree of virtual files built from a catalog.
@@ -34,7 +36,12 @@ type View struct {
 	// each as a flag of every command that builds views (mount, export),
 	// and the builder reads it with Set.option.
 	Options []Option
-	build   builder
+	// Transient says the builder holds much memory while it runs that
+	// the view does not keep (trace/ parses the tokenizer): such views
+	// are started first, while the heap holds little, so that what they
+	// hold does not come on top of what the other views keep.
+	Transient bool
+	build     builder
 }
 
 // Option is a setting a view declares.
@@ -98,10 +105,10 @@ func (s *Set) keep(name string, b Built) {
 // registry lists every view; a new view is one file plus one line here.
 var registry = []View{
 	{Name: "source", About: "the checkpoint as it is, served unchanged", build: buildSource},
-	{Name: "nvfp4", About: "routed and MTP experts MXFP4 -> NVFP4 (lossless), everything else as is", build: safetensorsView(nvfp4Rewriter)},
-	{Name: "engram-fp4", About: "Engram tables FP8 -> FP4 with block-32 E8M0 scales, everything else as is", build: safetensorsView(engramRewriter)},
-	{Name: "nvfp4+engram-fp4", About: "both transcodes at once (the seed script's default output)", build: safetensorsView(nvfp4Rewriter, engramRewriter)},
-	{Name: "trace", About: "DeepSeek MLA + MoE decoder-layer forwards on prompts, run when read: activations, routes, statistics", Options: traceOptions, build: buildTrace},
+	{Name: "nvfp4", About: "routed and MTP experts MXFP4 -> NVFP4 (lossless), everything else as is", build: safetensorsView(nvfp4Rewrites)},
+	{Name: "engram-fp4", About: "Engram tables FP8 -> FP4 with block-32 E8M0 scales, everything else as is", build: safetensorsView(engramRewrites)},
+	{Name: "nvfp4+engram-fp4", About: "both transcodes at once (the seed script's default output)", build: safetensorsView(nvfp4Rewrites, engramRewrites)},
+	{Name: "trace", About: "DeepSeek MLA + MoE decoder-layer forwards on prompts, run when read: activations, routes, statistics", Options: traceOptions, Transient: true, build: buildTrace},
 	{Name: "q2", About: "routed experts -> ggml IQ2_XXS (w1, w3) and Q2_K (w2), with plan, manifests and README", build: buildQ2},
 	{Name: "gguf", About: "GGUF files for llama.cpp, LM Studio and ollama (deepseek2 BF16, Q8_0, IQ2_XXS; deepseek4 MXFP4, IQ2_XXS), single and split", Options: ggufOptions, build: buildGGUF},
 	{Name: "manifest", About: "the inventory of every tensor: formats, bytes, sha256, value checks, where each view's tensors come from", Options: manifestOptions, build: buildManifest},
@@ -161,10 +168,18 @@ type Set struct {
 	// since the registry holds manifest/'s builder.
 	registry []View
 	nvGroups *nvGroups // NVFP4 global exponents, computed once per mount
+	// rewritten is what each rewriter made of the shards, shared by the
+	// views that apply it.
+	rewritten *rewrittenSet
+	// top is the set whose tree manifest/ describes: the set itself, or
+	// the one a view is being built for (forView).
+	top *Set
 	// records are the tensors of each virtual safetensors file as their
-	// makers recorded them, which manifest/ describes.
+	// makers recorded them, which manifest/ describes; laidOut holds them
+	// for the files the set laid out itself, without a copy.
 	records map[*vfile.File][]tensorRecord
-	files   map[string]*sourcefile.File
+	laidOut map[*vfile.File]laidOut
+	files   *openFiles
 	stats   map[string]func() any // live counters of views that keep any
 	// warnings are what views could not serve, for the log once mounted.
 	warnings []string
@@ -183,9 +198,36 @@ func newSet(cat *checkpoint.Catalog, opt Options, registry []View, groups *nvGro
 	if groups == nil {
 		groups = &nvGroups{cat: cat, groups: make(map[string]*nvGroup)}
 	}
-	return &Set{Cat: cat, Opt: opt, registry: registry, files: make(map[string]*sourcefile.File),
+	s := &Set{Cat: cat, Opt: opt, registry: registry, files: &openFiles{m: make(map[string]*sourcefile.File)},
 		stats: make(map[string]func() any), shadowed: make(map[string][]string), nvGroups: groups,
-		records: make(map[*vfile.File][]tensorRecord)}
+		rewritten: &rewrittenSet{byName: make(map[string]*rewritten)},
+		records:   make(map[*vfile.File][]tensorRecord), laidOut: make(map[*vfile.File]laidOut)}
+	s.top = s
+	return s
+}
+
+// forView is the set a builder of one view works on while others build
+// theirs: s's catalog, options, open files and memos, with records and
+// shadowed files of its own, which build merges back in registry order.
+func (s *Set) forView() *Set {
+	return &Set{Cat: s.Cat, Opt: s.Opt, registry: s.registry, nvGroups: s.nvGroups, rewritten: s.rewritten,
+		top: s, files: s.files, shadowed: make(map[string][]string),
+		records: make(map[*vfile.File][]tensorRecord), laidOut: make(map[*vfile.File]laidOut)}
+}
+
+// merge takes over what a view's builder recorded in v (forView).
+func (s *Set) merge(v *Set) {
+	maps.Copy(s.records, v.records)
+	maps.Copy(s.laidOut, v.laidOut)
+	for name, views := range v.shadowed {
+		s.shadowed[name] = append(s.shadowed[name], views...)
+	}
+}
+
+// openFiles are the source files the views of a set opened, each once.
+type openFiles struct {
+	mu sync.Mutex
+	m  map[string]*sourcefile.File
 }
 
 // option returns the value of option name that view declares: the one
@@ -249,19 +291,67 @@ func build(cat *checkpoint.Catalog, opt Options, registry []View) (*Set, error) 
 			return nil, fmt.Errorf("unknown view %q (have %s)", n, strings.Join(have, ", "))
 		}
 	}
-	var dirs []*vfile.Node
+	var chosen []View
 	for _, v := range s.registry {
-		if len(names) > 0 && !slices.Contains(names, v.Name) {
-			continue
+		if len(names) == 0 || slices.Contains(names, v.Name) {
+			chosen = append(chosen, v)
 		}
-		b, err := v.build(s, v.Name)
-		s.keep(v.Name, b)
-		if err != nil {
-			s.Close()
-			return nil, fmt.Errorf("view %s: %w", v.Name, err)
+	}
+	// The views are independent: they are built concurrently and kept in
+	// registry order, so the tree, stats, warnings and the error reported
+	// are those of building them one after another. A view after one that
+	// failed is not started (it would not have been built). Transient
+	// views start first.
+	built := make([]Built, len(chosen))
+	errs := make([]error, len(chosen))
+	sets := make([]*Set, len(chosen))
+	var mu sync.Mutex
+	failed := len(chosen) // the first view that failed so far
+	var eg errgroup.Group
+	eg.SetLimit(workers())
+	start := make([]int, 0, len(chosen))
+	for _, transient := range []bool{true, false} {
+		for i, v := range chosen {
+			if v.Transient == transient {
+				start = append(start, i)
+			}
 		}
-		b.Root.Name = v.Name
-		dirs = append(dirs, b.Root)
+	}
+	for _, i := range start {
+		v := chosen[i]
+		sets[i] = s.forView()
+		eg.Go(func() error {
+			mu.Lock()
+			skip := i > failed
+			mu.Unlock()
+			if skip {
+				return nil
+			}
+			if built[i], errs[i] = v.build(sets[i], v.Name); errs[i] != nil {
+				mu.Lock()
+				failed = min(failed, i)
+				mu.Unlock()
+			}
+			return nil
+		})
+	}
+	eg.Wait()
+	var dirs []*vfile.Node
+	var first error
+	for i, v := range chosen {
+		s.keep(v.Name, built[i])
+		s.merge(sets[i])
+		if errs[i] != nil && first == nil {
+			first = fmt.Errorf("view %s: %w", v.Name, errs[i])
+		}
+		if first == nil {
+			built[i].Root.Name = v.Name
+			dirs = append(dirs, built[i].Root)
+		}
+	}
+	if first != nil {
+		s.Close()
+		return nil, first
 	}
 	s.Root = vfile.Dir("", dirs...)
 	s.setAttrs()
@@ -297,19 +387,23 @@ func (s *Set) Close() error {
 		}
 	}
 	s.closers = nil
-	for _, f := range s.files {
+	s.files.mu.Lock()
+	defer s.files.mu.Unlock()
+	for _, f := range s.files.m {
 		if err := f.Close(); err != nil && first == nil {
 			first = err
 		}
 	}
-	s.files = nil
+	s.files.m = nil
 	return first
 }
 
 // open returns the shared open handle of a source file, whose reads fail
 // once the file changes.
 func (s *Set) open(p string) (*sourcefile.File, error) {
-	if f, ok := s.files[p]; ok {
+	s.files.mu.Lock()
+	defer s.files.mu.Unlock()
+	if f, ok := s.files.m[p]; ok {
 		return f, nil
 	}
 	f, err := sourcefile.Open(p)
@@ -320,7 +414,7 @@ func (s *Set) open(p string) (*sourcefile.File, error) {
 		f.Close()
 		return nil, err
 	}
-	s.files[p] = f
+	s.files.m[p] = f
 	return f, nil
 }
 
@@ -402,22 +496,53 @@ type tensorRecord struct {
 	Offset int64 // of the data in the file
 }
 
+// laidOut is the record of a virtual safetensors file the set laid out:
+// the tensors as their makers made them, in data order from dataStart on.
+// The outputs are shared with the makers (and with other views applying
+// the same rewriter), so a record costs a pointer per tensor.
+type laidOut struct {
+	outs      []*tensorfile.Out
+	dataStart int64
+}
+
+// records returns the record with each tensor's offset.
+func (l laidOut) records() []tensorRecord {
+	recs := make([]tensorRecord, len(l.outs))
+	off := l.dataStart
+	for i, o := range l.outs {
+		recs[i] = tensorRecord{Out: *o, Offset: off}
+		off += o.Data.Len()
+	}
+	return recs
+}
+
+// recordsOf returns the record of file f, nil when there is none.
+func (s *Set) recordsOf(f *vfile.File) []tensorRecord {
+	if l, ok := s.laidOut[f]; ok {
+		return l.records()
+	}
+	return s.records[f]
+}
+
 // tensorFile lays out tensors as a safetensors file of view and keeps
 // their record for manifest/.
 func (s *Set) tensorFile(view string, outs []tensorfile.Out) (*vfile.File, error) {
-	f, l, err := tensorfile.Layout(view, outs)
+	ptrs := make([]*tensorfile.Out, len(outs))
+	for i := range outs {
+		ptrs[i] = &outs[i]
+	}
+	return s.layOut(view, "", ptrs)
+}
+
+// layOut lays out the tensors outs points to as a safetensors file of view
+// and keeps outs, sorted into data order, as its record. With an id the
+// header is computed when read (tensorfile.Lay).
+func (s *Set) layOut(view, id string, outs []*tensorfile.Out) (*vfile.File, error) {
+	f, start, err := tensorfile.Lay(view, id, outs)
 	if err != nil {
 		return nil, err
 	}
-	byName := make(map[string]tensorfile.Out, len(outs))
-	for _, o := range outs {
-		byName[o.Name] = o
-	}
-	recs := make([]tensorRecord, len(l.Tensors))
-	for i, t := range l.Tensors {
-		recs[i] = tensorRecord{Out: byName[t.Name], Offset: l.DataStart() + t.Begin}
-	}
-	s.records[f] = recs
+	s.laidOut[f] = laidOut{outs: outs, dataStart: start}
 	return f, nil
 }
 
@@ -432,6 +557,12 @@ func (s *Set) badShard(files map[string]*vfile.Node, weightMap map[string]string
 			weightMap[t] = file
 		}
 	}
+	badShardFile(files, file, b)
+}
+
+// badShardFile is the file part of badShard: the file, when the source
+// has one, fails every read naming the shard and the reason.
+func badShardFile(files map[string]*vfile.Node, file string, b checkpoint.BadShard) {
 	if b.Size < 0 {
 		return // missing: the loader's open fails, naming it
 	}
@@ -441,7 +572,9 @@ func (s *Set) badShard(files map[string]*vfile.Node, weightMap map[string]string
 
 // A Rewriter changes some tensors of a checkpoint. Rewrite returns the
 // tensors that replace t (none to drop it) and true, or false to leave t to
-// the next rewriter and finally to pass it through unchanged.
+// the next rewriter and finally to pass it through unchanged. A set makes
+// each rewriter once, calls Rewrite once per tensor and shares what it
+// returns among the views applying it, which must not modify it.
 type Rewriter interface {
 	Rewrite(t *checkpoint.Tensor) ([]tensorfile.Out, bool)
 	// ConfigPatch lists the config.json keys the view sets.
@@ -450,14 +583,27 @@ type Rewriter interface {
 	Files() map[string]*vfile.Node
 }
 
+// rewrites names a way of making a Rewriter. Views applying rewrites of
+// one name share what it makes of each tensor (rewrittenSet), so a name
+// must stand for one rewriter.
+type rewrites struct {
+	name string
+	make func(s *Set) (Rewriter, error)
+}
+
+var (
+	nvfp4Rewrites  = rewrites{"nvfp4", nvfp4Rewriter}
+	engramRewrites = rewrites{"engram-fp4", engramRewriter}
+)
+
 // safetensorsView returns a view builder that rewrites the checkpoint's
 // tensors with the given rewriters, shard by shard, and passes every other
 // file through (config.json patched, the index rewritten).
-func safetensorsView(makers ...func(s *Set) (Rewriter, error)) builder {
+func safetensorsView(makers ...rewrites) builder {
 	return func(s *Set, name string) (Built, error) {
-		var rws []Rewriter
+		var rws []*rewritten
 		for _, m := range makers {
-			rw, err := m(s)
+			rw, err := s.rewritten.get(s, m)
 			if err != nil {
 				return Built{}, err
 			}
@@ -468,33 +614,49 @@ func safetensorsView(makers ...func(s *Set) (Rewriter, error)) builder {
 	}
 }
 
-func (s *Set) rewrite(view string, rws []Rewriter) (*vfile.Node, error) {
+func (s *Set) rewrite(view string, rws []*rewritten) (*vfile.Node, error) {
 	files := make(map[string]*vfile.Node)
-	weightMap := make(map[string]string)
-	var total int64
-	for _, sh := range s.Cat.Shards {
-		var outs []tensorfile.Out
-		for _, t := range sh.Tensors {
-			outs = append(outs, rewriteTensor(rws, t)...)
+	shardOuts := make([][]*tensorfile.Out, len(s.Cat.Shards))
+	claims := make([][]claim, len(rws))
+	entries := 0
+	for i, sh := range s.Cat.Shards {
+		for k, rw := range rws {
+			claims[k] = rw.shard(i, sh)
 		}
+		shardOuts[i] = rewriteShard(sh, claims)
+		entries += len(shardOuts[i])
+	}
+	for _, b := range s.Cat.BadShards {
+		entries += len(b.Tensors)
+	}
+	// Bad shards first: a name the good shards place wins, as the index
+	// keeps the last placement of a name.
+	weightMap := make([]indexEntry, 0, entries)
+	for _, b := range s.Cat.BadShards {
+		for _, t := range b.Tensors {
+			weightMap = append(weightMap, indexEntry{t, b.Name})
+		}
+		badShardFile(files, b.Name, b)
+	}
+	var total int64
+	for i, sh := range s.Cat.Shards {
+		outs := shardOuts[i]
 		if len(outs) == 0 {
 			continue
 		}
-		f, err := s.tensorFile(view, outs)
+		for _, o := range outs {
+			weightMap = append(weightMap, indexEntry{o.Name, sh.Name})
+			total += o.Data.Len()
+		}
+		f, err := s.layOut(view, view+"/"+sh.Name, outs)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", sh.Name, err)
 		}
 		files[sh.Name] = &vfile.Node{File: f, From: s.shardSources(sh)}
-		for _, o := range outs {
-			weightMap[o.Name] = sh.Name
-			total += o.Data.Len()
-		}
-	}
-	for _, b := range s.Cat.BadShards {
-		s.badShard(files, weightMap, b.Name, b)
 	}
 	config := s.Cat.ConfigBytes
-	for _, rw := range rws {
+	for _, r := range rws {
+		rw := r.rw
 		for k, v := range rw.ConfigPatch() {
 			b, err := checkpoint.PatchConfig(config, strings.Split(k, "."), v)
 			if err != nil {
@@ -532,18 +694,47 @@ func (s *Set) rewrite(view string, rws []Rewriter) (*vfile.Node, error) {
 		}
 	}
 	if len(weightMap) > 0 {
-		files["model.safetensors.index.json"] = &vfile.Node{File: indexFile(view+"/model.safetensors.index.json", total, weightMap)}
+		files["model.safetensors.index.json"] = &vfile.Node{File: indexOf(view+"/model.safetensors.index.json", total, weightMap)}
 	}
 	return tree("", files), nil
 }
 
-func rewriteTensor(rws []Rewriter, t *checkpoint.Tensor) []tensorfile.Out {
-	for _, rw := range rws {
-		if outs, ok := rw.Rewrite(t); ok {
-			return outs
+// rewriteShard returns the tensors of a shard in a view: each source
+// tensor as the first rewriter claiming it made it (claims, one list per
+// rewriter), else passed through.
+func rewriteShard(sh *checkpoint.Shard, claims [][]claim) []*tensorfile.Out {
+	n, passed := 0, 0
+	for j := range sh.Tensors {
+		if outs, ok := firstClaim(claims, j); ok {
+			n += len(outs)
+		} else {
+			passed++
 		}
 	}
-	return []tensorfile.Out{tensorfile.Passthrough(t)}
+	pass := make([]tensorfile.Out, 0, passed)
+	outs := make([]*tensorfile.Out, 0, n+passed)
+	for j, t := range sh.Tensors {
+		if c, ok := firstClaim(claims, j); ok {
+			for k := range c {
+				outs = append(outs, &c[k])
+			}
+			continue
+		}
+		pass = append(pass, tensorfile.Passthrough(t))
+		outs = append(outs, &pass[len(pass)-1])
+	}
+	return outs
+}
+
+// firstClaim returns what the first rewriter claiming tensor j of a shard
+// made of it, and whether one did.
+func firstClaim(claims [][]claim, j int) ([]tensorfile.Out, bool) {
+	for _, c := range claims {
+		if c != nil && c[j].ok {
+			return c[j].outs, true
+		}
+	}
+	return nil, false
 }
 
 // mergeReports joins two rewriters' reports of the same name (both
@@ -604,10 +795,10 @@ type InferencePatcher interface {
 // patchInference returns inference/config.json as the rewriters patch it
 // (only keys it already has, each value replaced in place: ModelArgs takes
 // no unknown key).
-func patchInference(cat *checkpoint.Catalog, rws []Rewriter) ([]byte, error) {
+func patchInference(cat *checkpoint.Catalog, rws []*rewritten) ([]byte, error) {
 	b := cat.InferenceConfigBytes
 	for _, rw := range rws {
-		ip, ok := rw.(InferencePatcher)
+		ip, ok := rw.rw.(InferencePatcher)
 		if !ok || b == nil {
 			continue
 		}

@@ -135,8 +135,10 @@ func runMount(args []string) error {
 	}
 	// Freed blocks go back to the OS soon after eviction, so anonymous
 	// memory tracks the catalog, the cache budget and what views compute
-	// with, rather than the GC's high-water mark.
-	runtime.GC()
+	// with, rather than the GC's high-water mark. The heap in use counts
+	// the build's garbage not yet collected too (at most a third of what
+	// it keeps, at the build's GC percent), so the limit errs high rather
+	// than holding up the mount for a collection.
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	debug.SetMemoryLimit(int64(ms.HeapAlloc) + budget + src.set.WorkingMemory() + 64<<20)
