@@ -5,9 +5,7 @@ import (
 	"io"
 	"os"
 	"runtime"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/dsfs/dsfs/blockcache"
 	"github.com/dsfs/dsfs/checkpoint"
@@ -64,13 +62,4 @@ func BenchmarkNVFP4FirstRead(b *testing.B) {
 			b.ReportMetric(float64((cpuTime(b)-cpu0).Milliseconds())/gb, "cpu-ms/GB")
 		})
 	}
-}
-
-// cpuTime is the CPU time, user and system, the process has used so far.
-func cpuTime(b *testing.B) time.Duration {
-	var u syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &u); err != nil {
-		b.Fatal(err)
-	}
-	return time.Duration(u.Utime.Nano() + u.Stime.Nano())
 }
