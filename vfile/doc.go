@@ -8,8 +8,8 @@
 // [Bytes] (a header, a patched config.json), a [Range] of a source file
 // served unchanged, [Unreadable] bytes standing for a bad source,
 // [*Blocks] — derived data of known length computed in blocks by a pure
-// function of source bytes — and [Small], a derived scalar cheap enough to
-// compute on every read. Because every size is known up front, `ls -l`
+// function of source bytes — and [Small], derived bytes (a scalar, a
+// computed header) cheap enough to compute on every read. Because every size is known up front, `ls -l`
 // is exact at mount, files are page-cacheable and mmap works. A Range
 // appended right after the Range it continues, in the same source, extends
 // it, so a run of small tensors laid out as in their source is one source

@@ -61,11 +61,13 @@ func (b *Blocks) Count() int64 { return (b.N + b.BlockLen - 1) / b.BlockLen }
 // Size is the length of block i.
 func (b *Blocks) Size(i int64) int64 { return min(b.BlockLen, b.N-i*b.BlockLen) }
 
-// Small is a few derived bytes (a scalar) computed on every read, with no
-// cache flight: for values whose computation is a lookup of something
-// memoised already, such as NVFP4's weight_scale_2 (2^g of a group's
-// global exponent), of which a checkpoint has thousands. Compute must be
-// a pure function of the source bytes, like a block's. ID names it as a
+// Small is derived bytes computed on every read, with no cache flight:
+// for values whose computation is a lookup of something memoised already,
+// such as NVFP4's weight_scale_2 (2^g of a group's global exponent), of
+// which a checkpoint has thousands, or a shard header written from its
+// layout, which must not wait behind read-ahead in the block cache and is
+// cheaper to write again than to keep for every shard. Compute must be a
+// pure function of the source bytes, like a block's. ID names it as a
 // Blocks' ID does.
 type Small struct {
 	ID      string
