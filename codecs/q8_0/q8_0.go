@@ -28,7 +28,7 @@ func Quantize(dst []byte, src []float32) {
 		for _, v := range x {
 			// ggml's MAX(amax, fabsf(v)), (a) > (b) ? (a) : (b), to the
 			// letter: a NaN |v| replaces amax.
-			if a := float32(math.Abs(float64(v))); !(amax > a) {
+			if a := math.Float32frombits(math.Float32bits(v) &^ (1 << 31)); !(amax > a) {
 				amax = a
 			}
 		}
@@ -44,8 +44,22 @@ func Quantize(dst []byte, src []float32) {
 	}
 }
 
-// roundf is C's roundf: to nearest, halves away from zero.
-func roundf(f float32) float32 { return float32(math.Round(float64(f))) }
+// roundf is C's roundf: to nearest, halves away from zero. It works in
+// float32: below 2^23 the truncation through int32 is exact and so is the
+// fraction a-t, so comparing it with 0.5 decides a half as roundf does;
+// from 2^23 on every float32 is an integer, and ±Inf and NaN round to
+// themselves. The sign is put back last, so -0.3 rounds to -0 as in C.
+func roundf(f float32) float32 {
+	a := math.Float32frombits(math.Float32bits(f) &^ (1 << 31))
+	if !(a < 1<<23) {
+		return f
+	}
+	t := float32(int32(a))
+	if a-t >= 0.5 {
+		t++
+	}
+	return math.Float32frombits(math.Float32bits(t) | math.Float32bits(f)&(1<<31))
+}
 
 // Dequantize decodes blocks back to float32, as ggml's dequantize_row_q8_0.
 func Dequantize(dst []float32, src []byte) {
