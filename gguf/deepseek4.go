@@ -284,7 +284,7 @@ func (p *ds4) add(name string, s *checkpoint.Tensor) error {
 	case typ == I32:
 		t.Parts = []Part{{Rows: rows, Src: s, Bytes: func(lo, hi int64, dst []byte) error { return int64ToInt32(s, lo, hi, dst) }}}
 	default:
-		t.Parts = []Part{{Rows: rows, Src: s, Decode: func(lo, hi int64) ([]float32, error) { return DecodeRows(s, lo, hi) }}}
+		t.Parts = []Part{{Rows: rows, Src: s, Bytes: func(lo, hi int64, dst []byte) error { return encodeRows(s, lo, hi, typ, dst) }}}
 	}
 	p.out = append(p.out, t)
 	return nil

@@ -73,6 +73,63 @@ func decodeFP8(out []float32, b []byte, t *checkpoint.Tensor, lo, hi int64) erro
 	return nil
 }
 
+// encodeRows writes rows [lo, hi) of a source tensor as typ: DecodeRows's
+// values encoded by Encode, a row at a time through one row of float32, so
+// a block of output costs its source bytes and one row, not four bytes a
+// value. Every type Encode knows is blockwise within a row, so the bytes
+// are those of Encode over all rows at once.
+func encodeRows(t *checkpoint.Tensor, lo, hi int64, typ Type, dst []byte) error {
+	c := cols(t)
+	bits := int64(t.DType.Bits())
+	b := make([]byte, (hi-lo)*c*bits/8)
+	if err := readSource(t, b, lo*c*bits/8); err != nil {
+		return err
+	}
+	var scale []float32
+	var br, bc, sCols int64
+	if t.DType == safetensors.F8E4M3 {
+		if t.Format != checkpoint.FormatFP8 || t.Scale == nil {
+			return fmt.Errorf("%s: tensor %s: FP8 without a block scale", t.Shard.Name, t.Name)
+		}
+		s := t.Scale
+		br, bc, sCols = t.Block[0], t.Block[1], cols(s)
+		sBytes := int64(s.DType.Bits() / 8)
+		first, last := lo/br, (hi-1)/br
+		sb := make([]byte, (last-first+1)*sCols*sBytes)
+		if err := readSource(s, sb, first*sCols*sBytes); err != nil {
+			return err
+		}
+		scale = make([]float32, (last-first+1)*sCols)
+		if !codecs.DecodeScales(scale, sb, s.DType) {
+			return fmt.Errorf("%s: tensor %s: scale dtype %s is neither F32 nor F8_E8M0", s.Shard.Name, s.Name, s.DType)
+		}
+	}
+	row := make([]float32, c)
+	rb := typ.RowBytes(c)
+	srb := c * bits / 8
+	for r := lo; r < hi; r++ {
+		src := b[(r-lo)*srb : (r-lo+1)*srb]
+		if scale == nil {
+			if !codecs.DecodeFloat(row, src, t.DType) {
+				return fmt.Errorf("%s: tensor %s: dtype %s has no float decode", t.Shard.Name, t.Name, t.DType)
+			}
+		} else {
+			// codecs.DequantFP8Rows's products, a scale block at a time.
+			srow := scale[(r/br-lo/br)*sCols:]
+			for k := int64(0); k*bc < c; k++ {
+				sc := srow[k]
+				for j := k * bc; j < min((k+1)*bc, c); j++ {
+					row[j] = codecs.E4M3ToFloat32(src[j]) * sc
+				}
+			}
+		}
+		if err := Encode(dst[(r-lo)*rb:(r-lo+1)*rb], row, typ); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Encode writes float32 values as typ: F32 bits, F16 and BF16 rounded to
 // nearest even (BF16 as gguf-py's quants and ggml_compute_fp32_to_bf16 do,
 // NaN made quiet), Q8_0 and Q2_K as ggml's reference quantisers, IQ2_XXS
