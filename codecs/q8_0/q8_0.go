@@ -22,26 +22,59 @@ const (
 // dst (len(src)/32·34 bytes).
 func Quantize(dst []byte, src []float32) {
 	for b := 0; b < len(src)/BlockWeights; b++ {
-		x := src[b*BlockWeights : (b+1)*BlockWeights]
-		y := dst[b*BlockBytes : (b+1)*BlockBytes]
-		var amax float32
+		x := (*[BlockWeights]float32)(src[b*BlockWeights:])
+		y := (*[BlockBytes]byte)(dst[b*BlockBytes:])
+		// ggml's MAX(amax, fabsf(v)), (a) > (b) ? (a) : (b), is the
+		// largest |v| when no v is NaN; ordered as integers, the bits of
+		// |v| order as the values do, NaNs above +Inf.
+		var m uint32
 		for _, v := range x {
-			// ggml's MAX(amax, fabsf(v)), (a) > (b) ? (a) : (b), to the
-			// letter: a NaN |v| replaces amax.
-			if a := math.Float32frombits(math.Float32bits(v) &^ (1 << 31)); !(amax > a) {
-				amax = a
-			}
+			m = max(m, math.Float32bits(v)&^(1<<31))
+		}
+		amax := math.Float32frombits(m)
+		nan := m > 0x7f800000
+		if nan {
+			amax = amaxNaN(x)
 		}
 		d := amax / 127
 		var id float32
 		if d != 0 {
 			id = 1 / d
 		}
-		binary.LittleEndian.PutUint16(y, ggmlfp16.Bits(d))
+		binary.LittleEndian.PutUint16(y[:], ggmlfp16.Bits(d))
+		// |v·id| <= amax·id, rounding being monotonic: below 2^23 and not
+		// NaN, every code takes the branch-free rounding.
+		if !nan && amax*id < 1<<23 {
+			for j, v := range x {
+				y[2+j] = byte(int8(roundAway(float32(v * id))))
+			}
+			continue
+		}
 		for j, v := range x {
 			y[2+j] = byte(int8(roundf(v * id)))
 		}
 	}
+}
+
+// amaxNaN is ggml's MAX(amax, fabsf(v)) loop to the letter for a block
+// with a NaN: a NaN |v| replaces amax, and a later value replaces it.
+func amaxNaN(x *[BlockWeights]float32) float32 {
+	var amax float32
+	for _, v := range x {
+		if a := math.Float32frombits(math.Float32bits(v) &^ (1 << 31)); !(amax > a) {
+			amax = a
+		}
+	}
+	return amax
+}
+
+// roundAway is C's roundf for |f| < 2^23, as an integer: f plus ±0.5 in
+// float64 is exact when f is at least 2^-29 in magnitude (24 significant
+// bits from 2^-52 up fit 53), and below that the inexact sum stays under
+// 1, so its truncation is roundf's result. The int conversion of roundf's
+// float32 result gives the same integer.
+func roundAway(f float32) int32 {
+	return int32(float64(f) + math.Copysign(0.5, float64(f)))
 }
 
 // roundf is C's roundf: to nearest, halves away from zero. It works in

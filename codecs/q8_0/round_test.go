@@ -44,7 +44,7 @@ func edgeFloats() []float32 {
 	for _, b := range []uint32{0, 1, 0x007fffff, 0x00800000, 0x7f7fffff, 0x7f800000, 0x7fc00000, 0x7f800001, 0x7fbfffff, 0xffc00000} {
 		out = append(out, math.Float32frombits(b))
 	}
-	for _, v := range []float32{0.5, 1.5, 2.5, 126.5, 127, 127.5, 1 << 22, 1<<23 - 0.5, 1 << 23, 1<<23 + 1, 1 << 24, 1 << 31, 1 << 32} {
+	for _, v := range []float32{0x1p-30, 0x1p-29, 0x1p-24, 0.5, 1.5, 2.5, 126.5, 127, 127.5, 1 << 22, 1<<23 - 0.5, 1 << 23, 1<<23 + 1, 1 << 24, 1 << 31, 1 << 32} {
 		out = append(out, v, math.Nextafter32(v, 0), math.Nextafter32(v, float32(math.Inf(1))))
 	}
 	for _, v := range out {
@@ -119,5 +119,50 @@ func TestQuantizeMatchesFloat64(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestRoundAway compares roundAway with math.Round on float32 values below
+// 2^23 in magnitude: edge values and random bit patterns.
+func TestRoundAway(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	rng := rand.New(rand.NewPCG(seed, 0))
+	check := func(f float32) {
+		if !(math.Abs(float64(f)) < 1<<23) {
+			return
+		}
+		if got, want := roundAway(f), int32(math.Round(float64(f))); got != want {
+			t.Fatalf("seed %d: roundAway(%g = %#08x) = %d, want %d", seed, f, math.Float32bits(f), got, want)
+		}
+	}
+	for _, f := range edgeFloats() {
+		check(f)
+	}
+	for range 1 << 20 {
+		check(math.Float32frombits(rng.Uint32()))
+		check(float32(rng.IntN(1<<16)-1<<15) / 256)
+		check((rng.Float32()*2 - 1) * 128)
+	}
+}
+
+// BenchmarkQuantize runs Quantize and, in the same run, quantizeFloat64
+// (the first version) on normal values; MB/s is of float32 input.
+func BenchmarkQuantize(b *testing.B) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	src := make([]float32, 1<<16)
+	for i := range src {
+		src[i] = float32(rng.NormFloat64())
+	}
+	dst := make([]byte, len(src)/BlockWeights*BlockBytes)
+	for _, c := range []struct {
+		name string
+		fn   func([]byte, []float32)
+	}{{"Quantize", Quantize}, {"float64", quantizeFloat64}} {
+		b.Run(c.name, func(b *testing.B) {
+			b.SetBytes(int64(4 * len(src)))
+			for b.Loop() {
+				c.fn(dst, src)
+			}
+		})
 	}
 }
