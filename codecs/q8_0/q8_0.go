@@ -27,10 +27,16 @@ func Quantize(dst []byte, src []float32) {
 		// ggml's MAX(amax, fabsf(v)), (a) > (b) ? (a) : (b), is the
 		// largest |v| when no v is NaN; ordered as integers, the bits of
 		// |v| order as the values do, NaNs above +Inf.
-		var m uint32
-		for _, v := range x {
-			m = max(m, math.Float32bits(v)&^(1<<31))
+		// Four maxima side by side, to break the chain of dependent
+		// compares.
+		var m0, m1, m2, m3 uint32
+		for i := 0; i < BlockWeights; i += 4 {
+			m0 = max(m0, math.Float32bits(x[i])&^(1<<31))
+			m1 = max(m1, math.Float32bits(x[i+1])&^(1<<31))
+			m2 = max(m2, math.Float32bits(x[i+2])&^(1<<31))
+			m3 = max(m3, math.Float32bits(x[i+3])&^(1<<31))
 		}
+		m := max(m0, m1, m2, m3)
 		amax := math.Float32frombits(m)
 		nan := m > 0x7f800000
 		if nan {
