@@ -26,9 +26,8 @@ func Quantize(dst []byte, src []float32) {
 		y := (*[BlockBytes]byte)(dst[b*BlockBytes:])
 		// ggml's MAX(amax, fabsf(v)), (a) > (b) ? (a) : (b), is the
 		// largest |v| when no v is NaN; ordered as integers, the bits of
-		// |v| order as the values do, NaNs above +Inf.
-		// Four maxima side by side, to break the chain of dependent
-		// compares.
+		// |v| order as the values do, NaNs above +Inf. Four maxima side
+		// by side break the chain of dependent compares.
 		var m0, m1, m2, m3 uint32
 		for i := 0; i < BlockWeights; i += 4 {
 			m0 = max(m0, math.Float32bits(x[i])&^(1<<31))
