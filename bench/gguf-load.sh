@@ -12,9 +12,12 @@
 #   warm    a mount with --cache-mb 2048 that has read the file once, the
 #           file's page cache dropped (fadvise DONTNEED) before each read,
 #           so the block cache serves
-# with MB/s and the ratio to the source read. BF16 of v3-bench (a BF16
-# source) is the source's bytes through the mount: the FUSE copy floor.
-# Needs root, /dev/fuse and python3; about 5 minutes on 2 cores.
+# with MB/s, the ratio to the source read and, for the first load, the
+# CPU seconds the dsfs process spent (steadier than wall time on a busy
+# machine). BF16 of v3-bench (a BF16 source) is the source's bytes through
+# the mount: the FUSE copy floor.
+# RECIPES="MXFP4 Q8_0" measures only those. Needs root, /dev/fuse and
+# python3; about 5 minutes on 2 cores.
 set -euo pipefail
 work=$(realpath -m "${1:-/tmp/dsfs-gguf-load}")
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -71,8 +74,11 @@ timed() {
 	awk -v a="$a" -v b="$b" 'BEGIN {print b - a}'
 }
 
+# cputime PID prints the CPU seconds, user and system, PID has used.
+cputime() { awk -v hz="$(getconf CLK_TCK)" '{sub(/.*\) /, ""); print ($12 + $13) / hz}' "/proc/$1/stat"; }
+
 printf 'machine: %s cores, load at the start: %s\n' "$(nproc)" "$(cut -d' ' -f1-3 /proc/loadavg)"
-printf '%-9s %-8s %8s %8s %8s %8s %8s %8s\n' checkpoint recipe MB first_s MB/s x_src disk_s warm_s
+printf '%-9s %-8s %8s %8s %8s %8s %8s %8s %8s\n' checkpoint recipe MB first_s MB/s x_src cpu_s disk_s warm_s
 for ck in v4-bench v3-bench; do
 	src=$work/$ck
 	cat "$src"/*.safetensors >/dev/null # into the page cache
@@ -84,13 +90,16 @@ for ck in v4-bench v3-bench; do
 	*) recipes="BF16 Q8_0 IQ2_XXS" ;;
 	esac
 	for r in $recipes; do
+		[[ -z ${RECIPES:-} || " $RECIPES " == *" $r "* ]] || continue
 		rel=gguf/$r/$ck-$r.gguf
-		first=()
+		first=() cpu=()
 		for _ in $(seq "$passes"); do
 			mnt=$(mktemp -d "$work/mnt.XXXXXX")
 			start "$src" "$mnt"
 			size=$(($(stat -c %s "$mnt/$rel") >> 20))
+			c0=$(cputime "${pids[$mnt]}")
 			first+=("$(timed "$mnt/$rel")")
+			cpu+=("$(awk -v a="$c0" -v b="$(cputime "${pids[$mnt]}")" 'BEGIN {print b - a}')")
 			stop "$mnt"
 		done
 		cache=$(mktemp -d "$work/cache.XXXXXX")
@@ -116,10 +125,11 @@ for ck in v4-bench v3-bench; do
 		done
 		stop "$mnt"
 		f=$(printf '%s\n' "${first[@]}" | median)
+		c=$(printf '%s\n' "${cpu[@]}" | median)
 		d=$(printf '%s\n' "${disk[@]}" | median)
 		w=$(printf '%s\n' "${warm[@]}" | median)
-		printf '%-9s %-8s %8d %8.2f %8.0f %8.2f %8.2f %8.2f\n' "$ck" "$r" "$size" "$f" \
-			"$(awk -v m="$size" -v s="$f" 'BEGIN {print m / s}')" "$(awk -v a="$f" -v b="$srcS" 'BEGIN {print a / b}')" "$d" "$w"
+		printf '%-9s %-8s %8d %8.2f %8.0f %8.2f %8.2f %8.2f %8.2f\n' "$ck" "$r" "$size" "$f" \
+			"$(awk -v m="$size" -v s="$f" 'BEGIN {print m / s}')" "$(awk -v a="$f" -v b="$srcS" 'BEGIN {print a / b}')" "$c" "$d" "$w"
 	done
 done
 printf 'load at the end: %s\n' "$(cut -d' ' -f1-3 /proc/loadavg)"

@@ -98,13 +98,14 @@ func (p *ds2) typeFor(name string, ne []int64) Type {
 func (p *ds2) add(name string, ne []int64, srcs ...*checkpoint.Tensor) {
 	t := Tensor{TensorInfo: TensorInfo{Name: name, Ne: ne}}
 	t.Type = p.typeFor(name, ne)
+	typ := t.Type
 	for _, s := range srcs {
 		rows := s.Size / (int64(s.DType.Bits()) * cols(s) / 8)
 		if s.Format != checkpoint.FormatFP8 && sameBytes(s, t.Type) {
 			t.Parts = append(t.Parts, Part{Rows: rows, Src: s})
 			continue
 		}
-		t.Parts = append(t.Parts, Part{Rows: rows, Src: s, Decode: func(lo, hi int64) ([]float32, error) { return DecodeRows(s, lo, hi) }})
+		t.Parts = append(t.Parts, Part{Rows: rows, Src: s, Bytes: func(lo, hi int64, dst []byte) error { return encodeRows(s, lo, hi, typ, dst) }})
 	}
 	p.out = append(p.out, t)
 }

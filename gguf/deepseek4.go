@@ -284,7 +284,7 @@ func (p *ds4) add(name string, s *checkpoint.Tensor) error {
 	case typ == I32:
 		t.Parts = []Part{{Rows: rows, Src: s, Bytes: func(lo, hi int64, dst []byte) error { return int64ToInt32(s, lo, hi, dst) }}}
 	default:
-		t.Parts = []Part{{Rows: rows, Src: s, Decode: func(lo, hi int64) ([]float32, error) { return DecodeRows(s, lo, hi) }}}
+		t.Parts = []Part{{Rows: rows, Src: s, Bytes: func(lo, hi int64, dst []byte) error { return encodeRows(s, lo, hi, typ, dst) }}}
 	}
 	p.out = append(p.out, t)
 	return nil
@@ -374,27 +374,48 @@ func checkMXFP4(w *checkpoint.Tensor) error {
 func repackMXFP4(w *checkpoint.Tensor, lo, hi int64, dst []byte) error {
 	half := w.Shape[1]
 	nb := half / 16
-	codes := make([]byte, (hi-lo)*half)
-	if err := readSource(w, codes, lo*half); err != nil {
-		return err
-	}
-	scales := make([]byte, (hi-lo)*nb)
+	n := (hi - lo) * nb
+	scales := make([]byte, n)
 	if err := readSource(w.Scale, scales, lo*nb); err != nil {
 		return err
 	}
-	var v [32]byte
-	for b := range (hi - lo) * nb {
-		src := codes[b*16 : b*16+16]
-		for i, x := range src {
-			v[2*i], v[2*i+1] = x&0x0f, x>>4
-		}
-		out := dst[b*17 : b*17+17]
-		out[0] = scales[b]
-		for j := range 16 {
-			out[1+j] = v[j] | v[j+16]<<4
-		}
+	// The codes are 16 of each block's 17 bytes: read into dst's tail,
+	// each block's are read before any output lands on them.
+	if err := readSource(w, dst[n:17*n], lo*half); err != nil {
+		return err
 	}
+	repackMXFP4Blocks(dst[:17*n], scales)
 	return nil
+}
+
+// repackMXFP4Blocks repacks in place: dst holds the source codes of
+// len(scales) blocks in its last 16·len(scales) bytes and receives the
+// blocks. Block b's 17 bytes end at or before block b+1's codes begin, so
+// a block is written only over codes already repacked.
+func repackMXFP4Blocks(dst, scales []byte) {
+	const lo4 = 0x0f0f0f0f0f0f0f0f
+	n := len(scales)
+	for b, s := range scales {
+		src := dst[n+16*b : n+16*b+16]
+		// Byte k of a holds values 2k, 2k+1, byte k of c values 16+2k,
+		// 17+2k; output byte 2k is values 2k and 16+2k, byte 2k+1
+		// values 2k+1 and 17+2k.
+		a := binary.LittleEndian.Uint64(src)
+		c := binary.LittleEndian.Uint64(src[8:])
+		even := a&lo4 | c&lo4<<4
+		odd := a>>4&lo4 | c&^lo4
+		out := dst[17*b : 17*b+17]
+		out[0] = s
+		binary.LittleEndian.PutUint64(out[1:], spreadBytes(uint32(even))|spreadBytes(uint32(odd))<<8)
+		binary.LittleEndian.PutUint64(out[9:], spreadBytes(uint32(even>>32))|spreadBytes(uint32(odd>>32))<<8)
+	}
+}
+
+// spreadBytes moves byte i of x to byte 2i.
+func spreadBytes(x uint32) uint64 {
+	v := uint64(x)
+	v = (v | v<<16) & 0x0000ffff0000ffff
+	return (v | v<<8) & 0x00ff00ff00ff00ff
 }
 
 // kvs is the deepseek4 metadata the converter writes (TextModel's keys,

@@ -55,21 +55,79 @@ func DecodeRows(t *checkpoint.Tensor, lo, hi int64) ([]float32, error) {
 }
 
 func decodeFP8(out []float32, b []byte, t *checkpoint.Tensor, lo, hi int64) error {
+	scale, err := fp8Scales(t, lo, hi)
+	if err != nil {
+		return err
+	}
+	codecs.DequantFP8Rows(out, b, scale, int(lo), int(hi), int(cols(t)), int(t.Block[0]), int(t.Block[1]), int(cols(t.Scale)))
+	return nil
+}
+
+// fp8Scales returns the block scales of an FP8 tensor's rows [lo, hi): the
+// scale rows from block row lo/Block[0] on, widened to float32.
+func fp8Scales(t *checkpoint.Tensor, lo, hi int64) ([]float32, error) {
 	s := t.Scale
-	c := cols(t)
-	br, bc := t.Block[0], t.Block[1]
-	sCols := cols(s)
+	br, sCols := t.Block[0], cols(s)
 	sBytes := int64(s.DType.Bits() / 8)
 	first, last := lo/br, (hi-1)/br
 	sb := make([]byte, (last-first+1)*sCols*sBytes)
 	if err := readSource(s, sb, first*sCols*sBytes); err != nil {
-		return err
+		return nil, err
 	}
 	scale := make([]float32, (last-first+1)*sCols)
 	if !codecs.DecodeScales(scale, sb, s.DType) {
-		return fmt.Errorf("%s: tensor %s: scale dtype %s is neither F32 nor F8_E8M0", s.Shard.Name, s.Name, s.DType)
+		return nil, fmt.Errorf("%s: tensor %s: scale dtype %s is neither F32 nor F8_E8M0", s.Shard.Name, s.Name, s.DType)
 	}
-	codecs.DequantFP8Rows(out, b, scale, int(lo), int(hi), int(c), int(br), int(bc), int(sCols))
+	return scale, nil
+}
+
+// encodeRows writes rows [lo, hi) of a source tensor as typ: DecodeRows's
+// values encoded by Encode, a row at a time through one row of float32, so
+// a block of output costs its source bytes and one row, not four bytes a
+// value. Every type Encode knows is blockwise within a row, so the bytes
+// are those of Encode over all rows at once.
+func encodeRows(t *checkpoint.Tensor, lo, hi int64, typ Type, dst []byte) error {
+	c := cols(t)
+	bits := int64(t.DType.Bits())
+	b := make([]byte, (hi-lo)*c*bits/8)
+	if err := readSource(t, b, lo*c*bits/8); err != nil {
+		return err
+	}
+	var scale []float32
+	var br, bc, sCols int64
+	if t.DType == safetensors.F8E4M3 {
+		if t.Format != checkpoint.FormatFP8 || t.Scale == nil {
+			return fmt.Errorf("%s: tensor %s: FP8 without a block scale", t.Shard.Name, t.Name)
+		}
+		var err error
+		if scale, err = fp8Scales(t, lo, hi); err != nil {
+			return err
+		}
+		br, bc, sCols = t.Block[0], t.Block[1], cols(t.Scale)
+	}
+	row := make([]float32, c)
+	rb := typ.RowBytes(c)
+	srb := c * bits / 8
+	for r := lo; r < hi; r++ {
+		src := b[(r-lo)*srb : (r-lo+1)*srb]
+		if scale == nil {
+			if !codecs.DecodeFloat(row, src, t.DType) {
+				return fmt.Errorf("%s: tensor %s: dtype %s has no float decode", t.Shard.Name, t.Name, t.DType)
+			}
+		} else {
+			// codecs.DequantFP8Rows's products, a scale block at a time.
+			srow := scale[(r/br-lo/br)*sCols:]
+			for k := int64(0); k*bc < c; k++ {
+				sc := srow[k]
+				for j := k * bc; j < min((k+1)*bc, c); j++ {
+					row[j] = codecs.E4M3ToFloat32(src[j]) * sc
+				}
+			}
+		}
+		if err := Encode(dst[(r-lo)*rb:(r-lo+1)*rb], row, typ); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 

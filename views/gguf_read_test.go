@@ -1,0 +1,102 @@
+package views
+
+import (
+	"encoding/json"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"testing"
+
+	"github.com/dsfs/dsfs/blockcache"
+	"github.com/dsfs/dsfs/checkpoint"
+	"github.com/dsfs/dsfs/synth"
+	"github.com/dsfs/dsfs/tokenizer"
+	"github.com/dsfs/dsfs/vfile"
+)
+
+// BenchmarkGGUFFirstRead reads a recipe's single GGUF whole through a
+// vfile.Reader in 1 MiB requests with a fresh block cache each time: the
+// server's side of llama.cpp's MAP_POPULATE first load, without FUSE. The
+// source is v4-tiny (MXFP4: experts repacked, FP8 dense to Q8_0) or the
+// checkpoint in $DSFS_BENCH_SRC (bench/gguf-load.sh's v4-bench or
+// v3-bench); the recipe is $DSFS_BENCH_RECIPE, MXFP4 unless set. Run it
+// with -cpuprofile to see where a first load goes.
+func BenchmarkGGUFFirstRead(b *testing.B) {
+	dir := os.Getenv("DSFS_BENCH_SRC")
+	if dir == "" {
+		dir = b.TempDir()
+		if err := synth.Write("v4-tiny", dir); err != nil {
+			b.Fatal(err)
+		}
+		ggufReady(b, dir)
+	}
+	recipe := os.Getenv("DSFS_BENCH_RECIPE")
+	if recipe == "" {
+		recipe = "MXFP4"
+	}
+	cat, err := checkpoint.Open(dir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cat.Close()
+	s, err := Build(cat, Options{Views: []string{"gguf"}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	r := s.Root.Child("gguf").Child(recipe)
+	if r == nil {
+		b.Fatalf("%s: no gguf/%s", dir, recipe)
+	}
+	n := r.Child(filepath.Base(dir) + "-" + recipe + ".gguf")
+	if n == nil || n.File == nil {
+		b.Fatalf("gguf/%s: no single file among %d entries", recipe, len(r.Children))
+	}
+	f := n.File
+	b.SetBytes(f.Size())
+	p := make([]byte, 1<<20)
+	cpu0 := cpuTime(b)
+	for b.Loop() {
+		cache := blockcache.New(256<<20, runtime.NumCPU())
+		rd := vfile.NewReader(f, cache)
+		for off := int64(0); ; off += int64(len(p)) {
+			if _, err := rd.ReadAt(p, off); err == io.EOF {
+				break
+			} else if err != nil {
+				b.Fatal(err)
+			}
+		}
+		cache.Close()
+	}
+	gb := float64(b.N) * float64(f.Size()) / 1e9
+	b.ReportMetric(float64((cpuTime(b)-cpu0).Milliseconds())/gb, "cpu-ms/GB")
+}
+
+// ggufReady adds what llama.cpp's deepseek4 needs and synth's V4 leaves
+// out: three config keys the released V4-Flash config has, and tokenizer
+// files.
+func ggufReady(b *testing.B, dir string) {
+	c, err := os.ReadFile(filepath.Join(dir, "config.json"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	var cfg map[string]any
+	if err := json.Unmarshal(c, &cfg); err != nil {
+		b.Fatal(err)
+	}
+	cfg["max_position_embeddings"], cfg["num_key_value_heads"], cfg["norm_topk_prob"] = 65536, 1, true
+	c, err = json.Marshal(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	tok, err := tokenizer.Synthesize(1024 - 259)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for name, data := range map[string][]byte{"config.json": c, "tokenizer.json": tok, "tokenizer_config.json": tokenizer.SynthesizeConfig()} {
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
