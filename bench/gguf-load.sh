@@ -36,15 +36,6 @@ trap cleanup EXIT
 
 [[ -e $work/v4-bench/config.json ]] || "$dsfs" synth --preset v4-bench "$work/v4-bench" >/dev/null
 [[ -e $work/v3-bench/config.json ]] || "$dsfs" synth --preset v3-bench "$work/v3-bench" >/dev/null
-# The keys llama.cpp needs that synth's V4 config leaves out (the released
-# V4-Flash config has them).
-python3 - "$work/v4-bench/config.json" <<'PY'
-import json, sys
-c = json.load(open(sys.argv[1]))
-for k, v in (("max_position_embeddings", 65536), ("num_key_value_heads", 1), ("norm_topk_prob", True)):
-    c.setdefault(k, v)
-json.dump(c, open(sys.argv[1], "w"), indent=2)
-PY
 
 now() { date +%s.%N; }
 median() { sort -g | awk '{a[NR] = $1} END {print a[int((NR + 1) / 2)]}'; }

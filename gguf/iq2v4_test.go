@@ -2,7 +2,6 @@ package gguf_test
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -19,31 +18,19 @@ import (
 )
 
 // openSynthV4 writes synth's v4-tiny (the V4-Flash layout with every
-// routed expert row whole 256-weight blocks, so q2/ quantises them), adds
-// the config.json keys the converter and llama.cpp need that the preset
-// leaves out (max_position_embeddings, num_key_value_heads,
-// norm_topk_prob) and a synthesised tokenizer of its 1024 tokens.
+// routed expert row whole 256-weight blocks, so q2/ quantises them) and a
+// synthesised tokenizer of its 1024 tokens.
 func openSynthV4(t testing.TB) *checkpoint.Catalog {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "v4-synth")
 	if err := synth.Write("v4-tiny", dir); err != nil {
 		t.Fatal(err)
 	}
-	b, err := os.ReadFile(filepath.Join(dir, "config.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var cfg map[string]any
-	if err := json.Unmarshal(b, &cfg); err != nil {
-		t.Fatal(err)
-	}
-	cfg["max_position_embeddings"], cfg["num_key_value_heads"], cfg["norm_topk_prob"] = 65536, 1, true
-	b, _ = json.Marshal(cfg)
 	tok, err := tokenizer.Synthesize(1024 - 259)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, data := range map[string][]byte{"config.json": b, "tokenizer.json": tok, "tokenizer_config.json": tokenizer.SynthesizeConfig()} {
+	for name, data := range map[string][]byte{"tokenizer.json": tok, "tokenizer_config.json": tokenizer.SynthesizeConfig()} {
 		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
 			t.Fatal(err)
 		}

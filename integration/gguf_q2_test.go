@@ -33,10 +33,10 @@ func v4GGUFSpec() synth.Spec {
 }
 
 // synthV4GGUF writes a synth V4 spec (the V4-Flash layout, every routed
-// expert row whole 256-weight blocks, so q2/ quantises them) with the
-// config.json keys the converter and llama.cpp need that the preset leaves
-// out (max_position_embeddings, num_key_value_heads, norm_topk_prob) and a
-// synthesised tokenizer of its vocabulary.
+// expert row whole 256-weight blocks, so q2/ quantises them) with a
+// training context of 64 k tokens instead of the release's 1 M, so that a
+// llama.cpp context sized from it stays small, and a synthesised tokenizer
+// of its vocabulary.
 func synthV4GGUF(t *testing.T, spec synth.Spec) string {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "v4-synth")
@@ -51,7 +51,7 @@ func synthV4GGUF(t *testing.T, spec synth.Spec) string {
 	if err := json.Unmarshal(b, &cfg); err != nil {
 		t.Fatal(err)
 	}
-	cfg["max_position_embeddings"], cfg["num_key_value_heads"], cfg["norm_topk_prob"] = 65536, 1, true
+	cfg["max_position_embeddings"] = 65536
 	b, _ = json.MarshalIndent(cfg, "", "  ")
 	tok, err := tokenizer.Synthesize(spec.Vocab - 259)
 	if err != nil {

@@ -291,7 +291,11 @@ func newV41Inference(s *Spec) []byte {
 }
 
 // v4Config is config.json of DeepSeek-V4-Flash (LAYOUTS.md §13.1): flat,
-// expert_dtype at the top level, 128x128 FP8 blocks.
+// expert_dtype at the top level, 128x128 FP8 blocks. LAYOUTS.md lists the
+// keys that differ from V4.1; the MQA head count, the context length (the
+// YaRN factor times its original length) and top-k normalisation, which
+// every transformers config of the family carries and llama.cpp's
+// deepseek4 needs, are V4.1's values.
 type v4Config struct {
 	Architectures         []string    `json:"architectures"`
 	ModelType             string      `json:"model_type"`
@@ -302,6 +306,7 @@ type v4Config struct {
 	NumHashLayers         int         `json:"num_hash_layers"`
 	NumNextNPredictLayers int         `json:"num_nextn_predict_layers"`
 	NumAttentionHeads     int         `json:"num_attention_heads"`
+	NumKeyValueHeads      int         `json:"num_key_value_heads"`
 	HeadDim               int         `json:"head_dim"`
 	QKRopeHeadDim         int         `json:"qk_rope_head_dim"`
 	QLoRARank             int         `json:"q_lora_rank"`
@@ -312,6 +317,7 @@ type v4Config struct {
 	MoEIntermediateSize   int         `json:"moe_intermediate_size"`
 	NumExpertsPerTok      int         `json:"num_experts_per_tok"`
 	ScoringFunc           string      `json:"scoring_func"`
+	NormTopkProb          bool        `json:"norm_topk_prob"`
 	RoutedScalingFactor   num         `json:"routed_scaling_factor"`
 	SwiGLULimit           num         `json:"swiglu_limit"`
 	IndexNHeads           int         `json:"index_n_heads"`
@@ -322,6 +328,7 @@ type v4Config struct {
 	HCEps                 num         `json:"hc_eps"`
 	RMSNormEps            num         `json:"rms_norm_eps"`
 	SlidingWindow         int         `json:"sliding_window"`
+	MaxPositionEmbeddings int         `json:"max_position_embeddings"`
 	RopeTheta             int         `json:"rope_theta"`
 	CompressRopeTheta     int         `json:"compress_rope_theta"`
 	RopeScaling           ropeScaling `json:"rope_scaling"`
@@ -334,13 +341,13 @@ func newV4Config(s *Spec) v4Config {
 	return v4Config{
 		Architectures: []string{"DeepseekV4ForCausalLM"}, ModelType: "deepseek_v4", TorchDType: "bfloat16",
 		VocabSize: s.Vocab, HiddenSize: s.Hidden, NumHiddenLayers: s.Layers, NumHashLayers: s.HashLayers,
-		NumNextNPredictLayers: s.MTPLayers, NumAttentionHeads: s.Heads, HeadDim: s.HeadDim,
+		NumNextNPredictLayers: s.MTPLayers, NumAttentionHeads: s.Heads, NumKeyValueHeads: 1, HeadDim: s.HeadDim,
 		QKRopeHeadDim: 64, QLoRARank: s.QLoRA, OGroups: s.OGroups, OLoRARank: s.OLoRA,
 		NRoutedExperts: s.Experts, NSharedExperts: min(1, s.SharedInter), MoEIntermediateSize: s.MoEInter,
-		NumExpertsPerTok: s.ActiveExperts, ScoringFunc: "sqrtsoftplus", RoutedScalingFactor: "1.5",
+		NumExpertsPerTok: s.ActiveExperts, ScoringFunc: "sqrtsoftplus", NormTopkProb: true, RoutedScalingFactor: "1.5",
 		SwiGLULimit: "10.0", IndexNHeads: s.IndexHeads, IndexHeadDim: s.IndexHeadDim, IndexTopK: 512,
 		HCMult: s.HCMult, HCSinkhornIters: 20, HCEps: "1e-06", RMSNormEps: "1e-06", SlidingWindow: 128,
-		RopeTheta: 10000, CompressRopeTheta: 160000,
+		MaxPositionEmbeddings: 1048576, RopeTheta: 10000, CompressRopeTheta: 160000,
 		RopeScaling:    ropeScaling{RopeType: "yarn", Factor: 16, BetaFast: 32, BetaSlow: 1, OrigMaxPos: 65536},
 		CompressRatios: configRatios(s), ExpertDType: "fp4",
 		QuantizationConfig: quantConfig{QuantMethod: "fp8", Fmt: "e4m3", ActivationScheme: "dynamic",

@@ -1,7 +1,6 @@
 package views
 
 import (
-	"encoding/json"
 	"io"
 	"os"
 	"path/filepath"
@@ -73,28 +72,14 @@ func BenchmarkGGUFFirstRead(b *testing.B) {
 	b.ReportMetric(float64((cpuTime(b)-cpu0).Milliseconds())/gb, "cpu-ms/GB")
 }
 
-// ggufReady adds what llama.cpp's deepseek4 needs and synth's V4 leaves
-// out: three config keys the released V4-Flash config has, and tokenizer
-// files.
+// ggufReady adds what gguf/ needs and synth's v4-tiny leaves out: the
+// tokenizer files.
 func ggufReady(b *testing.B, dir string) {
-	c, err := os.ReadFile(filepath.Join(dir, "config.json"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	var cfg map[string]any
-	if err := json.Unmarshal(c, &cfg); err != nil {
-		b.Fatal(err)
-	}
-	cfg["max_position_embeddings"], cfg["num_key_value_heads"], cfg["norm_topk_prob"] = 65536, 1, true
-	c, err = json.Marshal(cfg)
-	if err != nil {
-		b.Fatal(err)
-	}
 	tok, err := tokenizer.Synthesize(1024 - 259)
 	if err != nil {
 		b.Fatal(err)
 	}
-	for name, data := range map[string][]byte{"config.json": c, "tokenizer.json": tok, "tokenizer_config.json": tokenizer.SynthesizeConfig()} {
+	for name, data := range map[string][]byte{"tokenizer.json": tok, "tokenizer_config.json": tokenizer.SynthesizeConfig()} {
 		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
 			b.Fatal(err)
 		}
