@@ -12,6 +12,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"math"
 )
 
 // Type is a ggml tensor type.
@@ -155,13 +156,45 @@ func NewLayout(kvs []KV, tensors []TensorInfo) (*Layout, error) {
 		l.Offsets[i] = off
 		off += pad(t.Bytes(), align)
 	}
-	b.Write(make([]byte, pad(int64(b.Len()), align)-int64(b.Len())))
-	l.Header = b.Bytes()
+	// The header is kept for as long as the mount serves the file: keep it
+	// without the buffer's spare capacity.
+	h := make([]byte, pad(int64(b.Len()), align))
+	copy(h, b.Bytes())
+	l.Header = h
 	l.Size = int64(len(l.Header)) + off
 	return l, nil
 }
 
-func le(b *bytes.Buffer, v any) { binary.Write(b, binary.LittleEndian, v) }
+// le appends a fixed-size scalar little-endian, as binary.Write would,
+// without its reflection and per-call buffer: a deepseek tokenizer is
+// some 260 k array elements.
+func le(b *bytes.Buffer, v any) {
+	var a [8]byte
+	switch v := v.(type) {
+	case uint8:
+		b.WriteByte(v)
+	case int8:
+		b.WriteByte(byte(v))
+	case uint16:
+		b.Write(binary.LittleEndian.AppendUint16(a[:0], v))
+	case int16:
+		b.Write(binary.LittleEndian.AppendUint16(a[:0], uint16(v)))
+	case uint32:
+		b.Write(binary.LittleEndian.AppendUint32(a[:0], v))
+	case int32:
+		b.Write(binary.LittleEndian.AppendUint32(a[:0], uint32(v)))
+	case float32:
+		b.Write(binary.LittleEndian.AppendUint32(a[:0], math.Float32bits(v)))
+	case uint64:
+		b.Write(binary.LittleEndian.AppendUint64(a[:0], v))
+	case int64:
+		b.Write(binary.LittleEndian.AppendUint64(a[:0], uint64(v)))
+	case float64:
+		b.Write(binary.LittleEndian.AppendUint64(a[:0], math.Float64bits(v)))
+	default:
+		panic(fmt.Sprintf("gguf: no fixed-size encoding for %T", v))
+	}
+}
 
 func writeString(b *bytes.Buffer, s string) {
 	le(b, uint64(len(s)))
@@ -219,53 +252,60 @@ func writeValue(b *bytes.Buffer, v any, typed bool) error {
 		}
 		return nil
 	}
-	var elems []any
 	switch v := v.(type) {
 	case []string:
-		elems = anys(v)
+		return writeArray(b, v)
 	case []int32:
-		elems = anys(v)
+		return writeArray(b, v)
 	case []uint32:
-		elems = anys(v)
+		return writeArray(b, v)
 	case []float32:
-		elems = anys(v)
+		return writeArray(b, v)
 	case []bool:
-		elems = anys(v)
-	default:
-		return fmt.Errorf("unsupported value type %T", v)
+		return writeArray(b, v)
 	}
-	if len(elems) > 1<<30 {
-		return fmt.Errorf("array of %d elements (at most 2^30)", len(elems))
-	}
-	le(b, uint32(9))
-	var zero any
-	switch v.(type) {
-	case []string:
-		zero = ""
-	case []int32:
-		zero = int32(0)
-	case []uint32:
-		zero = uint32(0)
-	case []float32:
-		zero = float32(0)
-	case []bool:
-		zero = false
-	}
-	id, _ := valueType(zero)
-	le(b, id)
-	le(b, uint64(len(elems)))
-	for _, e := range elems {
-		writeValue(b, e, false)
-	}
-	return nil
+	return fmt.Errorf("unsupported value type %T", v)
 }
 
-func anys[T any](s []T) []any {
-	out := make([]any, len(s))
-	for i, v := range s {
-		out[i] = v
+// writeArray writes an array value: its element type id, its length and
+// the untyped elements.
+func writeArray[T string | int32 | uint32 | float32 | bool](b *bytes.Buffer, s []T) error {
+	if len(s) > 1<<30 {
+		return fmt.Errorf("array of %d elements (at most 2^30)", len(s))
 	}
-	return out
+	var zero T
+	id, _ := valueType(any(zero))
+	le(b, uint32(9))
+	le(b, id)
+	le(b, uint64(len(s)))
+	var a [4]byte
+	switch s := any(s).(type) {
+	case []string:
+		for _, e := range s {
+			writeString(b, e)
+		}
+	case []bool:
+		for _, e := range s {
+			if e {
+				b.WriteByte(1)
+			} else {
+				b.WriteByte(0)
+			}
+		}
+	case []int32:
+		for _, e := range s {
+			b.Write(binary.LittleEndian.AppendUint32(a[:0], uint32(e)))
+		}
+	case []uint32:
+		for _, e := range s {
+			b.Write(binary.LittleEndian.AppendUint32(a[:0], e))
+		}
+	case []float32:
+		for _, e := range s {
+			b.Write(binary.LittleEndian.AppendUint32(a[:0], math.Float32bits(e)))
+		}
+	}
+	return nil
 }
 
 // SplitName is gguf-split's name of shard i (0-based) of n:
