@@ -1,17 +1,13 @@
 package views
 
 import (
-	"io"
 	"os"
 	"path/filepath"
-	"runtime"
 	"testing"
 
-	"github.com/dsfs/dsfs/blockcache"
 	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/synth"
 	"github.com/dsfs/dsfs/tokenizer"
-	"github.com/dsfs/dsfs/vfile"
 )
 
 // BenchmarkGGUFFirstRead reads a recipe's single GGUF whole through a
@@ -52,24 +48,7 @@ func BenchmarkGGUFFirstRead(b *testing.B) {
 	if n == nil || n.File == nil {
 		b.Fatalf("gguf/%s: no single file among %d entries", recipe, len(r.Children))
 	}
-	f := n.File
-	b.SetBytes(f.Size())
-	p := make([]byte, 1<<20)
-	cpu0 := cpuTime(b)
-	for b.Loop() {
-		cache := blockcache.New(256<<20, runtime.NumCPU())
-		rd := vfile.NewReader(f, cache)
-		for off := int64(0); ; off += int64(len(p)) {
-			if _, err := rd.ReadAt(p, off); err == io.EOF {
-				break
-			} else if err != nil {
-				b.Fatal(err)
-			}
-		}
-		cache.Close()
-	}
-	gb := float64(b.N) * float64(f.Size()) / 1e9
-	b.ReportMetric(float64((cpuTime(b)-cpu0).Milliseconds())/gb, "cpu-ms/GB")
+	benchmarkFirstRead(b, n.File, 1<<20)
 }
 
 // ggufReady adds what gguf/ needs and synth's v4-tiny leaves out: the
