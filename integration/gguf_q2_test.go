@@ -367,19 +367,5 @@ func TestGGUFLlamaCppV4IQ2XXS(t *testing.T) {
 	m := startMount(t, src, "--views", "gguf")
 	path := m.path("gguf", "IQ2_XXS", "v4-synth-IQ2_XXS.gguf")
 	want, all := v4TraceLogits(t, v4FileValues(t, path, src), prompts), lens(prompts)
-	got := llamaLogits(t, llama, path, prompts)
-	_, scale, _, _ := logitAgreement(t, got, want, all, 0)
-	diff, _, differ, n := logitAgreement(t, got, want, all, v4IQ2Tolerance*scale)
-	t.Logf("llama.cpp on %s: max |Δlogit| %.3g of max |logit| %.3g (relative %.3g), argmax differs at %d of %d positions",
-		filepath.Base(path), diff, scale, diff/scale, differ, n)
-	if differ != 0 || diff/scale > v4IQ2Tolerance {
-		t.Errorf("llama.cpp disagrees with dsfs's V4 forward of the file's values: relative %.3g (tolerance %g), argmax differs at %d of %d", diff/scale, v4IQ2Tolerance, differ, n)
-	}
-	bad, reversed := reverseExperts(t, path)
-	got = llamaLogits(t, llama, bad, prompts)
-	diff, _, differ, n = logitAgreement(t, got, want, all, v4IQ2Tolerance*scale)
-	t.Logf("experts reversed in %d tensors: relative %.3g, argmax differs at %d of %d", reversed, diff/scale, differ, n)
-	if differ == 0 && diff/scale <= v4IQ2Tolerance {
-		t.Errorf("the logit comparison passes a file whose experts are stacked in reverse (relative %.3g, tolerance %g)", diff/scale, v4IQ2Tolerance)
-	}
+	checkLlamaV4(t, llama, path, prompts, want, all, v4IQ2Tolerance, "dsfs's V4 forward of the file's values")
 }

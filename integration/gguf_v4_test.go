@@ -194,23 +194,31 @@ func TestGGUFLlamaCppV4(t *testing.T) {
 	m := startMount(t, src, "--views", "gguf")
 	path := m.path("gguf", "MXFP4", "v4-tiny-MXFP4.gguf")
 	want, all := v4TraceLogits(t, src, prompts), lens(prompts)
-	got := llamaLogits(t, llama, path, prompts)
 	// A reference lead within the tolerance is a tie the comparison
 	// cannot decide (as in TestGGUFLlamaCppLogits): 5 of the 61 positions
 	// lead by less and flip in llama.cpp.
+	checkLlamaV4(t, llama, path, prompts, want, all, v4Tolerance, "dsfs's V4 forward")
+}
+
+// checkLlamaV4 runs llama.cpp on the GGUF at path and compares its logits
+// at every position with want, dsfs's forward of what (argmax identical,
+// within tol of the largest logit); then the same file with its stacked
+// experts in reverse order, which must fail that comparison.
+func checkLlamaV4(t *testing.T, llama, path string, prompts [][]int, want [][][]float64, all []int, tol float64, what string) {
+	t.Helper()
+	got := llamaLogits(t, llama, path, prompts)
 	_, scale, _, _ := logitAgreement(t, got, want, all, 0)
-	diff, _, differ, n := logitAgreement(t, got, want, all, v4Tolerance*scale)
+	diff, _, differ, n := logitAgreement(t, got, want, all, tol*scale)
 	t.Logf("llama.cpp on %s: max |Δlogit| %.3g of max |logit| %.3g (relative %.3g), argmax differs at %d of %d positions",
 		filepath.Base(path), diff, scale, diff/scale, differ, n)
-	if differ != 0 || diff/scale > v4Tolerance {
-		t.Errorf("llama.cpp disagrees with dsfs's V4 forward: relative %.3g (tolerance %g), argmax differs at %d of %d", diff/scale, v4Tolerance, differ, n)
+	if differ != 0 || diff/scale > tol {
+		t.Errorf("llama.cpp disagrees with %s: relative %.3g (tolerance %g), argmax differs at %d of %d", what, diff/scale, tol, differ, n)
 	}
-
 	bad, reversed := reverseExperts(t, path)
 	got = llamaLogits(t, llama, bad, prompts)
-	diff, _, differ, n = logitAgreement(t, got, want, all, v4Tolerance*scale)
+	diff, _, differ, n = logitAgreement(t, got, want, all, tol*scale)
 	t.Logf("experts reversed in %d tensors: relative %.3g, argmax differs at %d of %d", reversed, diff/scale, differ, n)
-	if differ == 0 && diff/scale <= v4Tolerance {
-		t.Errorf("the logit comparison passes a file whose experts are stacked in reverse (relative %.3g, tolerance %g)", diff/scale, v4Tolerance)
+	if differ == 0 && diff/scale <= tol {
+		t.Errorf("the logit comparison passes a file whose experts are stacked in reverse (relative %.3g, tolerance %g)", diff/scale, tol)
 	}
 }
