@@ -51,6 +51,8 @@ type Mount struct {
 	ino         map[*vfile.Node]uint64 // every node's inode number
 	sourceBytes int64
 	errs        repeatLog // read errors, logged once per file and cause with a count
+	// served is closed once go-fuse's start-up is over (see docNode.Getattr).
+	served chan struct{}
 }
 
 // Serve mounts root at dir, reading each open file through a Reader from
@@ -70,7 +72,7 @@ func Serve(dir string, root *vfile.Node, open vfile.Opener, opt Options) (*Mount
 	defer mp.Release()
 	dir = mp.Dir
 	m := &Mount{Dir: dir, open: open, log: opt.Log, start: time.Now(), status: opt.Status,
-		passthrough: os.Geteuid() == 0, sourceBytes: opt.SourceBytes}
+		passthrough: os.Geteuid() == 0, sourceBytes: opt.SourceBytes, served: make(chan struct{})}
 	top := vfile.Dir("", append(append([]*vfile.Node(nil), root.Children...), m.statusDir(root.Attr))...)
 	top.Attr = root.Attr
 	m.ino = inodes(top)
@@ -105,6 +107,7 @@ func Serve(dir string, root *vfile.Node, open vfile.Opener, opt Options) (*Mount
 		}
 		return nil, fmt.Errorf("mounting %s: %s", dir, strings.TrimSpace(err.Error()))
 	}
+	close(m.served)
 	if err := RaiseReadAhead(dir); err != nil {
 		m.log.Info("kernel read-ahead stays at its default, so reads come as 128 KiB requests", "err", err)
 	}

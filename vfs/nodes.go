@@ -256,6 +256,15 @@ var _ = (fs.NodeStatfser)((*docNode)(nil))
 func (d *docNode) Getattr(ctx context.Context, _ fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
 	setAttr(&out.Attr, d.attr)
 	if d.doc.Live() {
+		// A live document (.dsfs/stats.json) is how scripts tell that the
+		// mount is up, so it appears only once go-fuse's start-up probe has
+		// closed the file it opens in the mount: a dsfs killed while that
+		// file is open hangs in exit, flushing it to itself.
+		select {
+		case <-d.m.served:
+		case <-ctx.Done():
+			return syscall.EINTR
+		}
 		now := time.Now()
 		out.SetTimes(&now, &now, &now)
 		return 0
