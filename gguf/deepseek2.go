@@ -275,13 +275,7 @@ func (p *ds2) kvs() ([]KV, error) {
 	if !ok {
 		return nil, fmt.Errorf("config.json: max_position_embeddings missing or not a positive integer")
 	}
-	kvs := []KV{
-		{"general.architecture", "deepseek2"},
-		{"general.type", "model"},
-		{"general.name", modelName(p.cat.Dir)},
-		{"general.alignment", uint32(DefaultAlignment)},
-		{"general.file_type", ftype},
-		{"general.quantization_version", uint32(QuantizationVersion)},
+	kvs := append(generalKVs("deepseek2", p.cat.Dir, ftype), []KV{
 		{a + "block_count", uint32(c.Layers)},
 		{a + "context_length", uint32(ctx)},
 		{a + "embedding_length", uint32(c.Hidden)},
@@ -293,7 +287,7 @@ func (p *ds2) kvs() ([]KV, error) {
 		{a + "expert_used_count", uint32(c.TopK)},
 		{a + "expert_group_count", uint32(max(c.Groups, 1))},
 		{a + "expert_group_used_count", uint32(max(c.TopKGroups, 1))},
-	}
+	}...)
 	switch c.ScoringFunc {
 	case "sigmoid":
 		kvs = append(kvs, KV{a + "expert_gating_func", uint32(2)})

@@ -433,19 +433,13 @@ func (p *ds4) kvs() ([]KV, error) {
 	if p.expertType == IQ2_XXS {
 		ftype = FileTypeMostlyIQ2_XXS
 	}
-	kvs := []KV{
-		{"general.architecture", "deepseek4"},
-		{"general.type", "model"},
-		{"general.name", modelName(p.cat.Dir)},
-		{"general.alignment", uint32(DefaultAlignment)},
-		{"general.file_type", ftype},
-		{"general.quantization_version", uint32(QuantizationVersion)},
+	kvs := append(generalKVs("deepseek4", p.cat.Dir, ftype), []KV{
 		{a + "block_count", uint32(c.Layers)},
 		{a + "context_length", uint32(c.MaxPos)},
 		{a + "embedding_length", uint32(c.Hidden)},
 		{a + "attention.head_count", uint32(c.Heads)},
 		{a + "attention.head_count_kv", uint32(c.KVHeads)},
-	}
+	}...)
 	if y := c.RopeScaling; y != nil && (y.Type == "yarn" || y.RopeType == "yarn") && y.Factor != 0 {
 		kvs = append(kvs,
 			KV{a + "rope.scaling.type", "yarn"},

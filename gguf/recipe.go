@@ -189,3 +189,17 @@ func modelName(dir string) string {
 	}
 	return snap
 }
+
+// generalKVs are the general.* keys every recipe writes first, as the
+// converter does: architecture, name, page alignment, file type and the
+// quantisation version.
+func generalKVs(arch, dir string, ftype uint32) []KV {
+	return []KV{
+		{"general.architecture", arch},
+		{"general.type", "model"},
+		{"general.name", modelName(dir)},
+		{"general.alignment", uint32(DefaultAlignment)},
+		{"general.file_type", ftype},
+		{"general.quantization_version", uint32(QuantizationVersion)},
+	}
+}
