@@ -12,7 +12,9 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"hash/maphash"
 	"math"
+	"slices"
 )
 
 // Type is a ggml tensor type.
@@ -87,8 +89,13 @@ func (t *TensorInfo) Bytes() int64 { return t.Rows() * t.RowBytes() }
 
 // Layout is a GGUF file's header and where each tensor's data lands.
 type Layout struct {
-	// Header is everything before the data section, padding included.
-	Header []byte
+	// Header is everything before the data section, padding included, in
+	// pieces that concatenate to it. A KV value that encodes to at least
+	// PieceBytes (a tokenizer's tokens or merges: megabytes) is a piece
+	// of its own, so that the layouts of one model can share it (Pieces).
+	Header [][]byte
+	// HeaderSize is the header's length: where the data section starts.
+	HeaderSize int64
 	// Offsets[i] is tensor i's offset from the start of the data section,
 	// as its info records it.
 	Offsets []int64
@@ -96,6 +103,13 @@ type Layout struct {
 	Size      int64
 	Alignment int64
 }
+
+// PieceBytes is the size from which a KV value is a header piece of its
+// own.
+const PieceBytes = 64 << 10
+
+// HeaderBytes is the header in one slice.
+func (l *Layout) HeaderBytes() []byte { return bytes.Join(l.Header, nil) }
 
 // Pad is the zero padding after a tensor of n bytes.
 func (l *Layout) Pad(n int64) int64 { return pad(n, l.Alignment) - n }
@@ -121,15 +135,32 @@ func NewLayout(kvs []KV, tensors []TensorInfo) (*Layout, error) {
 			align = int64(a)
 		}
 	}
+	// The header is kept for as long as the mount serves the file: its
+	// pieces are copies without the buffer's spare capacity.
 	var b bytes.Buffer
+	var pieces [][]byte
+	var size int64
+	cut := func(n int) {
+		pieces = append(pieces, bytes.Clone(b.Bytes()[:n]))
+		size += int64(n)
+		b.Next(n)
+	}
 	b.WriteString("GGUF")
 	le(&b, uint32(3))
 	le(&b, int64(len(tensors)))
 	le(&b, int64(len(kvs)))
 	for _, kv := range kvs {
 		writeString(&b, kv.Key)
+		start := b.Len()
 		if err := writeValue(&b, kv.Value, true); err != nil {
 			return nil, fmt.Errorf("gguf: key %s: %w", kv.Key, err)
+		}
+		if b.Len()-start >= PieceBytes {
+			if start > 0 {
+				cut(start)
+			}
+			cut(b.Len())
+			b.Reset() // reuse the buffer from its start
 		}
 	}
 	l := &Layout{Alignment: align, Offsets: make([]int64, len(tensors))}
@@ -156,13 +187,40 @@ func NewLayout(kvs []KV, tensors []TensorInfo) (*Layout, error) {
 		l.Offsets[i] = off
 		off += pad(t.Bytes(), align)
 	}
-	// The header is kept for as long as the mount serves the file: keep it
-	// without the buffer's spare capacity.
-	h := make([]byte, pad(int64(b.Len()), align))
-	copy(h, b.Bytes())
-	l.Header = h
-	l.Size = int64(len(l.Header)) + off
+	l.HeaderSize = pad(size+int64(b.Len()), align)
+	last := make([]byte, l.HeaderSize-size)
+	copy(last, b.Bytes())
+	l.Header = append(pieces, last)
+	l.Size = l.HeaderSize + off
 	return l, nil
+}
+
+// Pieces shares equal header pieces between the layouts given to it: every
+// recipe of a model, single file and first split alike, carries the same
+// tokenizer arrays, which a mount then keeps once. The zero value is ready
+// to use.
+type Pieces struct {
+	seed maphash.Seed
+	seen map[uint64][][]byte
+}
+
+// Share replaces each piece of l's header of at least PieceBytes by an
+// equal piece of a layout shared before, when there is one.
+func (s *Pieces) Share(l *Layout) {
+	if s.seen == nil {
+		s.seed, s.seen = maphash.MakeSeed(), make(map[uint64][][]byte)
+	}
+	for i, p := range l.Header {
+		if len(p) < PieceBytes {
+			continue
+		}
+		h := maphash.Bytes(s.seed, p)
+		if j := slices.IndexFunc(s.seen[h], func(q []byte) bool { return bytes.Equal(p, q) }); j >= 0 {
+			l.Header[i] = s.seen[h][j]
+			continue
+		}
+		s.seen[h] = append(s.seen[h], p)
+	}
 }
 
 // le appends a fixed-size scalar little-endian, as binary.Write would,

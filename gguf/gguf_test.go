@@ -388,13 +388,13 @@ func TestDeepseek2Metadata(t *testing.T) {
 // data section being zeros of the right size.
 func readHeader(t *testing.T, f gguf.File) *ggufread.File {
 	t.Helper()
-	r := &zeroTail{head: f.Layout.Header, size: f.Layout.Size}
+	r := &zeroTail{head: f.Layout.HeaderBytes(), size: f.Layout.Size}
 	h, err := ggufread.Read(r, f.Layout.Size)
 	if err != nil {
 		t.Fatalf("%s: %v", f.Name, err)
 	}
-	if h.DataStart != int64(len(f.Layout.Header)) {
-		t.Errorf("%s: data at %d, header %d bytes", f.Name, h.DataStart, len(f.Layout.Header))
+	if h.DataStart != f.Layout.HeaderSize || int64(len(r.head)) != f.Layout.HeaderSize {
+		t.Errorf("%s: data at %d, header %d bytes (%d in its pieces)", f.Name, h.DataStart, f.Layout.HeaderSize, len(r.head))
 	}
 	for i, ti := range h.Tensors {
 		if ti.Name != f.Tensors[i].Name || ti.Size != f.Tensors[i].Bytes() {

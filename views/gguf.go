@@ -47,6 +47,7 @@ func buildGGUF(s *Set, _ string) (Built, error) {
 	mb, _ := strconv.ParseInt(v, 10, 64)
 	split := mb << 20
 	var shared *q2Shared
+	var pieces gguf.Pieces // the tokenizer, once for every file
 	for _, r := range gguf.Recipes() {
 		m, err := r.Plan(s.Cat)
 		if err != nil {
@@ -69,6 +70,7 @@ func buildGGUF(s *Set, _ string) (Built, error) {
 				return Built{}, fmt.Errorf("recipe %s: %w", r.Name, err)
 			}
 			for _, gf := range gfs {
+				pieces.Share(gf.Layout)
 				f, err := ggufFile(s.Opt.DiskCache, shared, r.Name, gf)
 				if err != nil {
 					return Built{}, fmt.Errorf("recipe %s: %s: %w", r.Name, gf.Name, err)
@@ -130,10 +132,13 @@ func usesQ2(m *gguf.Model) bool {
 // padding. Blocks of a costly type (IQ2_XXS, Q2_K) also go through disk,
 // when there is one.
 func ggufFile(disk *diskcache.Cache, shared *q2Shared, recipe string, gf gguf.File) (*vfile.File, error) {
-	f := vfile.NewFile(vfile.Bytes(gf.Layout.Header))
+	f := vfile.NewFile()
+	for _, p := range gf.Layout.Header {
+		f.Append(vfile.Bytes(p))
+	}
 	for i, t := range gf.Tensors {
-		if f.Size() != int64(len(gf.Layout.Header))+gf.Layout.Offsets[i] {
-			return nil, fmt.Errorf("tensor %s lands at %d, its info says %d", t.Name, f.Size()-int64(len(gf.Layout.Header)), gf.Layout.Offsets[i])
+		if f.Size() != gf.Layout.HeaderSize+gf.Layout.Offsets[i] {
+			return nil, fmt.Errorf("tensor %s lands at %d, its info says %d", t.Name, f.Size()-gf.Layout.HeaderSize, gf.Layout.Offsets[i])
 		}
 		rb := t.RowBytes()
 		var n int64
