@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/dsfs/dsfs/checkpoint"
+	"github.com/dsfs/dsfs/internal/fp8ckpt"
 	"github.com/dsfs/dsfs/synth"
 	"github.com/dsfs/dsfs/tokenizer"
 )
@@ -15,8 +16,10 @@ import (
 // server's side of llama.cpp's MAP_POPULATE first load, without FUSE. The
 // source is v4-tiny (MXFP4: experts repacked, FP8 dense to Q8_0) or the
 // checkpoint in $DSFS_BENCH_SRC (bench/gguf-load.sh's v4-bench or
-// v3-bench); the recipe is $DSFS_BENCH_RECIPE, MXFP4 unless set. Run it
-// with -cpuprofile to see where a first load goes.
+// v3-bench); the recipe is $DSFS_BENCH_RECIPE, MXFP4 unless set. With
+// DSFS_BENCH_FP8=1 a BF16 V2/V3 source is first turned into DeepSeek-V3's
+// FP8 layout, as V3 and R1 are published, so that BF16 and Q8_0 decode
+// FP8 blocks. Run it with -cpuprofile to see where a first load goes.
 func BenchmarkGGUFFirstRead(b *testing.B) {
 	dir := os.Getenv("DSFS_BENCH_SRC")
 	if dir == "" {
@@ -25,6 +28,13 @@ func BenchmarkGGUFFirstRead(b *testing.B) {
 			b.Fatal(err)
 		}
 		ggufReady(b, dir)
+	}
+	if os.Getenv("DSFS_BENCH_FP8") == "1" {
+		fp8 := filepath.Join(b.TempDir(), filepath.Base(dir))
+		if err := fp8ckpt.Write(dir, fp8); err != nil {
+			b.Fatal(err)
+		}
+		dir = fp8
 	}
 	recipe := os.Getenv("DSFS_BENCH_RECIPE")
 	if recipe == "" {
