@@ -90,9 +90,9 @@ func (t *TensorInfo) Bytes() int64 { return t.Rows() * t.RowBytes() }
 // Layout is a GGUF file's header and where each tensor's data lands.
 type Layout struct {
 	// Header is everything before the data section, padding included, in
-	// pieces that concatenate to it. A KV value that encodes to at least
-	// PieceBytes (a tokenizer's tokens or merges: megabytes) is a piece
-	// of its own, so that the layouts of one model can share it (Pieces).
+	// pieces that concatenate to it. A KV value that encodes to 64 KiB or
+	// more (a tokenizer's tokens or merges: megabytes) is a piece of its
+	// own, so that the layouts of one model can share it (Pieces).
 	Header [][]byte
 	// HeaderSize is the header's length: where the data section starts.
 	HeaderSize int64
@@ -104,12 +104,9 @@ type Layout struct {
 	Alignment int64
 }
 
-// PieceBytes is the size from which a KV value is a header piece of its
+// pieceBytes is the size from which a KV value is a header piece of its
 // own.
-const PieceBytes = 64 << 10
-
-// HeaderBytes is the header in one slice.
-func (l *Layout) HeaderBytes() []byte { return bytes.Join(l.Header, nil) }
+const pieceBytes = 64 << 10
 
 // Pad is the zero padding after a tensor of n bytes.
 func (l *Layout) Pad(n int64) int64 { return pad(n, l.Alignment) - n }
@@ -155,7 +152,7 @@ func NewLayout(kvs []KV, tensors []TensorInfo) (*Layout, error) {
 		if err := writeValue(&b, kv.Value, true); err != nil {
 			return nil, fmt.Errorf("gguf: key %s: %w", kv.Key, err)
 		}
-		if b.Len()-start >= PieceBytes {
+		if b.Len()-start >= pieceBytes {
 			if start > 0 {
 				cut(start)
 			}
@@ -204,14 +201,14 @@ type Pieces struct {
 	seen map[uint64][][]byte
 }
 
-// Share replaces each piece of l's header of at least PieceBytes by an
+// Share replaces each piece of l's header of 64 KiB or more by an
 // equal piece of a layout shared before, when there is one.
 func (s *Pieces) Share(l *Layout) {
 	if s.seen == nil {
 		s.seed, s.seen = maphash.MakeSeed(), make(map[uint64][][]byte)
 	}
 	for i, p := range l.Header {
-		if len(p) < PieceBytes {
+		if len(p) < pieceBytes {
 			continue
 		}
 		h := maphash.Bytes(s.seed, p)

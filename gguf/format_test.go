@@ -13,6 +13,10 @@ import (
 	"github.com/dsfs/dsfs/internal/ggufread"
 )
 
+// pieceBytes is the size from which a KV value is a header piece of its
+// own (Layout.Header).
+const pieceBytes = 64 << 10
+
 // TestLayoutPieces lays out headers whose tokenizer arrays are large enough
 // to be pieces of their own, on random tokens: every header reads back
 // as the KVs and tensors it was given, each large value is one piece, and
@@ -33,7 +37,7 @@ func TestLayoutPieces(t *testing.T) {
 		}
 		return string(b)
 	}
-	n := 20000 // each array: 80 KB and more, past PieceBytes
+	n := 20000 // each array: 80 KB and more, past pieceBytes
 	tokens, merges, types := make([]string, n), make([]string, n), make([]int32, n)
 	for i := range n {
 		tokens[i], merges[i], types[i] = word(), word()+" "+word(), int32(rng.IntN(6))
@@ -68,16 +72,16 @@ func TestLayoutPieces(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		h := l.HeaderBytes()
+		h := bytes.Join(l.Header, nil)
 		checkHeader(t, fmt.Sprint("layout ", i), l, h, c.kvs, c.tensors)
 		var big int
 		for _, p := range l.Header {
-			if len(p) >= gguf.PieceBytes {
+			if len(p) >= pieceBytes {
 				big++
 			}
 		}
 		if big != 3 {
-			t.Errorf("layout %d: %d pieces of at least %d bytes, want 3 (tokens, token_type, merges)", i, big, gguf.PieceBytes)
+			t.Errorf("layout %d: %d pieces of at least %d bytes, want 3 (tokens, token_type, merges)", i, big, pieceBytes)
 		}
 		layouts, before = append(layouts, l), append(before, h)
 	}
@@ -86,7 +90,7 @@ func TestLayoutPieces(t *testing.T) {
 		pieces.Share(l)
 	}
 	for i, l := range layouts {
-		if !bytes.Equal(l.HeaderBytes(), before[i]) {
+		if !bytes.Equal(bytes.Join(l.Header, nil), before[i]) {
 			t.Errorf("layout %d: sharing changed its header", i)
 		}
 	}

@@ -388,7 +388,7 @@ func TestDeepseek2Metadata(t *testing.T) {
 // data section being zeros of the right size.
 func readHeader(t *testing.T, f gguf.File) *ggufread.File {
 	t.Helper()
-	r := &zeroTail{head: f.Layout.HeaderBytes(), size: f.Layout.Size}
+	r := &zeroTail{head: bytes.Join(f.Layout.Header, nil), size: f.Layout.Size}
 	h, err := ggufread.Read(r, f.Layout.Size)
 	if err != nil {
 		t.Fatalf("%s: %v", f.Name, err)
