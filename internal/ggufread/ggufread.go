@@ -207,13 +207,3 @@ func Read(ra io.ReaderAt, size int64) (*File, error) {
 	}
 	return f, nil
 }
-
-// Tensor returns the tensor info called name.
-func (f *File) Tensor(name string) (Tensor, bool) {
-	for _, t := range f.Tensors {
-		if t.Name == name {
-			return t, true
-		}
-	}
-	return Tensor{}, false
-}
