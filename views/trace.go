@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/dsfs/dsfs/tensorfile"
+	"github.com/dsfs/dsfs/tokenizer"
 	"github.com/dsfs/dsfs/trace"
 	"github.com/dsfs/dsfs/trace/model"
 	v4 "github.com/dsfs/dsfs/trace/v4"
@@ -62,23 +63,10 @@ func buildTrace(s *Set, _ string) (Built, error) {
 	if err != nil {
 		return traceError("cannot read the model", err.Error()), nil
 	}
-	var problems []string
-	tok, err := trace.LoadTokenizer(s.Cat)
-	if err != nil {
-		problems = append(problems, fmt.Sprintf("tokenizer.json: %v; tokens are shown as null", err))
-	}
-	if !user {
-		prompts = trace.DefaultPrompts()
-	}
-	if err := trace.Encode(prompts, tok, m.Config.Vocab); err != nil {
-		if user {
-			return out, fmt.Errorf("--trace-prompts %s: %w", s.option("trace", "trace-prompts"), err)
-		}
-		summary := "cannot run the default prompts"
-		if tok == nil && problems != nil {
-			summary += " without a usable tokenizer.json"
-		}
-		return traceError(summary, fmt.Sprintf("the default prompts cannot run: %v", err), problems...), nil
+	tok := loadTraceTokenizer(s)
+	problems, failed, err := tok.encode(s, &prompts, user, m.Config.Vocab)
+	if failed != nil || err != nil {
+		return *failed, err
 	}
 	// The backend starts only for a model it can run: CUDA compiles its
 	// kernels and takes device memory.
@@ -95,7 +83,7 @@ func buildTrace(s *Set, _ string) (Built, error) {
 	// Up to three decoded float32 matrices in flight, plus the kept hidden
 	// states: a V3 layer's largest matrix is ~150 MB decoded.
 	out.Working += traceWorkingMemory
-	tr := trace.New(m, backend, prompts, tok, slog.Default())
+	tr := trace.New(m, backend, prompts, tok.tok, slog.Default())
 	out.Stats = func() any {
 		return map[string]any{"layer_forwards": tr.Forwards(), "backend": backend.Name()}
 	}
@@ -132,6 +120,45 @@ func buildTrace(s *Set, _ string) (Built, error) {
 	}
 	out.Root = tree("", files)
 	return out, nil
+}
+
+// traceTokenizer is the checkpoint's tokenizer as trace/ loaded it, once
+// for the prompts and, for V4.1, the Engram token map: tok is nil when
+// the checkpoint has none or err says why it cannot be read.
+type traceTokenizer struct {
+	tok *tokenizer.Tokenizer
+	err error
+}
+
+func loadTraceTokenizer(s *Set) traceTokenizer {
+	tok, err := trace.LoadTokenizer(s.Cat)
+	return traceTokenizer{tok, err}
+}
+
+// encode encodes the prompts (the defaults unless the user gave some) for
+// a vocabulary of vocab ids. A tokenizer that cannot be read is a
+// problem, not a failure, for prompts of token ids; failed is trace/'s
+// ERROR.txt when the default prompts cannot be encoded, and err says why
+// a user's cannot.
+func (t traceTokenizer) encode(s *Set, prompts *[]trace.Prompt, user bool, vocab int) (problems []string, failed *Built, err error) {
+	if t.err != nil {
+		problems = append(problems, fmt.Sprintf("tokenizer.json: %v; tokens are shown as null", t.err))
+	}
+	if !user {
+		*prompts = trace.DefaultPrompts()
+	}
+	if err := trace.Encode(*prompts, t.tok, vocab); err != nil {
+		if user {
+			return nil, &Built{}, fmt.Errorf("--trace-prompts %s: %w", s.option("trace", "trace-prompts"), err)
+		}
+		summary := "cannot run the default prompts"
+		if t.tok == nil && problems != nil {
+			summary += " without a usable tokenizer.json"
+		}
+		b := traceError(summary, fmt.Sprintf("the default prompts cannot run: %v", err), problems...)
+		return nil, &b, nil
+	}
+	return problems, nil, nil
 }
 
 // traceBackend starts the backend of --device through Opt.Backend, or

@@ -32,7 +32,7 @@ func buildTraceV4(s *Set, prompts []trace.Prompt, user bool) (Built, error) {
 	if err != nil {
 		return traceError("cannot read the model", err.Error()), nil
 	}
-	return s.serveV4Trace(m, m.Config.Vocab, m.Config.Layers, prompts, user, prec, func(prompts []trace.Prompt, tok *tokenizer.Tokenizer) v4Tracer {
+	return s.serveV4Trace(m, m.Config.Vocab, m.Config.Layers, loadTraceTokenizer(s), prompts, user, prec, func(prompts []trace.Prompt, tok *tokenizer.Tokenizer) v4Tracer {
 		return trace.NewV4(m, prec, prompts, tok, slog.Default())
 	})
 }
@@ -45,25 +45,27 @@ func buildTraceV41(s *Set, prompts []trace.Prompt, user bool) (Built, error) {
 	if err != nil {
 		return Built{}, err
 	}
-	files, failed := readCatalogFiles(s, "inference/config.json", "tokenizer.json")
+	files, failed := readCatalogFiles(s, "inference/config.json")
 	if failed != nil {
 		return *failed, nil
 	}
-	m, err := v4.Open41(s.Cat, files["inference/config.json"], files["tokenizer.json"])
+	// One tokenizer for the prompts and the Engram token map.
+	tok := loadTraceTokenizer(s)
+	m, err := v4.Open41(s.Cat, files["inference/config.json"], tok.tok)
 	if err != nil {
 		return traceError("cannot read the model", err.Error()), nil
 	}
-	return s.serveV4Trace(m, m.Config.Vocab, m.Config.Layers, prompts, user, prec, func(prompts []trace.Prompt, tok *tokenizer.Tokenizer) v4Tracer {
+	return s.serveV4Trace(m, m.Config.Vocab, m.Config.Layers, tok, prompts, user, prec, func(prompts []trace.Prompt, tok *tokenizer.Tokenizer) v4Tracer {
 		return trace.NewV41(m, prec, prompts, tok, slog.Default())
 	})
 }
 
 // serveV4Trace is trace/ of an opened V4-family model m of vocab ids and
-// layers layers: it encodes the prompts, starts the backend --device
-// chooses and lays out the files of the tracer newTracer makes.
-func (s *Set) serveV4Trace(m v4Model, vocab, layers int, prompts []trace.Prompt, user bool, prec v4.Precision, newTracer func([]trace.Prompt, *tokenizer.Tokenizer) v4Tracer) (Built, error) {
+// layers layers: it encodes the prompts with tok, starts the backend
+// --device chooses and lays out the files of the tracer newTracer makes.
+func (s *Set) serveV4Trace(m v4Model, vocab, layers int, tok traceTokenizer, prompts []trace.Prompt, user bool, prec v4.Precision, newTracer func([]trace.Prompt, *tokenizer.Tokenizer) v4Tracer) (Built, error) {
 	var out Built
-	tok, problems, failed, err := v4Prompts(s, &prompts, user, vocab)
+	problems, failed, err := tok.encode(s, &prompts, user, vocab)
 	if failed != nil || err != nil {
 		return *failed, err
 	}
@@ -72,7 +74,7 @@ func (s *Set) serveV4Trace(m v4Model, vocab, layers int, prompts []trace.Prompt,
 		return out, err
 	}
 	m.SetBackend(backend)
-	tr := newTracer(prompts, tok)
+	tr := newTracer(prompts, tok.tok)
 	out.Stats = func() any {
 		return map[string]any{"layer_forwards": tr.Forwards(), "backend": tr.BackendName(), "precision": string(prec)}
 	}
@@ -97,33 +99,6 @@ func readCatalogFiles(s *Set, names ...string) (map[string][]byte, *Built) {
 		}
 	}
 	return files, nil
-}
-
-// v4Prompts loads the checkpoint's tokenizer and encodes the prompts
-// (the defaults unless the user gave some) for a vocabulary of vocab ids.
-// A tokenizer that cannot be read is a problem, not a failure, for
-// prompts of token ids; failed is trace/'s ERROR.txt when the default
-// prompts cannot be encoded, and err says why a user's cannot.
-func v4Prompts(s *Set, prompts *[]trace.Prompt, user bool, vocab int) (tok *tokenizer.Tokenizer, problems []string, failed *Built, err error) {
-	tok, terr := trace.LoadTokenizer(s.Cat)
-	if terr != nil {
-		problems = append(problems, fmt.Sprintf("tokenizer.json: %v; tokens are shown as null", terr))
-	}
-	if !user {
-		*prompts = trace.DefaultPrompts()
-	}
-	if err := trace.Encode(*prompts, tok, vocab); err != nil {
-		if user {
-			return nil, nil, &Built{}, fmt.Errorf("--trace-prompts %s: %w", s.option("trace", "trace-prompts"), err)
-		}
-		summary := "cannot run the default prompts"
-		if tok == nil && problems != nil {
-			summary += " without a usable tokenizer.json"
-		}
-		b := traceError(summary, fmt.Sprintf("the default prompts cannot run: %v", err), problems...)
-		return nil, nil, &b, nil
-	}
-	return tok, problems, nil, nil
 }
 
 // v4Backend starts what V4 and V4.1 layers run on for --device (nil: the host

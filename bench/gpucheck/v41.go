@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dsfs/dsfs/cuda"
+	"github.com/dsfs/dsfs/tokenizer"
 	v4 "github.com/dsfs/dsfs/trace/v4"
 )
 
@@ -25,7 +26,11 @@ func (c *checker) v41Tiny(dir string) error {
 		if err != nil {
 			return nil, err
 		}
-		return v4.Open41(cat, files[0], files[1])
+		tok, err := tokenizer.Parse(files[1])
+		if err != nil {
+			return nil, fmt.Errorf("tokenizer.json: %w", err)
+		}
+		return v4.Open41(cat, files[0], tok)
 	}
 	host, err := open()
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/dsfs/dsfs/checkpoint"
+	"github.com/dsfs/dsfs/tokenizer"
 	"github.com/dsfs/dsfs/trace/v4"
 )
 
@@ -29,11 +30,11 @@ func Open(tb testing.TB, dir string) *v4.Model {
 func Open41(tb testing.TB, dir string) *v4.Model41 {
 	tb.Helper()
 	cat, inf := open(tb, dir)
-	tj, err := os.ReadFile(filepath.Join(dir, "tokenizer.json"))
+	tok, err := tokenizer.Load(filepath.Join(dir, "tokenizer.json"))
 	if err != nil {
 		tb.Fatal(err)
 	}
-	m, err := v4.Open41(cat, inf, tj)
+	m, err := v4.Open41(cat, inf, tok)
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/dsfs/dsfs/internal/testdata"
 	"github.com/dsfs/dsfs/safetensors"
+	"github.com/dsfs/dsfs/tokenizer"
 )
 
 // flash41Layer writes a one-layer checkpoint with V4.1-Flash's shapes for
@@ -96,11 +97,11 @@ func BenchmarkFlash41Layer(b *testing.B) {
 	dir := b.TempDir()
 	flash41Layer(b, dir, experts)
 	cat := openBenchCatalog(b, dir)
-	tj, err := os.ReadFile(filepath.Join(dir, "tokenizer.json"))
+	tok, err := tokenizer.Load(filepath.Join(dir, "tokenizer.json"))
 	if err != nil {
 		b.Fatal(err)
 	}
-	m, err := Open41(cat, nil, tj)
+	m, err := Open41(cat, nil, tok)
 	if err != nil {
 		b.Fatal(err)
 	}

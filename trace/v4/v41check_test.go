@@ -13,6 +13,7 @@ import (
 	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/codecs"
 	"github.com/dsfs/dsfs/internal/testdata"
+	"github.com/dsfs/dsfs/tokenizer"
 )
 
 // editedCatalog is the v41-tiny catalog with tensors renamed (old -> new;
@@ -50,9 +51,9 @@ func TestOpen41Roles(t *testing.T) {
 		"layers.2.attn.compressor.wkv.weight": "+layers.3.attn.compressor.wkv.weight",
 		"layers.4.attn.indexer.wk.weight":     "",
 	})
-	tj := mustRead(t, "tokenizer.json")
+	tok := mustTokenizer(t)
 	inf := mustRead(t, "inference/config.json")
-	m2, err := Open41(cat, inf, tj)
+	m2, err := Open41(cat, inf, tok)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,16 +76,16 @@ func TestOpen41Roles(t *testing.T) {
 // the configuration, or whose token map cannot be built.
 func TestOpen41EngramChecks(t *testing.T) {
 	m, _ := loadGolden41(t)
-	tj := mustRead(t, "tokenizer.json")
+	tok := mustTokenizer(t)
 	inf := mustRead(t, "inference/config.json")
 	for _, tc := range []struct {
 		name      string
 		inference string
-		tok       []byte
+		tok       *tokenizer.Tokenizer
 		want      string
 	}{
-		{"rows", strings.Replace(string(inf), "1054", "1055", 1), tj, "primes sum to 1054 rows, engram_num_embeddings says 1055"},
-		{"map size", strings.Replace(string(inf), `"engram_compressed_vocab_size": 408`, `"engram_compressed_vocab_size": 409`, 1), tj,
+		{"rows", strings.Replace(string(inf), "1054", "1055", 1), tok, "primes sum to 1054 rows, engram_num_embeddings says 1055"},
+		{"map size", strings.Replace(string(inf), `"engram_compressed_vocab_size": 408`, `"engram_compressed_vocab_size": 409`, 1), tok,
 			"the Engram token map has 408 compressed ids, engram_compressed_vocab_size says 409"},
 		{"no tokenizer", string(inf), nil, "tokenizer.json: missing"},
 	} {
@@ -135,6 +136,16 @@ func mustRead(t *testing.T, name string) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// mustTokenizer is v41-tiny's tokenizer.
+func mustTokenizer(t *testing.T) *tokenizer.Tokenizer {
+	t.Helper()
+	tok, err := tokenizer.Parse(mustRead(t, "tokenizer.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
 }
 
 // TestFP4QuantE4M3 checks V4.1's compressed-KV quantiser against a brute
@@ -189,7 +200,7 @@ func TestDSparkStagesListed(t *testing.T) {
 		"layers.0.attn_norm.weight": "+mtp.0.attn_norm.weight",
 		"norm.weight":               "+mtp.2.norm.weight",
 	})
-	m2, err := Open41(cat, mustRead(t, "inference/config.json"), mustRead(t, "tokenizer.json"))
+	m2, err := Open41(cat, mustRead(t, "inference/config.json"), mustTokenizer(t))
 	if err != nil {
 		t.Fatal(err)
 	}

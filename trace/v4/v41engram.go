@@ -32,14 +32,11 @@ type EngramHash struct {
 	Multipliers [][]int64 `json:"multipliers"`
 }
 
-// NewEngramHash builds the hashing layout of cfg's Engram layers from
-// tokenizer.json, checking the map's size and the primes' sums against
-// the configuration (a mismatch would silently rehash every table row).
-func NewEngramHash(cfg *Config41, tokenizerJSON []byte) (*EngramHash, error) {
-	tok, err := tokenizer.Parse(tokenizerJSON)
-	if err != nil {
-		return nil, fmt.Errorf("tokenizer.json: %w", err)
-	}
+// NewEngramHash builds the hashing layout of cfg's Engram layers from the
+// checkpoint's tokenizer, checking the map's size and the primes' sums
+// against the configuration (a mismatch would silently rehash every table
+// row).
+func NewEngramHash(cfg *Config41, tok *tokenizer.Tokenizer) (*EngramHash, error) {
 	e := &EngramHash{}
 	e.Map, e.MapSize = CompressedTokenMap(tok)
 	if e.MapSize != cfg.EngramCompressedSize {

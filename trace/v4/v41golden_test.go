@@ -3,11 +3,11 @@ package v4
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"testing"
 
 	"github.com/dsfs/dsfs/internal/testdata"
+	"github.com/dsfs/dsfs/tokenizer"
 )
 
 type goldenLayer41 struct {
@@ -90,11 +90,11 @@ func loadGolden41(t *testing.T) (*Model41, *golden41) {
 func open41Dir(t *testing.T, dir string) *Model41 {
 	t.Helper()
 	cat, inf := openCatalog(t, dir)
-	tj, err := os.ReadFile(filepath.Join(dir, "tokenizer.json"))
+	tok, err := tokenizer.Load(filepath.Join(dir, "tokenizer.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := Open41(cat, inf, tj)
+	m, err := Open41(cat, inf, tok)
 	if err != nil {
 		t.Fatal(err)
 	}

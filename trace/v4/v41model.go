@@ -10,6 +10,7 @@ import (
 
 	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/safetensors"
+	"github.com/dsfs/dsfs/tokenizer"
 	"github.com/dsfs/dsfs/trace/model"
 )
 
@@ -54,10 +55,10 @@ type layer41Tensors struct {
 }
 
 // Open41 checks that cat holds a DeepSeek-V4.1 checkpoint in the flat
-// layout; inference is inference/config.json (nil when absent) and
-// tokenizerJSON the checkpoint's tokenizer.json (nil when absent: Engram
-// layers then cannot run).
-func Open41(cat *checkpoint.Catalog, inference, tokenizerJSON []byte) (*Model41, error) {
+// layout; inference is inference/config.json (nil when absent) and tok
+// the checkpoint's tokenizer (nil when it has none or it cannot be read:
+// Engram layers then cannot run).
+func Open41(cat *checkpoint.Catalog, inference []byte, tok *tokenizer.Tokenizer) (*Model41, error) {
 	if cat.ConfigBytes == nil {
 		return nil, errors.New("config.json: missing or unreadable")
 	}
@@ -76,9 +77,9 @@ func Open41(cat *checkpoint.Catalog, inference, tokenizerJSON []byte) (*Model41,
 	m.norm = c.tensor("norm.weight", kindFloat, cfg.Hidden, 0)
 	m.headProblems = c.problems
 	if len(cfg.EngramLayers) > 0 {
-		if tokenizerJSON == nil {
-			m.EngramProblem = "tokenizer.json: missing; the Engram token map is built from it"
-		} else if m.Engram, err = NewEngramHash(cfg, tokenizerJSON); err != nil {
+		if tok == nil {
+			m.EngramProblem = "tokenizer.json: missing or unreadable; the Engram token map is built from it"
+		} else if m.Engram, err = NewEngramHash(cfg, tok); err != nil {
 			m.EngramProblem = err.Error()
 		}
 	}
