@@ -61,6 +61,7 @@ func buildGGUF(s *Set, _ string) (Built, error) {
 			}
 		}
 		fmt.Fprintf(&readme, "- `%s/`: %s\n", r.Name, r.About)
+		blocks := ggufBlocks(s.Opt.DiskCache, r.Name, m)
 		for _, layout := range []struct {
 			dir   string
 			split int64
@@ -71,7 +72,7 @@ func buildGGUF(s *Set, _ string) (Built, error) {
 			}
 			for _, gf := range gfs {
 				pieces.Share(gf.Layout)
-				f, err := ggufFile(s.Opt.DiskCache, shared, r.Name, gf)
+				f, err := ggufFile(blocks, shared, gf)
 				if err != nil {
 					return Built{}, fmt.Errorf("recipe %s: %s: %w", r.Name, gf.Name, err)
 				}
@@ -126,12 +127,39 @@ func usesQ2(m *gguf.Model) bool {
 	return false
 }
 
+// ggufBlocks makes the blocks of whole rows of every part of m's tensors
+// that is computed, not served from the source or from q2/, by tensor
+// name and part index: once for the single file and the split shards,
+// which serve the same blocks. Blocks of a costly type (IQ2_XXS, Q2_K)
+// also go through disk, when there is one.
+func ggufBlocks(disk *diskcache.Cache, recipe string, m *gguf.Model) map[string][]*vfile.Blocks {
+	blocks := make(map[string][]*vfile.Blocks, len(m.Tensors))
+	for i := range m.Tensors {
+		t := &m.Tensors[i]
+		bs := make([]*vfile.Blocks, len(t.Parts))
+		for j := range t.Parts {
+			p := &t.Parts[j]
+			if p.Q2 || p.Decode == nil && p.Bytes == nil {
+				continue
+			}
+			compute := func(ctx context.Context, lo, hi int64, dst []byte) error { return t.Fill(ctx, *p, lo, hi, dst) }
+			if disk != nil && t.Type.Costly() {
+				compute = diskCached(disk, t, p, compute)
+			}
+			bs[j] = tensorfile.RowBlocks(fmt.Sprintf("gguf/%s/%s#%d", recipe, t.Name, j), p.Rows, t.RowBytes(), compute)
+		}
+		blocks[t.Name] = bs
+	}
+	return blocks
+}
+
+// zeros backs the padding after the tensors, which is under an alignment.
+var zeros [gguf.DefaultAlignment]byte
+
 // ggufFile turns a laid-out GGUF file into segments: the header, then each
 // tensor's parts (source bytes served unchanged, q2/'s own blocks, or
-// blocks of whole rows computed through the block cache) and its zero
-// padding. Blocks of a costly type (IQ2_XXS, Q2_K) also go through disk,
-// when there is one.
-func ggufFile(disk *diskcache.Cache, shared *q2Shared, recipe string, gf gguf.File) (*vfile.File, error) {
+// the blocks ggufBlocks made) and its zero padding.
+func ggufFile(blocks map[string][]*vfile.Blocks, shared *q2Shared, gf gguf.File) (*vfile.File, error) {
 	f := vfile.NewFile()
 	for _, p := range gf.Layout.Header {
 		f.Append(vfile.Bytes(p))
@@ -161,19 +189,22 @@ func ggufFile(disk *diskcache.Cache, shared *q2Shared, recipe string, gf gguf.Fi
 				}
 				f.Append(vfile.Range{R: p.Src, Off: 0, N: p.Src.Size})
 			default:
-				t, p := t, p
-				compute := func(ctx context.Context, lo, hi int64, dst []byte) error { return t.Fill(ctx, p, lo, hi, dst) }
-				if disk != nil && t.Type.Costly() {
-					compute = diskCached(disk, t, p, compute)
+				bs := blocks[t.Name]
+				if len(bs) != len(t.Parts) || bs[j] == nil || bs[j].N != p.Rows*rb {
+					return nil, fmt.Errorf("tensor %s: part %d has no blocks of %d rows of %d bytes", t.Name, j, p.Rows, rb)
 				}
-				f.Append(tensorfile.RowBlocks(fmt.Sprintf("gguf/%s/%s#%d", recipe, t.Name, j), p.Rows, rb, compute))
+				f.Append(bs[j])
 			}
 			n += p.Rows * rb
 		}
 		if n != t.Bytes() {
 			return nil, fmt.Errorf("tensor %s: parts hold %d bytes, %s %v needs %d", t.Name, n, t.Type.Name, t.Ne, t.Bytes())
 		}
-		f.Append(vfile.Bytes(make([]byte, gf.Layout.Pad(n))))
+		if pad := gf.Layout.Pad(n); pad <= int64(len(zeros)) {
+			f.Append(vfile.Bytes(zeros[:pad]))
+		} else {
+			f.Append(vfile.Bytes(make([]byte, pad)))
+		}
 	}
 	if f.Size() != gf.Layout.Size {
 		return nil, fmt.Errorf("file is %d bytes, its layout %d", f.Size(), gf.Layout.Size)
@@ -184,7 +215,7 @@ func ggufFile(disk *diskcache.Cache, shared *q2Shared, recipe string, gf gguf.Fi
 // diskCached keeps the rows compute makes in disk, keyed (as q2/'s blocks)
 // by the SHA-256 of the codec version, the type, the geometry and the
 // source bytes the rows are made from.
-func diskCached(disk *diskcache.Cache, t gguf.Tensor, p gguf.Part, compute func(ctx context.Context, lo, hi int64, dst []byte) error) func(ctx context.Context, lo, hi int64, dst []byte) error {
+func diskCached(disk *diskcache.Cache, t *gguf.Tensor, p *gguf.Part, compute func(ctx context.Context, lo, hi int64, dst []byte) error) func(ctx context.Context, lo, hi int64, dst []byte) error {
 	return func(ctx context.Context, lo, hi int64, dst []byte) error {
 		src, err := p.SourceBytes(lo, hi)
 		if err != nil {
