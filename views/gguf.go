@@ -153,7 +153,8 @@ func ggufBlocks(disk *diskcache.Cache, recipe string, m *gguf.Model) map[string]
 	return blocks
 }
 
-// zeros backs the padding after the tensors, which is under an alignment.
+// zeros backs the padding after each tensor, which is shorter than the
+// alignment the recipes write.
 var zeros [gguf.DefaultAlignment]byte
 
 // ggufFile turns a laid-out GGUF file into segments: the header, then each
