@@ -14,7 +14,7 @@ import (
 	"github.com/dsfs/dsfs/gguf"
 	"github.com/dsfs/dsfs/internal/testdata"
 	"github.com/dsfs/dsfs/safetensors"
-	"github.com/dsfs/dsfs/tokenizer"
+	"github.com/dsfs/dsfs/synth"
 )
 
 // openV4 copies testdata/trace/v4-tiny (the official V4-Flash layout,
@@ -32,12 +32,9 @@ func openV4(t *testing.T) *checkpoint.Catalog {
 		}
 		os.WriteFile(filepath.Join(dir, name), b, 0o644)
 	}
-	tok, err := tokenizer.Synthesize(512 - 259)
-	if err != nil {
+	if err := synth.WriteTokenizer(dir, 512); err != nil {
 		t.Fatal(err)
 	}
-	os.WriteFile(filepath.Join(dir, "tokenizer.json"), tok, 0o644)
-	os.WriteFile(filepath.Join(dir, "tokenizer_config.json"), tokenizer.SynthesizeConfig(), 0o644)
 	cat, err := checkpoint.Open(dir)
 	if err != nil {
 		t.Fatal(err)

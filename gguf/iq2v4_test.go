@@ -3,7 +3,6 @@ package gguf_test
 import (
 	"bytes"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -14,7 +13,6 @@ import (
 	"github.com/dsfs/dsfs/codecs/q2k"
 	"github.com/dsfs/dsfs/gguf"
 	"github.com/dsfs/dsfs/synth"
-	"github.com/dsfs/dsfs/tokenizer"
 )
 
 // openSynthV4 writes synth's v4-tiny (the V4-Flash layout with every
@@ -26,14 +24,8 @@ func openSynthV4(t testing.TB) *checkpoint.Catalog {
 	if err := synth.Write("v4-tiny", dir); err != nil {
 		t.Fatal(err)
 	}
-	tok, err := tokenizer.Synthesize(1024 - 259)
-	if err != nil {
+	if err := synth.WriteTokenizer(dir, 1024); err != nil {
 		t.Fatal(err)
-	}
-	for name, data := range map[string][]byte{"tokenizer.json": tok, "tokenizer_config.json": tokenizer.SynthesizeConfig()} {
-		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
-			t.Fatal(err)
-		}
 	}
 	cat, err := checkpoint.Open(dir)
 	if err != nil {

@@ -12,7 +12,7 @@ import (
 
 	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/internal/testdata"
-	"github.com/dsfs/dsfs/tokenizer"
+	"github.com/dsfs/dsfs/synth"
 	v4 "github.com/dsfs/dsfs/trace/v4"
 )
 
@@ -59,12 +59,9 @@ func v4GGUFCheckpoint(t *testing.T) (dir string, prompts [][]int) {
 	if err := os.WriteFile(filepath.Join(dir, "model-00002-of-00002.safetensors"), repeatRows(t, b, "layers.3.attn.compressor.ape", 128), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	tok, err := tokenizer.Synthesize(512 - 259)
-	if err != nil {
+	if err := synth.WriteTokenizer(dir, 512); err != nil {
 		t.Fatal(err)
 	}
-	os.WriteFile(filepath.Join(dir, "tokenizer.json"), tok, 0o644)
-	os.WriteFile(filepath.Join(dir, "tokenizer_config.json"), tokenizer.SynthesizeConfig(), 0o644)
 	return dir, prompts
 }
 

@@ -272,7 +272,15 @@ func WriteMLA(s MLASpec, dir string) error {
 	if s.Vocab < tokenizerBase {
 		return nil
 	}
-	tok, err := tokenizer.Synthesize(s.Vocab - tokenizerBase)
+	return WriteTokenizer(dir, s.Vocab)
+}
+
+// WriteTokenizer writes into dir the tokenizer.json of tokenizer.Synthesize
+// for a vocabulary of vocab ids (at least 259: its byte and special
+// tokens) and its tokenizer_config.json, the files gguf/ and trace/ read
+// beside a checkpoint.
+func WriteTokenizer(dir string, vocab int) error {
+	tok, err := tokenizer.Synthesize(vocab - tokenizerBase)
 	if err != nil {
 		return fmt.Errorf("synth: tokenizer.json: %w", err)
 	}

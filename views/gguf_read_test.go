@@ -8,7 +8,6 @@ import (
 	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/internal/fp8ckpt"
 	"github.com/dsfs/dsfs/synth"
-	"github.com/dsfs/dsfs/tokenizer"
 )
 
 // BenchmarkGGUFFirstRead reads a recipe's single GGUF whole through a
@@ -27,7 +26,9 @@ func BenchmarkGGUFFirstRead(b *testing.B) {
 		if err := synth.Write("v4-tiny", dir); err != nil {
 			b.Fatal(err)
 		}
-		ggufReady(b, dir)
+		if err := synth.WriteTokenizer(dir, 1024); err != nil { // gguf/ needs one; v4-tiny has none
+			b.Fatal(err)
+		}
 	}
 	if os.Getenv("DSFS_BENCH_FP8") == "1" {
 		fp8 := filepath.Join(b.TempDir(), filepath.Base(dir))
@@ -59,18 +60,4 @@ func BenchmarkGGUFFirstRead(b *testing.B) {
 		b.Fatalf("gguf/%s: no single file among %d entries", recipe, len(r.Children))
 	}
 	benchmarkFirstRead(b, n.File, 1<<20)
-}
-
-// ggufReady adds what gguf/ needs and synth's v4-tiny leaves out: the
-// tokenizer files.
-func ggufReady(b *testing.B, dir string) {
-	tok, err := tokenizer.Synthesize(1024 - 259)
-	if err != nil {
-		b.Fatal(err)
-	}
-	for name, data := range map[string][]byte{"tokenizer.json": tok, "tokenizer_config.json": tokenizer.SynthesizeConfig()} {
-		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
-			b.Fatal(err)
-		}
-	}
 }
