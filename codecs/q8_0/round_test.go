@@ -65,12 +65,18 @@ func TestRoundf(t *testing.T) {
 			t.Fatalf("seed %d: roundf(%g = %#08x) = %g, want %g", seed, f, math.Float32bits(f), got, want)
 		}
 	}
+	roundingInputs(rng, check)
+}
+
+// roundingInputs calls check on the edge values, then on random bit
+// patterns and on random values in the codes' range, where most halves
+// fall.
+func roundingInputs(rng *rand.Rand, check func(float32)) {
 	for _, f := range edgeFloats() {
 		check(f)
 	}
 	for range 1 << 20 {
 		check(math.Float32frombits(rng.Uint32()))
-		// Values in the codes' range, where most halves fall.
 		check(float32(rng.IntN(1<<16)-1<<15) / 256)
 		check((rng.Float32()*2 - 1) * 128)
 	}
@@ -135,14 +141,7 @@ func TestRoundAway(t *testing.T) {
 			t.Fatalf("seed %d: roundAway(%g = %#08x) = %d, want %d", seed, f, math.Float32bits(f), got, want)
 		}
 	}
-	for _, f := range edgeFloats() {
-		check(f)
-	}
-	for range 1 << 20 {
-		check(math.Float32frombits(rng.Uint32()))
-		check(float32(rng.IntN(1<<16)-1<<15) / 256)
-		check((rng.Float32()*2 - 1) * 128)
-	}
+	roundingInputs(rng, check)
 }
 
 // BenchmarkQuantize runs Quantize and, in the same run, quantizeFloat64
