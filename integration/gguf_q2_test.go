@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,7 +17,6 @@ import (
 	"github.com/dsfs/dsfs/internal/testdata"
 	"github.com/dsfs/dsfs/safetensors"
 	"github.com/dsfs/dsfs/synth"
-	"github.com/dsfs/dsfs/tokenizer"
 )
 
 // v4GGUFSpec is synth's v4-tiny (the V4-Flash layout) at
@@ -47,20 +47,14 @@ func synthV4GGUF(t *testing.T, spec synth.Spec) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var cfg map[string]any
-	if err := json.Unmarshal(b, &cfg); err != nil {
+	if b, err = checkpoint.PatchConfig(b, []string{"max_position_embeddings"}, 65536); err != nil {
 		t.Fatal(err)
 	}
-	cfg["max_position_embeddings"] = 65536
-	b, _ = json.MarshalIndent(cfg, "", "  ")
-	tok, err := tokenizer.Synthesize(spec.Vocab - 259)
-	if err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), b, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	for name, data := range map[string][]byte{"config.json": b, "tokenizer.json": tok, "tokenizer_config.json": tokenizer.SynthesizeConfig()} {
-		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
-			t.Fatal(err)
-		}
+	if err := synth.WriteTokenizer(dir, spec.Vocab); err != nil {
+		t.Fatal(err)
 	}
 	return dir
 }
@@ -207,14 +201,7 @@ func TestGGUFQ2Shared(t *testing.T) {
 // copied from src.
 func v4FileValues(t *testing.T, path, src string) string {
 	t.Helper()
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := ggufread.Read(bytes.NewReader(data), int64(len(data)))
-	if err != nil {
-		t.Fatalf("%s: %v", path, err)
-	}
+	data, f := readGGUF(t, path)
 	cat, err := checkpoint.Open(src)
 	if err != nil {
 		t.Fatal(err)
@@ -265,34 +252,18 @@ func v4FileValues(t *testing.T, path, src string) string {
 			src2[ct.Name] = ct
 		}
 	}
-	lay, err := safetensors.NewLayout(nil, specs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	file := bytes.NewBuffer(lay.Header)
-	for _, lt := range lay.Tensors {
-		if v, ok := values[lt.Name]; ok {
-			binary.Write(file, binary.LittleEndian, v)
-			continue
+	return writeValueCheckpoint(t, src, []string{"config.json", "inference/config.json"}, specs, func(w io.Writer, name string) {
+		if v, ok := values[name]; ok {
+			binary.Write(w, binary.LittleEndian, v)
+			return
 		}
-		ct := src2[lt.Name]
+		ct := src2[name]
 		b := make([]byte, ct.Size)
 		if _, err := ct.Shard.ReadAt(b, ct.Offset); err != nil {
 			t.Fatal(err)
 		}
-		file.Write(b)
-	}
-	dir := filepath.Join(t.TempDir(), "from-gguf")
-	if err := os.MkdirAll(filepath.Join(dir, "inference"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for _, name := range []string{"config.json", "inference/config.json"} {
-		copyFile(t, filepath.Join(src, name), filepath.Join(dir, name))
-	}
-	if err := os.WriteFile(filepath.Join(dir, "model.safetensors"), file.Bytes(), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return dir
+		w.Write(b)
+	})
 }
 
 // louderExperts multiplies every routed expert of a checkpoint by 2^k, in

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -92,6 +93,47 @@ func ggufCheckpoint(t *testing.T, name string) (dir string, prompts [][]int) {
 		copyFile(t, filepath.Join(tok, f), filepath.Join(dir, f))
 	}
 	return dir, prompts
+}
+
+// readGGUF reads a GGUF file whole and parses its header with the strict
+// reader.
+func readGGUF(t *testing.T, path string) ([]byte, *ggufread.File) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := ggufread.Read(bytes.NewReader(data), int64(len(data)))
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return data, f
+}
+
+// writeValueCheckpoint writes a one-shard checkpoint of specs into a new
+// folder "from-gguf", each tensor's bytes from write, with the configs
+// (paths under src) copied beside it, and returns the folder.
+func writeValueCheckpoint(t *testing.T, src string, configs []string, specs []safetensors.Spec, write func(w io.Writer, name string)) string {
+	t.Helper()
+	lay, err := safetensors.NewLayout(nil, specs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := bytes.NewBuffer(lay.Header)
+	for _, lt := range lay.Tensors {
+		write(file, lt.Name)
+	}
+	dir := filepath.Join(t.TempDir(), "from-gguf")
+	for _, name := range configs {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, name)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		copyFile(t, filepath.Join(src, name), filepath.Join(dir, name))
+	}
+	if err := os.WriteFile(filepath.Join(dir, "model.safetensors"), file.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }
 
 func copyFile(t *testing.T, from, to string) {
@@ -398,14 +440,7 @@ func ggufTensorValues(t *testing.T, f *ggufread.File, data []byte, ti ggufread.T
 // mounted byte stands for are checked, whatever the recipe.
 func ggufAsCheckpoint(t *testing.T, path, src string) string {
 	t.Helper()
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := ggufread.Read(bytes.NewReader(data), int64(len(data)))
-	if err != nil {
-		t.Fatalf("%s: %v", path, err)
-	}
+	data, f := readGGUF(t, path)
 	hf := map[string]string{
 		"attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm",
 		"attn_q": "self_attn.q_proj", "attn_q_a": "self_attn.q_a_proj", "attn_q_a_norm": "self_attn.q_a_layernorm",
@@ -491,23 +526,9 @@ func ggufAsCheckpoint(t *testing.T, path, src string) string {
 	for name := range out {
 		specs = append(specs, safetensors.Spec{Name: name, DType: safetensors.F32, Shape: shapes[name]})
 	}
-	lay, err := safetensors.NewLayout(nil, specs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	file := bytes.NewBuffer(lay.Header)
-	for _, ti := range lay.Tensors {
-		binary.Write(file, binary.LittleEndian, out[ti.Name])
-	}
-	dir := filepath.Join(t.TempDir(), "from-gguf")
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	copyFile(t, filepath.Join(src, "config.json"), filepath.Join(dir, "config.json"))
-	if err := os.WriteFile(filepath.Join(dir, "model.safetensors"), file.Bytes(), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return dir
+	return writeValueCheckpoint(t, src, []string{"config.json"}, specs, func(w io.Writer, name string) {
+		binary.Write(w, binary.LittleEndian, out[name])
+	})
 }
 
 // TestGGUFLlamaCppExpertOrder is the negative control of the logit
@@ -535,14 +556,7 @@ func TestGGUFLlamaCppExpertOrder(t *testing.T) {
 // file and how many tensors it reversed.
 func reverseExperts(t *testing.T, path string) (string, int) {
 	t.Helper()
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := ggufread.Read(bytes.NewReader(data), int64(len(data)))
-	if err != nil {
-		t.Fatal(err)
-	}
+	data, f := readGGUF(t, path)
 	reversed := 0
 	for _, ti := range f.Tensors {
 		if !strings.HasSuffix(ti.Name, "_exps.weight") {
