@@ -93,7 +93,7 @@ func (d *Doc) Stat(ctx context.Context) (int64, bool) {
 	}
 	d.mu.Lock()
 	switch {
-	case d.known || !d.FromHeaders():
+	case d.known || !d.fromHeaders():
 		defer d.mu.Unlock()
 		return d.size, d.known
 	case d.write != nil:
@@ -107,9 +107,9 @@ func (d *Doc) Stat(ctx context.Context) (int64, bool) {
 // Live reports whether the document is generated afresh on every read.
 func (d *Doc) Live() bool { return d.dynamic }
 
-// FromHeaders reports whether the document follows from the headers, so
+// fromHeaders reports whether the document follows from the headers, so
 // that it is generated or measured to answer a stat.
-func (d *Doc) FromHeaders() bool { return d.headers || d.write != nil }
+func (d *Doc) fromHeaders() bool { return d.headers || d.write != nil }
 
 // render generates the document's bytes. A streamed document is written
 // into a buffer of its measured size, and must come out that long.
