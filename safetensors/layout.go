@@ -262,13 +262,8 @@ func (w *headerWriter) quote(s string) {
 }
 
 // appendString appends s as a JSON string without HTML escaping, as the
-// reference serializer (serde_json) does.
+// reference serializer (serde_json) does. quote writes plain names itself.
 func appendString(buf []byte, s string) []byte {
-	if plainJSON(s) {
-		buf = append(buf, '"')
-		buf = append(buf, s...)
-		return append(buf, '"')
-	}
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)
 	enc.SetEscapeHTML(false)
