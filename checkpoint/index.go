@@ -37,12 +37,11 @@ func parseIndex(data []byte) (*index, error) {
 		return nil, err
 	}
 	// The decoded map becomes the index's, each entry replaced by its
-	// shard.
+	// shard; decodeWeightMap left an odd value's entry "".
 	idx := &index{weightMap: weightMap, count: make(map[string]int)}
 	for name, v := range odd {
 		idx.problems = append(idx.problems, Problem{File: IndexName, Tensor: name,
 			Reason: fmt.Sprintf("weight_map value %s is not a file name", jsonText(v))})
-		idx.weightMap[name] = ""
 	}
 	refused := make(map[string]string) // entry -> reason
 	// Clean once per distinct entry; there are thousands of tensors per shard.
