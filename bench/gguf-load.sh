@@ -48,7 +48,10 @@ start() {
 	"$dsfs" mount --views gguf "$@" "$src" "$mnt" >>"$work/mount.log" 2>&1 &
 	pids[$mnt]=$!
 	mounts+=("$mnt")
-	until [[ -f $mnt/.dsfs/stats.json ]]; do sleep 0.05; done
+	until [[ -f $mnt/.dsfs/stats.json ]]; do
+		kill -0 "${pids[$mnt]}" 2>/dev/null || { echo "gguf-load.sh: dsfs exited; see $work/mount.log" >&2; exit 2; }
+		sleep 0.05
+	done
 }
 stop() {
 	"$dsfs" umount "$1" >/dev/null
