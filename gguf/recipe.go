@@ -2,7 +2,6 @@ package gguf
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -95,13 +94,8 @@ func Recipes() []Recipe {
 func planIQ2XXS(tok *tokenizers) func(cat *checkpoint.Catalog) (*Model, error) {
 	v2, v4 := planDeepseek2(IQ2_XXS, tok), planDeepseek4(IQ2_XXS, tok)
 	return func(cat *checkpoint.Catalog) (*Model, error) {
-		if cat.ConfigBytes != nil {
-			var c struct {
-				ModelType string `json:"model_type"`
-			}
-			if json.Unmarshal(cat.ConfigBytes, &c) == nil && c.ModelType == "deepseek_v4" {
-				return v4(cat)
-			}
+		if cat.Config != nil && cat.Config.ModelType == "deepseek_v4" {
+			return v4(cat)
 		}
 		return v2(cat)
 	}
