@@ -54,9 +54,13 @@ func DequantFP8Rows(out []float32, b []byte, scale []float32, r0, r1, cols, br, 
 	for r := r0; r < r1; r++ {
 		srow := scale[(r/br-first)*sCols:]
 		row := out[(r-r0)*cols : (r-r0+1)*cols]
-		src := b[(r-r0)*cols:]
-		for c := range row {
-			row[c] = E4M3ToFloat32(src[c]) * srow[c/bc]
+		src := b[(r-r0)*cols : (r-r0+1)*cols]
+		// A scale block at a time: no division per value.
+		for k, c0 := 0, 0; c0 < cols; k, c0 = k+1, c0+bc {
+			sc := srow[k]
+			for c := c0; c < min(c0+bc, cols); c++ {
+				row[c] = E4M3ToFloat32(src[c]) * sc
+			}
 		}
 	}
 }

@@ -34,33 +34,44 @@ func cols(t *checkpoint.Tensor) int64 {
 // w.float() * scale, one float32 multiply by the row block's scale (F32
 // weight_scale_inv as DeepSeek-V3 stores it, or E8M0 2^(e-127)).
 func DecodeRows(t *checkpoint.Tensor, lo, hi int64) ([]float32, error) {
-	c := cols(t)
-	n := (hi - lo) * c
-	out := make([]float32, n)
-	bits := int64(t.DType.Bits())
-	b := make([]byte, n*bits/8)
-	if err := readSource(t, b, lo*c*bits/8); err != nil {
+	b, scale, err := readRows(t, lo, hi)
+	if err != nil {
 		return nil, err
 	}
-	if codecs.DecodeFloat(out, b, t.DType) {
+	c := cols(t)
+	out := make([]float32, (hi-lo)*c)
+	if scale == nil {
+		if !codecs.DecodeFloat(out, b, t.DType) {
+			return nil, noFloatDecode(t)
+		}
 		return out, nil
 	}
-	if t.DType != safetensors.F8E4M3 {
-		return nil, fmt.Errorf("%s: tensor %s: dtype %s has no float decode", t.Shard.Name, t.Name, t.DType)
-	}
-	if t.Format != checkpoint.FormatFP8 || t.Scale == nil {
-		return nil, fmt.Errorf("%s: tensor %s: FP8 without a block scale", t.Shard.Name, t.Name)
-	}
-	return out, decodeFP8(out, b, t, lo, hi)
+	codecs.DequantFP8Rows(out, b, scale, int(lo), int(hi), int(c), int(t.Block[0]), int(t.Block[1]), int(cols(t.Scale)))
+	return out, nil
 }
 
-func decodeFP8(out []float32, b []byte, t *checkpoint.Tensor, lo, hi int64) error {
-	scale, err := fp8Scales(t, lo, hi)
-	if err != nil {
-		return err
+// readRows reads the bytes of a source tensor's rows [lo, hi) and, for
+// FP8, their block scales (nil for any other dtype).
+func readRows(t *checkpoint.Tensor, lo, hi int64) (b []byte, scale []float32, err error) {
+	rb := cols(t) * int64(t.DType.Bits()) / 8
+	b = make([]byte, (hi-lo)*rb)
+	if err := readSource(t, b, lo*rb); err != nil {
+		return nil, nil, err
 	}
-	codecs.DequantFP8Rows(out, b, scale, int(lo), int(hi), int(cols(t)), int(t.Block[0]), int(t.Block[1]), int(cols(t.Scale)))
-	return nil
+	if t.DType != safetensors.F8E4M3 {
+		return b, nil, nil
+	}
+	if t.Format != checkpoint.FormatFP8 || t.Scale == nil {
+		return nil, nil, fmt.Errorf("%s: tensor %s: FP8 without a block scale", t.Shard.Name, t.Name)
+	}
+	if scale, err = fp8Scales(t, lo, hi); err != nil {
+		return nil, nil, err
+	}
+	return b, scale, nil
+}
+
+func noFloatDecode(t *checkpoint.Tensor) error {
+	return fmt.Errorf("%s: tensor %s: dtype %s has no float decode", t.Shard.Name, t.Name, t.DType)
 }
 
 // fp8Scales returns the block scales of an FP8 tensor's rows [lo, hi): the
@@ -87,42 +98,23 @@ func fp8Scales(t *checkpoint.Tensor, lo, hi int64) ([]float32, error) {
 // value. Every type Encode knows is blockwise within a row, so the bytes
 // are those of Encode over all rows at once.
 func encodeRows(t *checkpoint.Tensor, lo, hi int64, typ Type, dst []byte) error {
-	c := cols(t)
-	bits := int64(t.DType.Bits())
-	b := make([]byte, (hi-lo)*c*bits/8)
-	if err := readSource(t, b, lo*c*bits/8); err != nil {
+	b, scale, err := readRows(t, lo, hi)
+	if err != nil {
 		return err
 	}
-	var scale []float32
-	var br, bc, sCols int64
-	if t.DType == safetensors.F8E4M3 {
-		if t.Format != checkpoint.FormatFP8 || t.Scale == nil {
-			return fmt.Errorf("%s: tensor %s: FP8 without a block scale", t.Shard.Name, t.Name)
-		}
-		var err error
-		if scale, err = fp8Scales(t, lo, hi); err != nil {
-			return err
-		}
-		br, bc, sCols = t.Block[0], t.Block[1], cols(t.Scale)
-	}
+	c := cols(t)
 	row := make([]float32, c)
 	rb := typ.RowBytes(c)
-	srb := c * bits / 8
+	srb := c * int64(t.DType.Bits()) / 8
 	for r := lo; r < hi; r++ {
 		src := b[(r-lo)*srb : (r-lo+1)*srb]
 		if scale == nil {
 			if !codecs.DecodeFloat(row, src, t.DType) {
-				return fmt.Errorf("%s: tensor %s: dtype %s has no float decode", t.Shard.Name, t.Name, t.DType)
+				return noFloatDecode(t)
 			}
 		} else {
-			// codecs.DequantFP8Rows's products, a scale block at a time.
-			srow := scale[(r/br-lo/br)*sCols:]
-			for k := int64(0); k*bc < c; k++ {
-				sc := srow[k]
-				for j := k * bc; j < min((k+1)*bc, c); j++ {
-					row[j] = codecs.E4M3ToFloat32(src[j]) * sc
-				}
-			}
+			br := t.Block[0]
+			codecs.DequantFP8Rows(row, src, scale[(r/br-lo/br)*cols(t.Scale):], int(r), int(r+1), int(c), int(br), int(t.Block[1]), int(cols(t.Scale)))
 		}
 		if err := Encode(dst[(r-lo)*rb:(r-lo+1)*rb], row, typ); err != nil {
 			return err
