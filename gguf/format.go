@@ -12,9 +12,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
-	"hash/maphash"
 	"math"
-	"slices"
 )
 
 // Type is a ggml tensor type.
@@ -90,9 +88,9 @@ func (t *TensorInfo) Bytes() int64 { return t.Rows() * t.RowBytes() }
 // Layout is a GGUF file's header and where each tensor's data lands.
 type Layout struct {
 	// Header is everything before the data section, padding included, in
-	// pieces that concatenate to it. A KV value that encodes to 64 KiB or
-	// more (a tokenizer's tokens or merges: megabytes) is a piece of its
-	// own, so that the layouts of one model can share it (Pieces).
+	// pieces that concatenate to it. A value encoded beforehand (the
+	// tokenizer's arrays: megabytes) is a piece of its own, the same bytes
+	// in every layout that holds it.
 	Header [][]byte
 	// HeaderSize is the header's length: where the data section starts.
 	HeaderSize int64
@@ -103,10 +101,6 @@ type Layout struct {
 	Size      int64
 	Alignment int64
 }
-
-// pieceBytes is the size from which a KV value is a header piece of its
-// own.
-const pieceBytes = 64 << 10
 
 // Pad is the zero padding after a tensor of n bytes.
 func (l *Layout) Pad(n int64) int64 { return pad(n, l.Alignment) - n }
@@ -133,31 +127,25 @@ func NewLayout(kvs []KV, tensors []TensorInfo) (*Layout, error) {
 		}
 	}
 	// The header is kept for as long as the mount serves the file: its
-	// pieces are copies without the buffer's spare capacity.
+	// pieces are copies without the buffer's spare capacity, or values
+	// encoded once for every layout.
 	var b bytes.Buffer
 	var pieces [][]byte
 	var size int64
-	cut := func(n int) {
-		pieces = append(pieces, bytes.Clone(b.Bytes()[:n]))
-		size += int64(n)
-		b.Next(n)
-	}
 	b.WriteString("GGUF")
 	le(&b, uint32(3))
 	le(&b, int64(len(tensors)))
 	le(&b, int64(len(kvs)))
 	for _, kv := range kvs {
 		writeString(&b, kv.Key)
-		start := b.Len()
+		if e, ok := kv.Value.(encodedValue); ok {
+			pieces = append(pieces, bytes.Clone(b.Bytes()), e)
+			size += int64(b.Len() + len(e))
+			b.Reset()
+			continue
+		}
 		if err := writeValue(&b, kv.Value, true); err != nil {
 			return nil, fmt.Errorf("gguf: key %s: %w", kv.Key, err)
-		}
-		if b.Len()-start >= pieceBytes {
-			if start > 0 {
-				cut(start)
-			}
-			cut(b.Len())
-			b.Reset() // reuse the buffer from its start
 		}
 	}
 	l := &Layout{Alignment: align, Offsets: make([]int64, len(tensors))}
@@ -192,32 +180,17 @@ func NewLayout(kvs []KV, tensors []TensorInfo) (*Layout, error) {
 	return l, nil
 }
 
-// Pieces shares equal header pieces between the layouts given to it: every
-// recipe of a model, single file and first split alike, carries the same
-// tokenizer arrays, which a mount then keeps once. The zero value is ready
-// to use.
-type Pieces struct {
-	seed maphash.Seed
-	seen map[uint64][][]byte
-}
+// encodedValue is a KV value encoded already, type id included, which
+// NewLayout makes a header piece of its own without copying it.
+type encodedValue []byte
 
-// Share replaces each piece of l's header of 64 KiB or more by an
-// equal piece of a layout shared before, when there is one.
-func (s *Pieces) Share(l *Layout) {
-	if s.seen == nil {
-		s.seed, s.seen = maphash.MakeSeed(), make(map[uint64][][]byte)
+// encodeValue encodes v as NewLayout would write it.
+func encodeValue(v any) (encodedValue, error) {
+	var b bytes.Buffer
+	if err := writeValue(&b, v, true); err != nil {
+		return nil, err
 	}
-	for i, p := range l.Header {
-		if len(p) < pieceBytes {
-			continue
-		}
-		h := maphash.Bytes(s.seed, p)
-		if j := slices.IndexFunc(s.seen[h], func(q []byte) bool { return bytes.Equal(p, q) }); j >= 0 {
-			l.Header[i] = s.seen[h][j]
-			continue
-		}
-		s.seen[h] = append(s.seen[h], p)
-	}
+	return encodedValue(bytes.Clone(b.Bytes())), nil
 }
 
 // le appends a fixed-size scalar little-endian, as binary.Write would,

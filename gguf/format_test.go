@@ -1,4 +1,4 @@
-package gguf_test
+package gguf
 
 import (
 	"bytes"
@@ -9,20 +9,15 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/dsfs/dsfs/gguf"
 	"github.com/dsfs/dsfs/internal/ggufread"
 )
 
-// pieceBytes is the size from which a KV value is a header piece of its
-// own (Layout.Header).
-const pieceBytes = 64 << 10
-
-// TestLayoutPieces lays out headers whose tokenizer arrays are large enough
-// to be pieces of their own, on random tokens: every header reads back
-// as the KVs and tensors it was given, each large value is one piece, and
-// Pieces makes equal pieces of different layouts one slice, and only
-// those, leaving every header's bytes as they were.
-func TestLayoutPieces(t *testing.T) {
+// TestEncodedValuesArePieces lays out headers whose tokenizer arrays, of
+// random tokens, are encoded beforehand: each header has the bytes of
+// the same KVs written plainly, reads back as those KVs and tensors, and
+// holds the encoded arrays as pieces of their own, the same bytes in
+// every layout.
+func TestEncodedValuesArePieces(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -37,84 +32,72 @@ func TestLayoutPieces(t *testing.T) {
 		}
 		return string(b)
 	}
-	n := 20000 // each array: 80 KB and more, past pieceBytes
+	n := 1 + rng.IntN(20000)
 	tokens, merges, types := make([]string, n), make([]string, n), make([]int32, n)
 	for i := range n {
 		tokens[i], merges[i], types[i] = word(), word()+" "+word(), int32(rng.IntN(6))
 	}
-	other := append([]string(nil), tokens...)
-	other[rng.IntN(n)] += "x"
-	kvs := func(ftype uint32, toks []string) []gguf.KV {
-		return []gguf.KV{
+	kvs := func(ftype uint32, arrays ...any) []KV {
+		return []KV{
 			{"general.architecture", "deepseek2"},
 			{"general.alignment", uint32(64)},
 			{"general.file_type", ftype},
-			{"tokenizer.ggml.tokens", toks},
-			{"tokenizer.ggml.token_type", types},
-			{"tokenizer.ggml.merges", merges},
+			{"tokenizer.ggml.tokens", arrays[0]},
+			{"tokenizer.ggml.token_type", arrays[1]},
+			{"tokenizer.ggml.merges", arrays[2]},
 			{"tokenizer.ggml.bos_token_id", uint32(0)},
 			{"x.small", []float32{1, 2}},
 		}
 	}
-	infos := []gguf.TensorInfo{{Name: "a", Type: gguf.F32, Ne: []int64{64, 3}}, {Name: "b", Type: gguf.Q8_0, Ne: []int64{64}}}
-	cases := []struct {
-		kvs     []gguf.KV
-		tensors []gguf.TensorInfo
-	}{
-		{kvs(7, tokens), infos},
-		{kvs(32, tokens), infos[:1]}, // another recipe, same tokenizer
-		{kvs(7, other), infos},       // one token differs
+	var encoded []any
+	for _, v := range []any{tokens, types, merges} {
+		e, err := encodeValue(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		encoded = append(encoded, e)
 	}
-	var layouts []*gguf.Layout
-	var before [][]byte
-	for i, c := range cases {
-		l, err := gguf.NewLayout(c.kvs, c.tensors)
+	infos := []TensorInfo{{Name: "a", Type: F32, Ne: []int64{64, 3}}, {Name: "b", Type: Q8_0, Ne: []int64{64}}}
+	var layouts []*Layout
+	for i, c := range []struct {
+		ftype   uint32
+		tensors []TensorInfo
+	}{{7, infos}, {32, infos[:1]}} { // two recipes, one tokenizer
+		plain, err := NewLayout(kvs(c.ftype, tokens, types, merges), c.tensors)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := NewLayout(kvs(c.ftype, encoded...), c.tensors)
 		if err != nil {
 			t.Fatal(err)
 		}
 		h := bytes.Join(l.Header, nil)
-		checkHeader(t, fmt.Sprint("layout ", i), l, h, c.kvs, c.tensors)
-		var big int
-		for _, p := range l.Header {
-			if len(p) >= pieceBytes {
-				big++
-			}
+		if !bytes.Equal(h, bytes.Join(plain.Header, nil)) || l.HeaderSize != plain.HeaderSize || l.Size != plain.Size {
+			t.Fatalf("layout %d: the header with encoded values differs from the plain one", i)
 		}
-		if big != 3 {
-			t.Errorf("layout %d: %d pieces of at least %d bytes, want 3 (tokens, token_type, merges)", i, big, pieceBytes)
-		}
-		layouts, before = append(layouts, l), append(before, h)
-	}
-	var pieces gguf.Pieces
-	for _, l := range layouts {
-		pieces.Share(l)
-	}
-	for i, l := range layouts {
-		if !bytes.Equal(bytes.Join(l.Header, nil), before[i]) {
-			t.Errorf("layout %d: sharing changed its header", i)
-		}
-	}
-	same := func(i, j, k int) bool {
-		return unsafe.SliceData(layouts[i].Header[k]) == unsafe.SliceData(layouts[j].Header[k])
+		checkHeader(t, fmt.Sprint("layout ", i), l, h, kvs(c.ftype, tokens, types, merges), c.tensors)
+		layouts = append(layouts, l)
 	}
 	// Pieces: 0 up to the tokens' value, 1 tokens, 2 token_type's key,
 	// 3 token_type, 4 merges' key, 5 merges, 6 the rest.
-	if !same(0, 1, 1) || !same(0, 1, 3) || !same(0, 1, 5) || !same(0, 2, 3) || !same(0, 2, 5) {
-		t.Error("equal tokenizer arrays of two layouts are kept twice")
-	}
-	if same(0, 2, 1) {
-		t.Error("the tokens of a layout whose tokens differ were shared")
+	for i, e := range encoded {
+		for j, l := range layouts {
+			if p := l.Header[2*i+1]; unsafe.SliceData(p) != unsafe.SliceData(e.(encodedValue)) || len(p) != len(e.(encodedValue)) {
+				t.Errorf("layout %d: array %d is not the encoded bytes, as a piece of its own", j, i)
+			}
+		}
 	}
 }
 
 // checkHeader reads h, l's header, with the strict reader and compares it
 // with the KVs and tensors l was laid out from.
-func checkHeader(t *testing.T, name string, l *gguf.Layout, h []byte, kvs []gguf.KV, tensors []gguf.TensorInfo) {
+func checkHeader(t *testing.T, name string, l *Layout, h []byte, kvs []KV, tensors []TensorInfo) {
 	t.Helper()
 	if int64(len(h)) != l.HeaderSize || l.HeaderSize%l.Alignment != 0 {
 		t.Fatalf("%s: header of %d bytes, HeaderSize %d, alignment %d", name, len(h), l.HeaderSize, l.Alignment)
 	}
-	f, err := ggufread.Read(&zeroTail{head: h, size: l.Size}, l.Size)
+	file := append(bytes.Clone(h), make([]byte, l.Size-l.HeaderSize)...)
+	f, err := ggufread.Read(bytes.NewReader(file), l.Size)
 	if err != nil {
 		t.Fatalf("%s: %v", name, err)
 	}

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/codecs"
@@ -123,5 +124,40 @@ func TestDeepseek4IQ2XXSRefuses(t *testing.T) {
 	_, err := recipe(t, "IQ2_XXS").Plan(cat)
 	if err == nil || !strings.Contains(err.Error(), "MXFP4/") || strings.Contains(err.Error(), "\n") {
 		t.Errorf("IQ2_XXS of v4-tiny: %v", err)
+	}
+}
+
+// TestTokenizerKeptOnce: the files of both deepseek4 recipes of one
+// Recipes list, the single file and the first split alike, hold the very
+// same bytes of the tokenizer's tokens, encoded once.
+func TestTokenizerKeptOnce(t *testing.T) {
+	cat := openSynthV4(t)
+	var first []byte
+	files := 0
+	for _, r := range gguf.Recipes() {
+		if r.Name != "IQ2_XXS" && r.Name != "MXFP4" {
+			continue
+		}
+		m, err := r.Plan(cat)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, split := range []int64{0, 1 << 20} {
+			gfs, err := m.Files(split)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tokens := gfs[0].Layout.Header[1] // the piece after the tokens' key
+			if first == nil {
+				first = tokens
+			}
+			if unsafe.SliceData(tokens) != unsafe.SliceData(first) || len(tokens) != len(first) {
+				t.Errorf("%s, split %d: %s holds a tokenizer of its own", r.Name, split, gfs[0].Name)
+			}
+			files++
+		}
+	}
+	if files != 4 || len(first) < 1000 {
+		t.Fatalf("%d files, tokens piece of %d bytes", files, len(first))
 	}
 }

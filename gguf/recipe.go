@@ -121,6 +121,19 @@ func (m *tokenizers) get(cat *checkpoint.Catalog, pre string, vocab int) ([]KV, 
 	if m.cat != cat || m.pre != pre || m.vocab != vocab {
 		m.kvs, m.err = checkpointTokenizer(cat, pre, vocab)
 		m.cat, m.pre, m.vocab = cat, pre, vocab
+		// Every file of every recipe holds the arrays (megabytes): encode
+		// them once, and each header keeps these bytes.
+		for i := range m.kvs {
+			if m.err != nil {
+				break
+			}
+			switch v := m.kvs[i].Value.(type) {
+			case []string, []int32, []uint32, []float32, []bool:
+				if m.kvs[i].Value, m.err = encodeValue(v); m.err != nil {
+					m.err = fmt.Errorf("%s: %w", m.kvs[i].Key, m.err)
+				}
+			}
+		}
 	}
 	return m.kvs, m.err
 }

@@ -47,7 +47,6 @@ func buildGGUF(s *Set, _ string) (Built, error) {
 	mb, _ := strconv.ParseInt(v, 10, 64)
 	split := mb << 20
 	var shared *q2Shared
-	var pieces gguf.Pieces // the tokenizer, once for every file
 	for _, r := range gguf.Recipes() {
 		m, err := r.Plan(s.Cat)
 		if err != nil {
@@ -71,7 +70,6 @@ func buildGGUF(s *Set, _ string) (Built, error) {
 				return Built{}, fmt.Errorf("recipe %s: %w", r.Name, err)
 			}
 			for _, gf := range gfs {
-				pieces.Share(gf.Layout)
 				f, err := ggufFile(blocks, shared, gf)
 				if err != nil {
 					return Built{}, fmt.Errorf("recipe %s: %s: %w", r.Name, gf.Name, err)
