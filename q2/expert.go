@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	"github.com/dsfs/dsfs/checkpoint"
-	"github.com/dsfs/dsfs/safetensors"
 )
 
 // Quantisable reports whether q2/ quantises a source tensor to ggml
@@ -28,13 +27,10 @@ func QuantiseRows(ctx context.Context, t *checkpoint.Tensor, lo, hi int64, dst [
 	if !Quantisable(t) {
 		return fmt.Errorf("%s: tensor %s: not a tensor q2/ quantises", t.Shard.Name, t.Name)
 	}
-	typ := typeOf(t.Proj)
-	in := 2 * t.Shape[1]
-	rb := in / int64(typ.BlockWeights) * int64(typ.BlockBytes)
-	if lo < 0 || hi > t.Shape[0] || lo > hi || int64(len(dst)) != (hi-lo)*rb {
+	qt := newQuantised(t)
+	if lo < 0 || hi > t.Shape[0] || lo > hi || int64(len(dst)) != (hi-lo)*qt.Shape[1] {
 		return fmt.Errorf("%s: tensor %s: rows %d-%d into %d bytes do not fit %v", t.Shard.Name, t.Name, lo, hi, len(dst), t.Shape)
 	}
-	qt := &Tensor{Name: t.Name, Role: RoleQuantised, Source: t, Type: typ, DType: safetensors.U8, Shape: []int64{t.Shape[0], rb}}
 	w, sc, err := qt.ReadSource(lo, hi)
 	if err != nil {
 		return fmt.Errorf("%s: tensor %s: %w", t.Shard.Name, t.Name, err)

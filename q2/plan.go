@@ -426,14 +426,19 @@ func New(cat *checkpoint.Catalog, opt Options) (*Plan, error) {
 
 // quantisedTensor lays out a routed expert matrix as ggml blocks.
 func (q *Plan) quantisedTensor(t *checkpoint.Tensor) *Tensor {
-	typ := typeOf(t.Proj)
-	in := 2 * t.Shape[1]
-	rb := in / int64(typ.BlockWeights) * int64(typ.BlockBytes)
-	qt := &Tensor{Name: t.Name, Role: RoleQuantised, Source: t, Type: typ, DType: safetensors.U8,
-		Shape: []int64{t.Shape[0], rb}, q: q}
-	qt.Blocks = tensorfile.RowBlocks("q2/"+t.Name, t.Shape[0], rb, qt.computeRows)
+	qt := newQuantised(t)
+	qt.q = q
+	qt.Blocks = tensorfile.RowBlocks("q2/"+t.Name, qt.Shape[0], qt.Shape[1], qt.computeRows)
 	q.blocks.Add(qt.Blocks.Count())
 	return qt
+}
+
+// newQuantised is a routed expert matrix as ggml rows of its type: a row
+// of 2·cols weights in BlockWeights blocks.
+func newQuantised(t *checkpoint.Tensor) *Tensor {
+	typ := typeOf(t.Proj)
+	rb := 2 * t.Shape[1] / int64(typ.BlockWeights) * int64(typ.BlockBytes)
+	return &Tensor{Name: t.Name, Role: RoleQuantised, Source: t, Type: typ, DType: safetensors.U8, Shape: []int64{t.Shape[0], rb}}
 }
 
 // sourceRevision finds the repository and revision of a checkpoint: the
