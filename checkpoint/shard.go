@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/dsfs/dsfs/safetensors"
 	"github.com/dsfs/dsfs/sourcefile"
@@ -59,6 +60,11 @@ func notRegular(fi os.FileInfo) error {
 func (s *Shard) ReadAt(p []byte, off int64) (int, error) {
 	return s.f.ReadAt(p, off)
 }
+
+// Stamp is the shard file's version as it was opened, and when it was
+// opened (sourcefile.File.Stamp): the key of any fact derived from its
+// bytes.
+func (s *Shard) Stamp() (sourcefile.Stamp, time.Time) { return s.f.Stamp() }
 
 // ReadAt reads bytes [off, off+len(p)) of the tensor's data, which must lie
 // within the tensor. It reads all of p or fails; errors name the shard and

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/dsfs/dsfs/internal/tinyckpt"
 )
 
 // manifestRecord is the part of a manifest.json record these tests read.
@@ -61,6 +63,7 @@ func statsOf(t *testing.T, m *mount) manifestProgress {
 // checks records against the source bytes, and remounts with the same
 // --cache-dir to see the digests come back without reading a byte.
 func TestManifestView(t *testing.T) {
+	tinyckpt.Settle(t, tinySrc)
 	cacheDir := t.TempDir()
 	m := startMount(t, tinySrc, "--views", "nvfp4,manifest", "--tp", "8", "--cache-dir", cacheDir)
 

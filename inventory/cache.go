@@ -11,16 +11,18 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/codecs"
 	"github.com/dsfs/dsfs/diskcache"
 	"github.com/dsfs/dsfs/safetensors"
+	"github.com/dsfs/dsfs/sourcefile"
 )
 
 // cacheSchema names the layout of a cache file and the rules its checks
 // were computed with; a file of another schema is ignored.
-const cacheSchema = "dsfs-inventory-cache/2 codec/" + codecs.Version
+const cacheSchema = "dsfs-inventory-cache/3 codec/" + codecs.Version
 
 // maxCacheFile bounds a cache file read back: far above the records of
 // the largest shard (about 300 bytes per tensor), far below what would
@@ -28,18 +30,27 @@ const cacheSchema = "dsfs-inventory-cache/2 codec/" + codecs.Version
 const maxCacheFile = 256 << 20
 
 // Cache keeps the digests and checks of shards on disk, one JSON file per
-// shard, keyed by the shard's path, size and modification time (and those
-// of any other shard whose bytes a check read: a scale stored apart from
-// its weight). A file that is missing, corrupt or stale is ignored and
+// shard, keyed by the shard's path and stamp (device, inode, size,
+// modification and status-change times: sourcefile.Stamp), and by those
+// of any other shard whose bytes a check read (a scale stored apart from
+// its weight). A shard rewritten in place with its modification time put
+// back, as rsync -a and cp -p leave a changed file, has a new status-change
+// time, so its records are not reused. Records made from a racy stamp (the
+// shard changed within sourcefile.RacyWindow before it was opened, when a
+// second write could have left the stamp as it was) are not reused either:
+// the shard is hashed again, and the records of that later scan are the
+// ones kept. A file that is missing, corrupt or stale is ignored and
 // rewritten; files are replaced atomically, so a crash leaves the old one
-// or the new one.
+// or the new one. The rule is FORMATS.md's "Caches of derived facts".
 //
 // The directory may be shared (it lives in a --cache-dir), and its writers
 // are trusted as the disk cache's are (package diskcache): each file is
 // an envelope holding the SHA-256 of its shard's path and its body, so a
 // digest edited in place, or a file copied from another shard's name, is
 // logged once, removed and recomputed rather than served. A file that is
-// not a regular file is never opened blocking.
+// not a regular file is never opened blocking. Hosts sharing the
+// directory each hash their own copy of a shard once, since device and
+// inode differ from host to host.
 type Cache struct {
 	dir string
 	log *slog.Logger
@@ -78,15 +89,25 @@ type cacheFile struct {
 	Tensors []cacheEntry `json:"tensors"`
 }
 
-// fileStamp identifies one version of a file.
+// fileStamp identifies one version of a file, and says when the stamp
+// was taken (when the shard was opened: every byte hashed is of that
+// version).
 type fileStamp struct {
-	Path    string `json:"path"`
-	Size    int64  `json:"size"`
-	MTimeNS int64  `json:"mtime_ns"`
+	Path string `json:"path"`
+	sourcefile.Stamp
+	TakenNS int64 `json:"taken_ns"`
 }
 
 func stampOf(s *checkpoint.Shard) fileStamp {
-	return fileStamp{Path: s.Path, Size: s.Size, MTimeNS: s.ModTime.UnixNano()}
+	st, taken := s.Stamp()
+	return fileStamp{Path: s.Path, Stamp: st, TakenNS: taken.UnixNano()}
+}
+
+// fresh reports whether records made under stamp f describe the shard s
+// opened now: the same path and version, and a stamp that proved it.
+func (f fileStamp) fresh(s *checkpoint.Shard) bool {
+	now, _ := s.Stamp()
+	return f.Path == s.Path && f.Stamp == now && f.Stamp.Proven(time.Unix(0, f.TakenNS))
 }
 
 type cacheEntry struct {
@@ -121,7 +142,8 @@ func (c *Cache) path(s *checkpoint.Shard) string {
 
 // load returns the usable entries of shard s by tensor name, or nil.
 // shards finds the catalog's shard of a dependency's path. A file of an
-// older schema or for an older version of the shard is a plain miss; one
+// older schema, for another version of the shard or from a racy stamp is
+// a plain miss; one
 // that fails its digest or is not a regular file is logged and removed.
 func (c *Cache) load(s *checkpoint.Shard, shards map[string]*checkpoint.Shard) map[string]cacheEntry {
 	p := c.path(s)
@@ -141,11 +163,11 @@ func (c *Cache) load(s *checkpoint.Shard, shards map[string]*checkpoint.Shard) m
 		return nil
 	}
 	var f cacheFile
-	if json.Unmarshal(env.Body, &f) != nil || f.File != stampOf(s) {
+	if json.Unmarshal(env.Body, &f) != nil || !f.File.fresh(s) {
 		return nil
 	}
 	for _, d := range f.Deps {
-		if o := shards[d.Path]; o == nil || stampOf(o) != d {
+		if o := shards[d.Path]; o == nil || !d.fresh(o) {
 			return nil
 		}
 	}

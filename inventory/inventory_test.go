@@ -293,6 +293,7 @@ func TestShardRecords(t *testing.T) {
 
 func TestCache(t *testing.T) {
 	dir := copyDir(t, tinyDir)
+	tinyckpt.Settle(t, dir)
 	cacheDir := t.TempDir()
 	c, err := OpenCache(cacheDir)
 	if err != nil {
@@ -336,6 +337,7 @@ func TestCache(t *testing.T) {
 	if err := os.Chtimes(sh.Path, later, later); err != nil {
 		t.Fatal(err)
 	}
+	tinyckpt.Settle(t, dir)
 	third, p := records(open(t, dir))
 	if !reflect.DeepEqual(first, third) {
 		t.Error("records after a corrupt cache file differ")

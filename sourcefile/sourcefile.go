@@ -51,6 +51,55 @@ func identityOf(st *syscall.Stat_t) identity {
 	return identity{dev: st.Dev, ino: st.Ino, nlink: uint64(st.Nlink), size: st.Size, mtime: st.Mtim, ctime: st.Ctim}
 }
 
+// Stamp is one version of a file as stat(2) tells it: what a cache of
+// facts derived from the file's bytes (digests, value statistics, an
+// export's finished files) is keyed by. The status-change time is what
+// makes it a key: rewriting a file in place and putting its modification
+// time back (rsync -a, cp -p, touch -d) moves the status-change time, which
+// no unprivileged call can set. The link count is left out, since a hard
+// link changes no byte.
+//
+// A stamp alone cannot prove freshness when the file changed within one
+// tick of the filesystem's clock before the stamp was taken: a second
+// write in that tick leaves every field as it was. See Proven.
+type Stamp struct {
+	Dev     uint64 `json:"dev"`
+	Ino     uint64 `json:"ino"`
+	Size    int64  `json:"size"`
+	MTimeNS int64  `json:"mtime_ns"`
+	CTimeNS int64  `json:"ctime_ns"`
+}
+
+// RacyWindow is how long after a file's last status change a stamp of it
+// is still racy: longer than any clock tick of a filesystem dsfs reads
+// (ext3 and NFSv3 servers keep whole seconds, FAT two) and than a local
+// clock's usual lead over a file server's.
+const RacyWindow = 2 * time.Second
+
+// Proven reports whether s, taken at time taken, proves that every later
+// file with the same stamp holds the same bytes: the file's status last
+// changed at least RacyWindow before the stamp was taken. A fact derived
+// from a racy stamp is derived again, from the bytes, the next time it is
+// asked for (git's "racily clean" entries are treated the same way).
+func (s Stamp) Proven(taken time.Time) bool {
+	return s.CTimeNS+RacyWindow.Nanoseconds() <= taken.UnixNano()
+}
+
+// StampOf is the stamp of fi, which must come from os.Stat, os.Lstat or
+// File.Stat on this platform.
+func StampOf(fi os.FileInfo) Stamp {
+	st := fi.Sys().(*syscall.Stat_t)
+	return Stamp{Dev: uint64(st.Dev), Ino: uint64(st.Ino), Size: st.Size, MTimeNS: st.Mtim.Nano(), CTimeNS: st.Ctim.Nano()}
+}
+
+// Stamp is the file's stamp when it was opened, and when that was: every
+// byte ReadAt returns is of that version (ReadAt fails once the file
+// changes).
+func (f *File) Stamp() (Stamp, time.Time) {
+	id := f.id
+	return Stamp{Dev: id.dev, Ino: id.ino, Size: id.size, MTimeNS: id.mtime.Nano(), CTimeNS: id.ctime.Nano()}, f.opened
+}
+
 // pathCheckInterval is how long a read may rely on an earlier stat of the
 // path. Every read fstats the open descriptor, which sees any change to
 // the opened file's bytes, size or names: a write, a truncation or an

@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"math/rand/v2"
 	"os"
 	"path"
 	"path/filepath"
@@ -17,10 +18,12 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/dsfs/dsfs/blockcache"
 	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/codecs"
+	"github.com/dsfs/dsfs/sourcefile"
 	"github.com/dsfs/dsfs/vfile"
 	"github.com/dsfs/dsfs/views"
 	"golang.org/x/sys/unix"
@@ -122,9 +125,14 @@ func resolveExisting(p string) (string, error) {
 }
 
 // exportIdentity names what the files of an export hold: the view, the
-// code that computes it, the settings it reads and every source file
-// (name, size, modification time). A rerun trusts a finished file only
-// under the same identity, so a changed source or a new dsfs rewrites it.
+// code that computes it, the settings it reads and every source file by
+// its stamp (device, inode, size, modification and status-change times:
+// sourcefile.Stamp). A rerun trusts a finished file only under the same
+// identity, so a changed source (even one whose mtime was put back) or a
+// new dsfs rewrites it. A source file changed within sourcefile.RacyWindow
+// before its stamp was taken cannot prove its bytes by its stamp: the
+// identity then holds a random part, so that no rerun trusts what this
+// run writes.
 func exportIdentity(view string, opt views.Options, cat *checkpoint.Catalog) (string, error) {
 	h := sha256.New()
 	fmt.Fprintf(h, "dsfs export\n%s\ncodec %s\nview %s\nrevision %q\n",
@@ -141,15 +149,23 @@ func exportIdentity(view string, opt views.Options, cat *checkpoint.Catalog) (st
 		}
 		fmt.Fprintf(h, "option %s %q\n", name, v)
 	}
+	racy := false
 	for _, sh := range cat.Shards {
-		fmt.Fprintf(h, "shard %q %d %d\n", sh.Name, sh.Size, sh.ModTime.UnixNano())
+		st, taken := sh.Stamp()
+		fmt.Fprintf(h, "shard %q %+v\n", sh.Name, st)
+		racy = racy || !st.Proven(taken)
 	}
 	for _, f := range cat.Files {
 		fi, err := os.Stat(f.Path)
 		if err != nil {
 			return "", err
 		}
-		fmt.Fprintf(h, "file %q %d %d\n", f.Name, fi.Size(), fi.ModTime().UnixNano())
+		st := sourcefile.StampOf(fi)
+		fmt.Fprintf(h, "file %q %+v\n", f.Name, st)
+		racy = racy || !st.Proven(time.Now())
+	}
+	if racy {
+		fmt.Fprintf(h, "racy %x\n", rand.Uint64())
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
 }

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dsfs/dsfs/internal/tinyckpt"
 	"golang.org/x/sys/unix"
 )
 
@@ -102,6 +103,7 @@ func exportCounts(t *testing.T, args ...string) (written, skipped string) {
 // short and removes the temporary file of a killed run.
 func TestExportInterruptedAndRerun(t *testing.T) {
 	needXattr(t)
+	tinyckpt.Settle(t, tinySrc)
 	want := tree(t, exportDir(t, "q2"))
 	out := t.TempDir()
 	cmd := exec.Command(dsfsBin, "export", "q2", tinySrc, out)
@@ -306,6 +308,7 @@ func snapshot(t *testing.T, dir string) string {
 // rerun with other values rewrites the files they change.
 func TestExportViewOptions(t *testing.T) {
 	needXattr(t)
+	tinyckpt.Settle(t, tinySrc)
 	out := t.TempDir()
 	manifest := func() (tp int, hashed bool) {
 		t.Helper()
@@ -334,5 +337,53 @@ func TestExportViewOptions(t *testing.T) {
 	}
 	if tp, hashed := manifest(); tp != 1 || !hashed {
 		t.Errorf("export --tp 1: manifest.json has tp %d, hashed %v", tp, hashed)
+	}
+}
+
+// TestExportRerunAfterSourceRewrite holds closed the stale files a rerun
+// kept when a source shard's bytes changed and its size and mtime did not
+// (rsync -a, cp -p): the export's identity now holds every source file's
+// stamp, status-change time included, so the rerun rewrites what changed.
+func TestExportRerunAfterSourceRewrite(t *testing.T) {
+	needXattr(t)
+	src := t.TempDir()
+	if err := os.CopyFS(src, os.DirFS(tinySrc)); err != nil {
+		t.Fatal(err)
+	}
+	tinyckpt.Settle(t, src)
+	out := t.TempDir()
+	exportCounts(t, "nvfp4", src, out)
+	shard := "model-00002-of-00014.safetensors"
+	before, err := os.ReadFile(filepath.Join(out, shard))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	p := filepath.Join(src, shard)
+	fi, err := os.Stat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(p, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt(bytes.Repeat([]byte{0x5a}, 64), fi.Size()-64); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if err := os.Chtimes(p, fi.ModTime(), fi.ModTime()); err != nil {
+		t.Fatal(err)
+	}
+	tinyckpt.Settle(t, src)
+	if written, _ := exportCounts(t, "nvfp4", src, out); written == "0" {
+		t.Fatal("the rerun kept every file after a source shard changed")
+	}
+	got, err := os.ReadFile(filepath.Join(out, shard))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Equal(got, before) {
+		t.Error("the exported shard is as it was before the source changed")
 	}
 }

@@ -5,11 +5,14 @@ package tinyckpt
 
 import (
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
+	"time"
 
+	"github.com/dsfs/dsfs/sourcefile"
 	"github.com/dsfs/dsfs/synth"
 )
 
@@ -57,4 +60,31 @@ func MainWithDsfs(m *testing.M, preset, pkg string, bin, dir *string) {
 		return m.Run()
 	}()
 	os.Exit(code)
+}
+
+// Settle waits until every regular file under dir is old enough that a
+// stamp taken now proves its version (sourcefile.Stamp.Proven): facts
+// derived from a file written less than sourcefile.RacyWindow ago are
+// derived again at the next mount, by design, so a test of a cache that
+// outlives a mount settles its source first. The wait is on the
+// filesystem's clock, which testing/synctest cannot advance; it is at most
+// the window.
+func Settle(tb testing.TB, dir string) {
+	tb.Helper()
+	var last int64
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return err
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		last = max(last, sourcefile.StampOf(fi).CTimeNS)
+		return nil
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	time.Sleep(time.Until(time.Unix(0, last).Add(sourcefile.RacyWindow)))
 }
