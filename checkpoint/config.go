@@ -30,6 +30,7 @@ type Config struct {
 	HiddenSize    int      // hidden_size, or dim
 	RoutedExperts int      // n_routed_experts
 	MTPLayers     int      // num_nextn_predict_layers, or n_mtp_layers
+	VocabSize     int      // vocab_size
 	TorchDType    string   // torch_dtype, or dtype (newer transformers)
 	Quant         QuantConfig
 }
@@ -95,6 +96,7 @@ func parseConfigs(data, inference []byte) (*Config, []error) {
 	c.HiddenSize = r.count("hidden_size", "dim")
 	c.RoutedExperts = r.count("n_routed_experts")
 	c.MTPLayers = r.count("num_nextn_predict_layers", "n_mtp_layers")
+	c.VocabSize = r.count("vocab_size")
 	c.TorchDType = r.str("torch_dtype", "dtype")
 	if key, v := r.find("quantization_config"); v != nil {
 		q, ok := v.(map[string]any)
@@ -167,6 +169,42 @@ func checkCounts(cfg *Config, ts []*Tensor, problem func(file, tensor, reason st
 			problem(ConfigName, "", fmt.Sprintf("%s %d, but the shards hold tensors for %d %s", c.key, c.want, c.have, c.what))
 		}
 	}
+	if cfg.VocabSize > 0 {
+		if err := vocabFits(cfg.VocabSize, ts); err != nil {
+			problem(ConfigName, "", err.Error())
+		}
+	}
+}
+
+// MaxVocab bounds a vocabulary size: sixteen times DeepSeek-V3's 129,280
+// tokens, eight times the largest tokenizer published (262k), and a
+// token list gguf/ can hold in memory (two million strings).
+const MaxVocab = 1 << 21
+
+// CheckVocab returns an error naming config.json and n unless n, a
+// vocabulary size read from it, is positive, at most MaxVocab and equal
+// to the rows of every embedding table and output head the checkpoint
+// holds (its two-dimensional tensors of RoleEmbed and RoleHead, the MTP
+// blocks' included). Whoever sizes something by the vocabulary (gguf/'s
+// token list, trace/'s embedding lookups) calls it first, so the size
+// comes from what exists, not from what a config claims.
+func (c *Catalog) CheckVocab(n int) error {
+	if err := vocabFits(n, c.Tensors); err != nil {
+		return fmt.Errorf("%s: %w", ConfigName, err)
+	}
+	return nil
+}
+
+func vocabFits(n int, ts []*Tensor) error {
+	if n <= 0 || n > MaxVocab {
+		return fmt.Errorf("vocab_size %d is outside 1-%d", n, MaxVocab)
+	}
+	for _, t := range ts {
+		if (t.Role == RoleEmbed || t.Role == RoleHead) && len(t.Shape) == 2 && t.Shape[0] != int64(n) {
+			return fmt.Errorf("vocab_size %d, but %s has %d rows", n, t.Name, t.Shape[0])
+		}
+	}
+	return nil
 }
 
 // decodeObject decodes a JSON object with numbers kept as json.Number.

@@ -3,6 +3,7 @@ package gguf
 import (
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"path"
 	"strings"
 
@@ -24,7 +25,7 @@ func planDeepseek2(mat Type, tok *tokenizers) func(cat *checkpoint.Catalog) (*Mo
 		}
 		cfg, err := model.ParseConfig(cat.ConfigBytes)
 		if err != nil {
-			return nil, fmt.Errorf("config.json: %w", err)
+			return nil, err // it names config.json
 		}
 		if cfg.ModelType != "deepseek_v2" && cfg.ModelType != "deepseek_v3" {
 			return nil, fmt.Errorf("config.json: model_type %q is not deepseek_v2 or deepseek_v3", cfg.ModelType)
@@ -347,8 +348,12 @@ func (p *ds2) tokenizer() ([]KV, error) {
 }
 
 // checkpointTokenizer reads a checkpoint's tokenizer.json and
-// tokenizer_config.json as GGUF tokenizer metadata.
+// tokenizer_config.json as GGUF tokenizer metadata for a vocabulary of
+// vocab tokens, which must be what the embedding and head hold.
 func checkpointTokenizer(cat *checkpoint.Catalog, pre string, vocab int) ([]KV, error) {
+	if err := cat.CheckVocab(vocab); err != nil {
+		return nil, err
+	}
 	var tokJSON, tokConfig []byte
 	for _, f := range cat.Files {
 		var err error
@@ -365,7 +370,12 @@ func checkpointTokenizer(cat *checkpoint.Catalog, pre string, vocab int) ([]KV, 
 	if tokJSON == nil {
 		return nil, fmt.Errorf("tokenizer.json: missing (llama.cpp needs the vocabulary)")
 	}
-	return TokenizerKVs(tokJSON, tokConfig, pre, vocab, cat.Config.Raw)
+	kvs, notes, err := TokenizerKVs(tokJSON, tokConfig, pre, vocab, cat.Config.Raw)
+	if len(notes) > 0 {
+		slog.Warn("gguf/: tokenizer.json's added_tokens give ids that tokenizers (and so llama.cpp's converter) does not; gguf/ writes tokenizers' ids",
+			"tokens", len(notes), "first", notes[0])
+	}
+	return kvs, err
 }
 
 // rawInt reads a positive integer of config.json.

@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"os"
 	"strings"
+
+	"github.com/dsfs/dsfs/checkpoint"
+	"github.com/dsfs/dsfs/tokenizer"
 )
 
 // Token types of tokenizer.ggml.token_type (llama_token_type).
@@ -32,82 +35,51 @@ func readBounded(path string, max int64) ([]byte, error) {
 	return os.ReadFile(path)
 }
 
-// tokenizerJSON is what the metadata needs of a byte-level BPE
-// tokenizer.json.
-type tokenizerJSON struct {
-	Model struct {
-		Type   string            `json:"type"`
-		Vocab  map[string]int    `json:"vocab"`
-		Merges []json.RawMessage `json:"merges"`
-	} `json:"model"`
-	AddedTokens []struct {
-		ID      int    `json:"id"`
-		Content string `json:"content"`
-		Special bool   `json:"special"`
-	} `json:"added_tokens"`
-}
-
 // TokenizerKVs is the tokenizer.* metadata of a byte-level BPE tokenizer
 // as convert_hf_to_gguf.py writes it for DeepSeek: model gpt2, the
 // pre-tokenizer name pre, vocabSize tokens in tokenizer.json's byte-level
 // spelling (holes [PADi], UNUSED), their types (added special tokens
 // CONTROL, other added tokens USER_DEFINED), the merges as "a b", the
 // special ids and add_bos/add_eos flags from tokenizer_config.json (ids
-// from config.json when it names none) and the chat template.
-func TokenizerKVs(tokJSON, tokConfig []byte, pre string, vocabSize int, cfg map[string]any) ([]KV, error) {
-	var tj tokenizerJSON
-	if err := json.Unmarshal(tokJSON, &tj); err != nil {
-		return nil, fmt.Errorf("tokenizer.json: %w", err)
+// from config.json when it names none) and the chat template. Ids are the
+// ones transformers gives the converter (tokenizer.Vocab's rule), so the
+// same file always gives the same bytes and no spelling is written twice;
+// notes lists where they differ from the file's added_tokens.
+// vocabSize must be at most checkpoint.MaxVocab.
+func TokenizerKVs(tokJSON, tokConfig []byte, pre string, vocabSize int, cfg map[string]any) (kvs []KV, notes []string, err error) {
+	if vocabSize <= 0 || vocabSize > checkpoint.MaxVocab {
+		return nil, nil, fmt.Errorf("vocabulary of %d tokens: outside 1-%d", vocabSize, checkpoint.MaxVocab)
 	}
-	if tj.Model.Type != "BPE" {
-		return nil, fmt.Errorf("tokenizer.json: model type %q, not BPE", tj.Model.Type)
+	v, err := tokenizer.ParseVocab(tokJSON)
+	if err != nil {
+		return nil, nil, fmt.Errorf("tokenizer.json: %w", err)
+	}
+	if n := len(v.Tokens); n > vocabSize {
+		return nil, nil, fmt.Errorf("tokenizer.json: token %q has id %d outside the vocabulary of %d", v.Tokens[n-1], n-1, vocabSize)
 	}
 	tokens := make([]string, vocabSize)
 	types := make([]int32, vocabSize)
-	set := make([]bool, vocabSize)
-	for tok, id := range tj.Model.Vocab {
-		if id < 0 || id >= vocabSize {
-			return nil, fmt.Errorf("tokenizer.json: token %q has id %d outside the vocabulary of %d", tok, id, vocabSize)
+	for id := range tokens {
+		if v.Has(id) {
+			tokens[id], types[id] = v.Tokens[id], tokenNormal
+		} else {
+			tokens[id], types[id] = fmt.Sprintf("[PAD%d]", id), tokenUnused
 		}
-		tokens[id], types[id], set[id] = tok, tokenNormal, true
 	}
-	byContent := make(map[string]int)
-	for tok, id := range tj.Model.Vocab {
-		byContent[tok] = id
-	}
-	for _, a := range tj.AddedTokens {
-		if a.ID < 0 || a.ID >= vocabSize {
-			return nil, fmt.Errorf("tokenizer.json: added token %q has id %d outside the vocabulary of %d", a.Content, a.ID, vocabSize)
-		}
-		tokens[a.ID], set[a.ID] = a.Content, true
+	for _, a := range v.Added {
 		types[a.ID] = tokenUserDefined
 		if a.Special || looksSpecial(a.Content) {
 			types[a.ID] = tokenControl
 		}
-		byContent[a.Content] = a.ID
 	}
-	for i := range tokens {
-		if !set[i] {
-			tokens[i], types[i] = fmt.Sprintf("[PAD%d]", i), tokenUnused
-		}
-	}
-	merges := make([]string, 0, len(tj.Model.Merges))
-	for i, m := range tj.Model.Merges {
-		var s string
-		if json.Unmarshal(m, &s) == nil {
-			merges = append(merges, s)
-			continue
-		}
-		var pair []string
-		if err := json.Unmarshal(m, &pair); err != nil || len(pair) != 2 {
-			return nil, fmt.Errorf("tokenizer.json: merge %d is neither \"a b\" nor [a, b]", i)
-		}
-		merges = append(merges, pair[0]+" "+pair[1])
+	merges := make([]string, len(v.Merges))
+	for i, m := range v.Merges {
+		merges[i] = m[0] + " " + m[1]
 	}
 	if len(merges) == 0 {
-		return nil, fmt.Errorf("tokenizer.json: no merges (llama.cpp's gpt2 tokenizer needs them)")
+		return nil, nil, fmt.Errorf("tokenizer.json: no merges (llama.cpp's gpt2 tokenizer needs them)")
 	}
-	kvs := []KV{
+	kvs = []KV{
 		{"tokenizer.ggml.model", "gpt2"},
 		{"tokenizer.ggml.pre", pre},
 		{"tokenizer.ggml.tokens", tokens},
@@ -117,7 +89,7 @@ func TokenizerKVs(tokJSON, tokConfig []byte, pre string, vocabSize int, cfg map[
 	var tc map[string]any
 	if tokConfig != nil {
 		if err := json.Unmarshal(tokConfig, &tc); err != nil {
-			return nil, fmt.Errorf("tokenizer_config.json: %w", err)
+			return nil, nil, fmt.Errorf("tokenizer_config.json: %w", err)
 		}
 	}
 	for _, sp := range []struct{ name, key, cfgKey string }{
@@ -125,7 +97,7 @@ func TokenizerKVs(tokJSON, tokConfig []byte, pre string, vocabSize int, cfg map[
 		{"eos_token", "tokenizer.ggml.eos_token_id", "eos_token_id"},
 		{"pad_token", "tokenizer.ggml.padding_token_id", "pad_token_id"},
 	} {
-		if id, ok := specialID(tc[sp.name], byContent); ok {
+		if id, ok := specialID(tc[sp.name], v); ok {
 			kvs = append(kvs, KV{sp.key, uint32(id)})
 		} else if f, ok := cfg[sp.cfgKey].(json.Number); ok {
 			if id, err := f.Int64(); err == nil && id >= 0 && id < int64(vocabSize) {
@@ -141,12 +113,12 @@ func TokenizerKVs(tokJSON, tokConfig []byte, pre string, vocabSize int, cfg map[
 	if t, ok := tc["chat_template"].(string); ok {
 		kvs = append(kvs, KV{"tokenizer.chat_template", t})
 	}
-	return kvs, nil
+	return kvs, v.Notes(), nil
 }
 
 // specialID finds the id of a tokenizer_config.json special token, given
 // as a string or as an AddedToken object with a content.
-func specialID(v any, byContent map[string]int) (int, bool) {
+func specialID(v any, vocab *tokenizer.Vocab) (int, bool) {
 	var s string
 	switch v := v.(type) {
 	case string:
@@ -157,8 +129,7 @@ func specialID(v any, byContent map[string]int) (int, bool) {
 	if s == "" {
 		return 0, false
 	}
-	id, ok := byContent[s]
-	return id, ok
+	return vocab.ID(s)
 }
 
 // looksSpecial is gguf-py's does_token_look_special: <|...|>, <｜...｜>

@@ -8,6 +8,7 @@ import (
 // addedToken is one entry of tokenizer.json's added_tokens.
 type addedToken struct {
 	ID         int    `json:"id"`
+	File       int    `json:"-"` // the id the file gives, when ID is the one resolved
 	Content    string `json:"content"`
 	SingleWord bool   `json:"single_word"`
 	LStrip     bool   `json:"lstrip"`

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -151,15 +153,17 @@ func Parse(data []byte) (*Tokenizer, error) {
 		return nil, errors.New("truncation is not supported")
 	}
 	t := &Tokenizer{}
-	if err := t.parseModel(&f.Model); err != nil {
+	if _, err := t.parseModel(&f.Model); err != nil {
 		return nil, fmt.Errorf("model: %w", err)
 	}
 	if err := t.parseNormalizer(f.Normalizer); err != nil {
 		return nil, fmt.Errorf("normalizer: %w", err)
 	}
-	if err := t.parseAdded(f.AddedTokens); err != nil {
+	list, err := t.resolveAdded(f.AddedTokens)
+	if err != nil {
 		return nil, fmt.Errorf("added_tokens: %w", err)
 	}
+	t.indexAdded(list)
 	if err := t.parsePreTokenizer(f.PreTokenizer); err != nil {
 		return nil, fmt.Errorf("pre_tokenizer: %w", err)
 	}
@@ -176,32 +180,50 @@ func Parse(data []byte) (*Tokenizer, error) {
 	return t, nil
 }
 
-func (t *Tokenizer) parseModel(m *modelJSON) error {
+// parseModel reads the model: its vocabulary (refusing two spellings of
+// one id, which tokenizers would resolve by hash order), byte tokens, unk
+// token and merges, which it returns in rank order.
+func (t *Tokenizer) parseModel(m *modelJSON) ([][2]string, error) {
 	switch {
 	case m.Type != "BPE" && m.Type != "":
-		return fmt.Errorf("type %q: only BPE is supported", m.Type)
+		return nil, fmt.Errorf("type %q: only BPE is supported", m.Type)
 	case m.Dropout != nil && *m.Dropout != 0:
-		return errors.New("dropout is not supported: encoding would not be deterministic")
+		return nil, errors.New("dropout is not supported: encoding would not be deterministic")
 	case m.ContinuingSubwordPrefix != nil && *m.ContinuingSubwordPrefix != "",
 		m.EndOfWordSuffix != nil && *m.EndOfWordSuffix != "":
-		return errors.New("continuing_subword_prefix and end_of_word_suffix are not supported in a byte-level BPE")
+		return nil, errors.New("continuing_subword_prefix and end_of_word_suffix are not supported in a byte-level BPE")
 	case m.ByteFallback:
-		return errors.New("byte_fallback is set: tokens are spelled <0xNN>, not in the byte-level alphabet")
+		return nil, errors.New("byte_fallback is set: tokens are spelled <0xNN>, not in the byte-level alphabet")
 	case len(m.Vocab) == 0:
-		return errors.New("empty vocab")
+		return nil, errors.New("empty vocab")
 	}
 	t.vocab = m.Vocab
 	maxID := -1
 	limit := min(maxTokenID, len(m.Vocab)+idSlack)
 	for s, id := range m.Vocab {
 		if id < 0 || id >= limit {
-			return fmt.Errorf("token %q has id %d, outside [0, %d) for a vocabulary of %d tokens", s, id, limit, len(m.Vocab))
+			return nil, fmt.Errorf("token %q has id %d, outside [0, %d) for a vocabulary of %d tokens", s, id, limit, len(m.Vocab))
 		}
 		maxID = max(maxID, id)
 	}
 	t.spell = make([]string, maxID+1)
+	taken := make([]bool, maxID+1)
+	shared := -1 // the least id with two spellings
 	for s, id := range m.Vocab {
-		t.spell[id] = s
+		if taken[id] && (shared < 0 || id < shared) {
+			shared = id
+		}
+		t.spell[id], taken[id] = s, true
+	}
+	if shared >= 0 {
+		var names []string
+		for s, id := range m.Vocab {
+			if id == shared {
+				names = append(names, strconv.Quote(s))
+			}
+		}
+		slices.Sort(names)
+		return nil, fmt.Errorf("tokens %s share id %d: tokenizers would pick one by hash order, so no reader can agree on it", strings.Join(names, " and "), shared)
 	}
 
 	b := &t.model
@@ -215,7 +237,7 @@ func (t *Tokenizer) parseModel(m *modelJSON) error {
 	if m.UnkToken != nil {
 		id, ok := m.Vocab[*m.UnkToken]
 		if !ok {
-			return fmt.Errorf("unk_token %q is not in the vocab", *m.UnkToken)
+			return nil, fmt.Errorf("unk_token %q is not in the vocab", *m.UnkToken)
 		}
 		b.unk = int32(id)
 	}
@@ -229,7 +251,7 @@ func (t *Tokenizer) parseModel(m *modelJSON) error {
 	}
 	pairs, err := parseMerges(m.Merges)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	b.merges = make(map[uint64]merge, len(pairs))
 	for rank, p := range pairs {
@@ -237,12 +259,12 @@ func (t *Tokenizer) parseModel(m *modelJSON) error {
 		c, ok2 := m.Vocab[p[1]]
 		id, ok3 := m.Vocab[p[0]+p[1]]
 		if !ok1 || !ok2 || !ok3 {
-			return fmt.Errorf("merge %d (%q %q): token or result not in the vocab", rank, p[0], p[1])
+			return nil, fmt.Errorf("merge %d (%q %q): token or result not in the vocab", rank, p[0], p[1])
 		}
 		// A repeated pair takes its last rank, as tokenizers' HashMap does.
 		b.merges[pairKey(int32(a), int32(c))] = merge{int32(rank), int32(id)}
 	}
-	return nil
+	return pairs, nil
 }
 
 // parseMerges reads merges in either form tokenizers writes: "a b" strings
@@ -333,14 +355,14 @@ func (t *Tokenizer) normalize(s string) string {
 	return s
 }
 
-// parseAdded registers the added tokens the way tokenizers'
-// AddedVocabulary::add_tokens does when it loads a file, ids included: a
-// token already in the vocabulary keeps its id there, and a new one gets
-// the next id after the vocabulary or after the largest added id, whatever
-// the file's "id" says (tokenizers only warns about a difference). A
-// repeated content keeps its id and takes the later flags; an empty one is
-// ignored.
-func (t *Tokenizer) parseAdded(tokens []addedToken) error {
+// resolveAdded gives the added tokens their ids the way tokenizers'
+// AddedVocabulary::add_tokens does when it loads a file: a token already
+// in the vocabulary keeps its id there, and a new one gets the next id
+// after the vocabulary or after the largest added id, whatever the file's
+// "id" says (tokenizers only warns about a difference). A repeated
+// content keeps its id and takes the later flags; an empty one is
+// ignored. It returns the tokens once each, in file order, with their ids.
+func (t *Tokenizer) resolveAdded(tokens []addedToken) ([]addedToken, error) {
 	t.added = make(map[string]int, len(tokens))
 	var list []addedToken
 	index := make(map[string]int, len(tokens))
@@ -360,9 +382,9 @@ func (t *Tokenizer) parseAdded(tokens []addedToken) error {
 			}
 		}
 		if id >= maxTokenID {
-			return fmt.Errorf("token %q: too many tokens", a.Content)
+			return nil, fmt.Errorf("token %q: too many tokens", a.Content)
 		}
-		a.ID = id
+		a.File, a.ID = a.ID, id
 		maxID = max(maxID, id)
 		t.added[a.Content] = id
 		if i, ok := index[a.Content]; ok {
@@ -376,6 +398,13 @@ func (t *Tokenizer) parseAdded(tokens []addedToken) error {
 		}
 		t.spell[id] = a.Content
 	}
+	return list, nil
+}
+
+// indexAdded makes the matchers of the added tokens, those matched after
+// normalization by their normalized content; the normalizers must be
+// parsed.
+func (t *Tokenizer) indexAdded(list []addedToken) {
 	var raw, norm []addedToken
 	var rawPatterns, normPatterns []string
 	for _, a := range list {
@@ -389,7 +418,6 @@ func (t *Tokenizer) parseAdded(tokens []addedToken) error {
 	}
 	t.rawAdded = newAddedSet(raw, rawPatterns)
 	t.normAdded = newAddedSet(norm, normPatterns)
-	return nil
 }
 
 func (t *Tokenizer) parsePreTokenizer(raw json.RawMessage) error {

@@ -663,3 +663,51 @@ func bos(t *Tokenizer) (int, bool) {
 	}
 	return t.prefix[0], true
 }
+
+// TestVocabRule checks the one rule Parse and ParseVocab resolve ids by:
+// two spellings of one model id are refused with the same message every
+// time (Go's map order once picked the spelling), and an added token equal
+// to a model token is that token, at the model's id.
+func TestVocabRule(t *testing.T) {
+	file := func(vocab, added string) []byte {
+		return []byte(`{"model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2` + vocab + `}, "merges": ["a b"]}, "added_tokens": [` + added + `],
+			"pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "use_regex": false}, "decoder": {"type": "ByteLevel"}}`)
+	}
+	shared := file(`, "x": 1, "y": 1`, "")
+	for range 10 {
+		for name, parse := range map[string]func([]byte) error{
+			"Parse":      func(b []byte) error { _, err := Parse(b); return err },
+			"ParseVocab": func(b []byte) error { _, err := ParseVocab(b); return err },
+		} {
+			if err := parse(shared); err == nil || !strings.Contains(err.Error(), `tokens "b" and "x" and "y" share id 1`) {
+				t.Fatalf("%s: %v", name, err)
+			}
+		}
+	}
+	added := file("", `{"id": 7, "content": "ab"}, {"id": 9, "content": "<s>", "special": true}`)
+	v, err := ParseVocab(added)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := Parse(added)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		token string
+		id    int
+	}{{"ab", 2}, {"<s>", 3}} {
+		if id, ok := v.ID(c.token); !ok || id != c.id {
+			t.Errorf("ParseVocab: %q is id %d (%v), want %d", c.token, id, ok, c.id)
+		}
+		if id, ok := tok.TokenID(c.token); !ok || id != c.id {
+			t.Errorf("Parse: %q is id %d (%v), want %d", c.token, id, ok, c.id)
+		}
+	}
+	if len(v.Tokens) != 4 || !v.Has(3) || v.Has(4) {
+		t.Errorf("tokens %q", v.Tokens)
+	}
+	if n := v.Notes(); len(n) != 2 || !strings.Contains(n[0], "model's own token") || !strings.Contains(n[1], "next free id") {
+		t.Errorf("notes %q", n)
+	}
+}
