@@ -1,6 +1,9 @@
 package tokenizer
 
 import (
+	"encoding/json"
+	"errors"
+	"strings"
 	"testing"
 	"unicode/utf8"
 )
@@ -14,13 +17,13 @@ func FuzzEncode(f *testing.F) {
 	}
 	tok := mustSynthesized(f)
 	f.Fuzz(func(t *testing.T, s string) {
-		ids := tok.Encode(s, true)
+		ids := encodeAll(tok, s, true)
 		for _, id := range ids {
 			if id < 0 || id >= tok.VocabSize() {
 				t.Fatalf("Encode(%q) gave id %d", s, id)
 			}
 		}
-		if got, want := tok.Decode(tok.Encode(s, false)), lossyUTF8(s); got != want {
+		if got, want := tok.Decode(encodeAll(tok, s, false)), lossyUTF8(s); got != want {
 			t.Fatalf("Decode(Encode(%q)) = %q, want %q", s, got, want)
 		}
 		if !utf8.ValidString(tok.Decode(ids)) {
@@ -57,12 +60,12 @@ func FuzzParse(f *testing.F) {
 			return
 		}
 		for _, s := range []string{"", "hello world 123", "深度学习", "<s> a\tb\n", "\xff"} {
-			for _, id := range tok.Encode(s, true) {
+			for _, id := range encodeAll(tok, s, true) {
 				if id < 0 || id >= tok.VocabSize() {
 					t.Fatalf("Encode(%q) gave id %d of a %d-token vocabulary", s, id, tok.VocabSize())
 				}
 			}
-			tok.Decode(tok.Encode(s, false))
+			tok.Decode(encodeAll(tok, s, false))
 		}
 	})
 }
@@ -82,4 +85,52 @@ func TestSparseIDsAreRefused(t *testing.T) {
 			t.Errorf("Parse(%s) = %v, want ok %v", tc.doc, err, tc.ok)
 		}
 	}
+}
+
+// FuzzNormalizerChain runs chains of Replace normalizers that may grow a
+// text without bound (the hostile case: five Replace("a" -> 1,000 "a")
+// once grew a prompt to 12 GB): loading and encoding either succeed
+// within maxTokens or fail with ErrTooLong, never past the bound.
+func FuzzNormalizerChain(f *testing.F) {
+	good, err := Synthesize(40)
+	if err != nil {
+		f.Fatal(err)
+	}
+	var base map[string]any
+	if err := json.Unmarshal(good, &base); err != nil {
+		f.Fatal(err)
+	}
+	f.Add("a", strings.Repeat("a", 1000), uint8(5), "a banana and an apple")
+	f.Add(" ", "  ", uint8(3), "spaces   here")
+	f.Add("x", "", uint8(1), "xxx")
+	f.Add("深", "深度学习", uint8(4), "深深深")
+	f.Fuzz(func(t *testing.T, pattern, content string, steps uint8, text string) {
+		steps = steps%6 + 1
+		chain := make([]any, steps)
+		for i := range chain {
+			chain[i] = map[string]any{"type": "Replace", "pattern": map[string]any{"String": pattern}, "content": content}
+		}
+		base["normalizer"] = map[string]any{"type": "Sequence", "normalizers": chain}
+		doc, err := json.Marshal(base)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tok, err := Parse(doc)
+		if err != nil {
+			return
+		}
+		const maxTokens = 64
+		ids, err := tok.Encode(text, true, maxTokens)
+		switch {
+		case err != nil && !errors.Is(err, ErrTooLong):
+			t.Fatalf("Encode(%q): %v, not ErrTooLong", text, err)
+		case err == nil && len(ids) > maxTokens:
+			t.Fatalf("Encode(%q) gave %d tokens, over %d", text, len(ids), maxTokens)
+		}
+		for _, id := range ids {
+			if id < 0 || id >= tok.VocabSize() {
+				t.Fatalf("Encode(%q) gave id %d", text, id)
+			}
+		}
+	})
 }

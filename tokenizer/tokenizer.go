@@ -28,7 +28,7 @@ type Tokenizer struct {
 	model       bpe
 	rawAdded    *addedSet // added tokens matched in the raw text
 	normAdded   *addedSet // added tokens matched after normalization
-	normalizers []func(string) string
+	normalizers []func(s string, limit int) (string, error)
 	splits      []split
 	prefixSpace bool // ByteLevel add_prefix_space
 	gpt2Split   bool // ByteLevel use_regex
@@ -39,7 +39,27 @@ type Tokenizer struct {
 	decoded []string       // id -> what the ByteLevel decoder makes of it
 
 	prefix, suffix []int // ids Encode adds around the text
+
+	// piece bounds the bytes of normalized text one token can stand for:
+	// the longest spelling or added content (MaxTextBytes when runs of
+	// unknown characters fuse into one token).
+	piece int
 }
+
+// MaxTextBytes bounds every text Encode holds, as given or as normalized:
+// a Replace normalizer can multiply a text's length, and a chain of them
+// would otherwise grow it past any memory. It is the size of the largest
+// prompts file trace/ reads.
+const MaxTextBytes = 4 << 20
+
+// maxAddedBytes bounds the contents of the added tokens matched after
+// normalization, as the normalizers make them at load, all together: the
+// matcher holds a node per byte. DeepSeek-V3's 800 added tokens hold 12
+// KB.
+const maxAddedBytes = 256 << 10
+
+// ErrTooLong is wrapped by the errors of texts that grow past a bound.
+var ErrTooLong = errors.New("text too long")
 
 // MaxFileSize bounds what Load and LoadConfig read: DeepSeek's
 // tokenizer.json is under 8 MB, and parsing costs a small multiple of the
@@ -163,7 +183,9 @@ func Parse(data []byte) (*Tokenizer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("added_tokens: %w", err)
 	}
-	t.indexAdded(list)
+	if err := t.indexAdded(list); err != nil {
+		return nil, fmt.Errorf("added_tokens: %w", err)
+	}
 	if err := t.parsePreTokenizer(f.PreTokenizer); err != nil {
 		return nil, fmt.Errorf("pre_tokenizer: %w", err)
 	}
@@ -176,6 +198,10 @@ func Parse(data []byte) (*Tokenizer, error) {
 	t.decoded = make([]string, len(t.spell))
 	for id, s := range t.spell {
 		t.decoded[id] = decodedPiece(s)
+		t.piece = max(t.piece, len(s), 1)
+	}
+	if t.model.unk >= 0 && t.model.fuseUnk {
+		t.piece = MaxTextBytes
 	}
 	return t, nil
 }
@@ -330,13 +356,22 @@ func (t *Tokenizer) parseNormalizer(raw json.RawMessage) error {
 }
 
 // replacer returns the Replace normalizer: every match becomes content.
-func replacer(m matcher, content string) func(string) string {
-	return func(s string) string {
+// It refuses, before building it, an output longer than limit bytes.
+func replacer(m matcher, content string) func(s string, limit int) (string, error) {
+	return func(s string, limit int) (string, error) {
 		ranges := m.matches(nil, s)
 		if len(ranges) == 0 {
-			return s
+			return s, nil
+		}
+		n := len(s)
+		for _, r := range ranges {
+			n += len(content) - (r[1] - r[0])
+			if n > limit {
+				return "", fmt.Errorf("%w: a Replace normalizer grows %d bytes past %d", ErrTooLong, len(s), limit)
+			}
 		}
 		var b strings.Builder
+		b.Grow(n)
 		prev := 0
 		for _, r := range ranges {
 			b.WriteString(s[prev:r[0]])
@@ -344,15 +379,20 @@ func replacer(m matcher, content string) func(string) string {
 			prev = r[1]
 		}
 		b.WriteString(s[prev:])
-		return b.String()
+		return b.String(), nil
 	}
 }
 
-func (t *Tokenizer) normalize(s string) string {
+// normalize runs the normalizers on s, failing as soon as one would make
+// more than limit bytes.
+func (t *Tokenizer) normalize(s string, limit int) (string, error) {
 	for _, n := range t.normalizers {
-		s = n(s)
+		var err error
+		if s, err = n(s, limit); err != nil {
+			return "", err
+		}
 	}
-	return s
+	return s, nil
 }
 
 // resolveAdded gives the added tokens their ids the way tokenizers'
@@ -404,13 +444,20 @@ func (t *Tokenizer) resolveAdded(tokens []addedToken) ([]addedToken, error) {
 // indexAdded makes the matchers of the added tokens, those matched after
 // normalization by their normalized content; the normalizers must be
 // parsed.
-func (t *Tokenizer) indexAdded(list []addedToken) {
+func (t *Tokenizer) indexAdded(list []addedToken) error {
 	var raw, norm []addedToken
 	var rawPatterns, normPatterns []string
+	left := maxAddedBytes
 	for _, a := range list {
 		if a.Normalized {
+			p, err := t.normalize(a.Content, left)
+			if err != nil {
+				return fmt.Errorf("token %q: %w (all normalized added tokens together may hold %d bytes)", a.Content, err, maxAddedBytes)
+			}
+			left -= len(p)
 			norm = append(norm, a)
-			normPatterns = append(normPatterns, t.normalize(a.Content))
+			normPatterns = append(normPatterns, p)
+			t.piece = max(t.piece, len(p))
 		} else {
 			raw = append(raw, a)
 			rawPatterns = append(rawPatterns, a.Content)
@@ -418,6 +465,7 @@ func (t *Tokenizer) indexAdded(list []addedToken) {
 	}
 	t.rawAdded = newAddedSet(raw, rawPatterns)
 	t.normAdded = newAddedSet(norm, normPatterns)
+	return nil
 }
 
 func (t *Tokenizer) parsePreTokenizer(raw json.RawMessage) error {
@@ -547,33 +595,57 @@ func parseDecoder(raw json.RawMessage) error {
 	return nil
 }
 
-// Encode returns the token ids of text. With addSpecial it adds the
-// special tokens the tokenizer is configured to put around a sequence
-// (BOS, for DeepSeek; see LoadConfig). Added tokens written in the text,
-// such as <｜User｜>, are recognised either way. Invalid UTF-8 in text is
-// first replaced by U+FFFD (see Decode), as a Python caller's
-// bytes.decode(errors="replace") would.
-func (t *Tokenizer) Encode(text string, addSpecial bool) []int {
-	e := encoder{t: t, bufs: make([]splitBufs, len(t.splits)+1)}
-	e.ids = make([]int, 0, len(text)/4+len(t.prefix)+len(t.suffix)) // about 4 bytes a token
-	e.word = func(w string) { e.ids = t.model.encode(&e.bpe, e.ids, w) }
+// Encode returns the token ids of text, at most maxTokens of them. With
+// addSpecial it adds the special tokens the tokenizer is configured to put
+// around a sequence (BOS, for DeepSeek; see LoadConfig). Added tokens
+// written in the text, such as <｜User｜>, are recognised either way.
+// Invalid UTF-8 in text is first replaced by U+FFFD (see Decode), as a
+// Python caller's bytes.decode(errors="replace") would.
+//
+// The work is bounded by maxTokens, not by what the normalizers make of
+// the text: a text, as given or as normalized, longer than maxTokens
+// tokens could cover (or than MaxTextBytes) is refused before it is
+// built, and encoding stops at the first token past maxTokens. Either
+// error wraps ErrTooLong.
+func (t *Tokenizer) Encode(text string, addSpecial bool, maxTokens int) ([]int, error) {
+	e := encoder{t: t, bufs: make([]splitBufs, len(t.splits)+1), max: maxTokens}
+	e.limit = MaxTextBytes
+	if maxTokens < MaxTextBytes/max(t.piece, 1) {
+		e.limit = maxTokens * max(t.piece, 1)
+	}
+	if len(t.normalizers) == 0 && len(text) > e.limit {
+		return nil, fmt.Errorf("%w: %d bytes, more than %d tokens of this vocabulary can hold", ErrTooLong, len(text), maxTokens)
+	}
+	e.ids = make([]int, 0, min(len(text)/4, maxTokens)+len(t.prefix)+len(t.suffix)) // about 4 bytes a token
+	e.word = func(w string) {
+		if e.err == nil {
+			e.ids = t.model.encode(&e.bpe, e.ids, w)
+			e.count()
+		}
+	}
 	if addSpecial {
-		e.ids = append(e.ids, t.prefix...)
+		e.add(t.prefix...)
 	}
 	e.raw(lossyUTF8(text))
 	if addSpecial {
-		e.ids = append(e.ids, t.suffix...)
+		e.add(t.suffix...)
 	}
-	return e.ids
+	if e.err != nil {
+		return nil, e.err
+	}
+	return e.ids, nil
 }
 
 // encoder is the state of one Encode call.
 type encoder struct {
-	t    *Tokenizer
-	ids  []int
-	bufs []splitBufs  // per pre-tokenizer stage
-	word func(string) // receives each pre-token
-	bpe  bpeScratch
+	t     *Tokenizer
+	ids   []int
+	bufs  []splitBufs  // per pre-tokenizer stage
+	word  func(string) // receives each pre-token
+	bpe   bpeScratch
+	max   int   // tokens
+	limit int   // bytes of normalized text
+	err   error // the first bound crossed; later work is skipped
 }
 
 type splitBufs struct {
@@ -581,17 +653,47 @@ type splitBufs struct {
 	ranges [][2]int
 }
 
+// add appends ids that need no encoding.
+func (e *encoder) add(ids ...int) {
+	if e.err == nil {
+		e.ids = append(e.ids, ids...)
+		e.count()
+	}
+}
+
+// count fails the encoding once it holds more than e.max tokens.
+func (e *encoder) count() {
+	if len(e.ids) > e.max && e.err == nil {
+		e.err = fmt.Errorf("%w: more than %d tokens", ErrTooLong, e.max)
+	}
+}
+
+// normalize is Tokenizer.normalize bounded by the encoding's limit.
+func (e *encoder) normalize(s string) (string, bool) {
+	if e.err != nil {
+		return "", false
+	}
+	n, err := e.t.normalize(s, e.limit)
+	if err != nil {
+		e.err = fmt.Errorf("normalizer: %w, more than %d tokens can hold", err, e.max)
+		return "", false
+	}
+	return n, true
+}
+
 // raw encodes text: added tokens that match before normalization first.
 func (e *encoder) raw(s string) {
 	if e.t.rawAdded == nil {
-		e.normalized(e.t.normalize(s))
+		if n, ok := e.normalize(s); ok {
+			e.normalized(n)
+		}
 		return
 	}
 	for _, sg := range e.t.rawAdded.split(nil, s) {
 		if sg.id >= 0 {
-			e.ids = append(e.ids, sg.id)
-		} else {
-			e.normalized(e.t.normalize(s[sg.start:sg.end]))
+			e.add(sg.id)
+		} else if n, ok := e.normalize(s[sg.start:sg.end]); ok {
+			e.normalized(n)
 		}
 	}
 }
@@ -605,7 +707,7 @@ func (e *encoder) normalized(s string) {
 	}
 	for _, sg := range e.t.normAdded.split(nil, s) {
 		if sg.id >= 0 {
-			e.ids = append(e.ids, sg.id)
+			e.add(sg.id)
 		} else {
 			e.pretokenize(s[sg.start:sg.end], 0)
 		}
@@ -617,7 +719,7 @@ func (e *encoder) normalized(s string) {
 // first; the last stage is ByteLevel: an optional leading space, then an
 // optional split by the GPT-2 pattern.
 func (e *encoder) pretokenize(s string, k int) {
-	if s == "" {
+	if s == "" || e.err != nil {
 		return
 	}
 	t := e.t

@@ -179,6 +179,10 @@ func ParsePrompts(data []byte) ([]Prompt, error) {
 	return out, nil
 }
 
+// ErrNoTokenizer is wrapped by Encode's error for a text prompt when it
+// has no tokenizer.
+var ErrNoTokenizer = errors.New("the checkpoint has no tokenizer.json: give token_ids instead")
+
 // Encode fills in the token ids of text prompts and the token spellings
 // of every prompt with tok, and checks each id against the vocabulary
 // size and the prompts against MaxPromptTokens and MaxTotalTokens. tok may
@@ -189,9 +193,12 @@ func Encode(prompts []Prompt, tok *tokenizer.Tokenizer, vocab int) error {
 		p := &prompts[i]
 		if p.Text != nil {
 			if tok == nil {
-				return fmt.Errorf("prompt %s is text, and the checkpoint has no tokenizer.json: give token_ids instead", p.ID)
+				return fmt.Errorf("prompt %s is text: %w", p.ID, ErrNoTokenizer)
 			}
-			p.TokenIDs = tok.Encode(*p.Text, true)
+			var err error
+			if p.TokenIDs, err = tok.Encode(*p.Text, true, MaxPromptTokens); err != nil {
+				return fmt.Errorf("prompt %s: %w (a prompt may hold %d)", p.ID, err, MaxPromptTokens)
+			}
 			if len(p.TokenIDs) == 0 {
 				return fmt.Errorf("prompt %s: the text encodes to no tokens", p.ID)
 			}

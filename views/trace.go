@@ -141,22 +141,26 @@ func loadTraceTokenizer(s *Set) traceTokenizer {
 // ERROR.txt when the default prompts cannot be encoded, and err says why
 // a user's cannot.
 func (t traceTokenizer) encode(s *Set, prompts *[]trace.Prompt, user bool, vocab int) (problems []string, failed *Built, err error) {
-	if t.err != nil {
-		problems = append(problems, fmt.Sprintf("tokenizer.json: %v; tokens are shown as null", t.err))
-	}
 	if !user {
 		*prompts = trace.DefaultPrompts()
 	}
 	if err := trace.Encode(*prompts, t.tok, vocab); err != nil {
+		if t.err != nil && errors.Is(err, trace.ErrNoTokenizer) {
+			// Say why there is no tokenizer, not that there is none.
+			err = fmt.Errorf("the prompts are text, and tokenizer.json cannot be read: %w", t.err)
+		}
 		if user {
 			return nil, &Built{}, fmt.Errorf("--trace-prompts %s: %w", s.option("trace", "trace-prompts"), err)
 		}
 		summary := "cannot run the default prompts"
-		if t.tok == nil && problems != nil {
+		if t.err != nil {
 			summary += " without a usable tokenizer.json"
 		}
-		b := traceError(summary, fmt.Sprintf("the default prompts cannot run: %v", err), problems...)
+		b := traceError(summary, fmt.Sprintf("the default prompts cannot run: %v", err))
 		return nil, &b, nil
+	}
+	if t.err != nil {
+		problems = append(problems, fmt.Sprintf("tokenizer.json: %v; tokens are shown as null", t.err))
 	}
 	return problems, nil, nil
 }

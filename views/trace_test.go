@@ -2,8 +2,10 @@ package views
 
 import (
 	"bytes"
+	"encoding/json"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -120,5 +122,89 @@ func TestTraceViewErrors(t *testing.T) {
 		if _, err := traceSet(t, dir, opt); err == nil {
 			t.Errorf("%+v: built", opt)
 		}
+	}
+}
+
+// TestTraceTokenizerProblems holds closed two tokenizer.json defects of
+// trace/: a file missing its byte-level tokens made ERROR.txt say the
+// checkpoint has no tokenizer.json before the real parse error, and a
+// normalizer Sequence of five Replace("a" -> 1,000 "a") grew the default
+// prompts to 12 GB at mount. ERROR.txt now leads with the real reason, and
+// the growth stops at what a prompt's tokens can hold.
+func TestTraceTokenizerProblems(t *testing.T) {
+	grow := map[string]any{"type": "Replace", "pattern": map[string]any{"String": "a"}, "content": strings.Repeat("a", 1000)}
+	cases := []struct {
+		name  string
+		edit  func(tj map[string]any)
+		want  []string // in ERROR.txt's first line
+		avoid string
+	}{
+		{"no byte-level tokens", func(tj map[string]any) {
+			model := tj["model"].(map[string]any)
+			vocab := model["vocab"].(map[string]any)
+			for k := range vocab {
+				if len([]rune(k)) == 1 {
+					delete(vocab, k)
+				}
+			}
+		}, []string{"tokenizer.json cannot be read", "model:"}, "has no tokenizer.json"},
+		{"normalizer growth of an added token", func(tj map[string]any) {
+			tj["normalizer"] = map[string]any{"type": "Sequence", "normalizers": []any{grow, grow, grow, grow, grow}}
+		}, []string{"tokenizer.json cannot be read", "text too long"}, ""},
+		{"normalizer growth of a prompt", func(tj map[string]any) {
+			tj["normalizer"] = map[string]any{"type": "Sequence", "normalizers": []any{grow, grow, grow, grow, grow}}
+			for _, a := range tj["added_tokens"].([]any) {
+				a.(map[string]any)["normalized"] = false
+			}
+		}, []string{"text too long", "4096 tokens"}, ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			if err := synth.Write("v2lite-tiny", dir); err != nil {
+				t.Fatal(err)
+			}
+			p := filepath.Join(dir, "tokenizer.json")
+			b, err := os.ReadFile(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var tj map[string]any
+			if err := json.Unmarshal(b, &tj); err != nil {
+				t.Fatal(err)
+			}
+			c.edit(tj)
+			if b, err = json.Marshal(tj); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(p, b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			var before, after runtime.MemStats
+			runtime.ReadMemStats(&before)
+			s, err := traceSet(t, dir, Options{})
+			runtime.ReadMemStats(&after)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := after.TotalAlloc - before.TotalAlloc; got > 256<<20 {
+				t.Errorf("building trace/ allocated %d MiB", got>>20)
+			}
+			cache := blockcache.New(1<<20, 1)
+			defer cache.Close()
+			e := s.Root.Child("trace").Child("ERROR.txt")
+			if e == nil {
+				t.Fatal("no ERROR.txt")
+			}
+			first, _, _ := strings.Cut(string(readAll(t, e, cache)), "\n")
+			for _, w := range c.want {
+				if !strings.Contains(first, w) {
+					t.Errorf("ERROR.txt's first line %q lacks %q", first, w)
+				}
+			}
+			if c.avoid != "" && strings.Contains(first, c.avoid) {
+				t.Errorf("ERROR.txt's first line %q says %q", first, c.avoid)
+			}
+		})
 	}
 }
