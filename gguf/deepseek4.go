@@ -12,6 +12,7 @@ import (
 	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/q2"
 	"github.com/dsfs/dsfs/safetensors"
+	v4 "github.com/dsfs/dsfs/trace/v4"
 )
 
 // v4Config is the part of a DeepSeek-V4 config.json the deepseek4 recipe
@@ -428,6 +429,9 @@ func (p *ds4) kvs() ([]KV, error) {
 	}
 	if c.ScoringFunc != "sqrtsoftplus" {
 		return nil, fmt.Errorf("config.json: scoring_func %q; llama.cpp's deepseek4 loads only sqrtsoftplus", c.ScoringFunc)
+	}
+	if c.HCSinkhorn <= 0 || c.HCSinkhorn > v4.MaxSinkhornIters {
+		return nil, fmt.Errorf("config.json: hc_sinkhorn_iters %d is outside 1-%d (DeepSeek's releases run 20), and llama.cpp would run every one of them", c.HCSinkhorn, v4.MaxSinkhornIters)
 	}
 	ftype := uint32(FileTypeMostlyMXFP4)
 	if p.expertType == IQ2_XXS {

@@ -187,3 +187,13 @@ func FuzzTokenizerKVs(f *testing.F) {
 		}
 	})
 }
+
+// TestSinkhornItersClaim holds closed a GGUF that would tell llama.cpp to
+// run hc_sinkhorn_iters 1e9 mixing passes a token: refused in one line.
+func TestSinkhornItersClaim(t *testing.T) {
+	cat := reopenWith(t, openV4(t), "hc_sinkhorn_iters", 1_000_000_000)
+	_, err := recipe(t, "MXFP4").Plan(cat)
+	if err == nil || !strings.Contains(err.Error(), "config.json: hc_sinkhorn_iters 1000000000") || strings.Contains(err.Error(), "\n") {
+		t.Fatalf("Plan: %v", err)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strconv"
 	"strings"
 
 	"github.com/dsfs/dsfs/tensorfile"
@@ -16,15 +17,51 @@ import (
 	"github.com/dsfs/dsfs/vfile"
 )
 
-// traceWorkingMemory is the memory a running trace may hold outside the
-// block cache.
-const traceWorkingMemory = 512 << 20
-
 // traceOptions are trace/'s options.
 var traceOptions = []Option{
 	{Name: "trace-prompts", Usage: "JSON list of prompts for trace/, each {id, label, text} or {id, label, token_ids} (default: the seed's four prompts)", File: true},
 	{Name: "device", Usage: "where trace/ runs decoder layers: auto (CUDA when a GPU and its libraries load, else the CPU), cpu or cuda", Default: "auto", Check: trace.CheckDevice},
 	{Name: "trace-precision", Usage: "how trace/ runs DeepSeek-V4 layers: a8 (FP8 activations into FP8/FP4 linears, as DeepSeek's reference) or fp32", Default: "a8"},
+	{Name: "trace-memory-mb", Usage: "memory trace/ may hold outside the block cache, in MiB: prompts whose trace would need more are refused at mount", Default: strconv.Itoa(trace.DefaultMemoryMiB), Kind: IntOption, Check: checkTraceMemory},
+}
+
+// checkTraceMemory reads --trace-memory-mb.
+func checkTraceMemory(v string) error {
+	_, err := traceMemory(v)
+	return err
+}
+
+func traceMemory(v string) (int64, error) {
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n <= 0 || n > 1<<30 {
+		return 0, fmt.Errorf("--trace-memory-mb %q: want a positive number of MiB", v)
+	}
+	return n << 20, nil
+}
+
+// withinBudget refuses prompts whose trace would hold more than
+// --trace-memory-mb (trace.Cost), before anything runs: the user's with
+// an error, the defaults with ERROR.txt. It closes what out started when
+// it refuses, and counts the cost in out's working memory when it does
+// not.
+func (s *Set) withinBudget(out *Built, c trace.Cost, prompts []trace.Prompt, user bool) (failed *Built, err error) {
+	budget, err := traceMemory(s.option("trace", "trace-memory-mb"))
+	if err == nil {
+		err = trace.Within(c, prompts, budget)
+	}
+	if err == nil {
+		out.Working += c.Total()
+		return nil, nil
+	}
+	for _, cl := range out.Closers {
+		cl.Close()
+	}
+	out.Closers = nil
+	if user {
+		return &Built{}, fmt.Errorf("--trace-prompts %s: %w", s.option("trace", "trace-prompts"), err)
+	}
+	b := traceError("cannot run the default prompts within --trace-memory-mb", fmt.Sprintf("the default prompts cannot run: %v", err))
+	return &b, nil
 }
 
 // buildTrace is the trace/ view: files whose reading runs decoder layers
@@ -80,10 +117,10 @@ func buildTrace(s *Set, _ string) (Built, error) {
 	if c, ok := backend.(io.Closer); ok {
 		out.Closers = append(out.Closers, c)
 	}
-	// Up to three decoded float32 matrices in flight, plus the kept hidden
-	// states: a V3 layer's largest matrix is ~150 MB decoded.
-	out.Working += traceWorkingMemory
 	tr := trace.New(m, backend, prompts, tok.tok, slog.Default())
+	if failed, err := s.withinBudget(&out, tr.Cost(), prompts, user); failed != nil || err != nil {
+		return *failed, err
+	}
 	out.Stats = func() any {
 		return map[string]any{"layer_forwards": tr.Forwards(), "backend": backend.Name()}
 	}

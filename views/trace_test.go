@@ -3,6 +3,8 @@ package views
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -13,6 +15,7 @@ import (
 	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/safetensors"
 	"github.com/dsfs/dsfs/synth"
+	"github.com/dsfs/dsfs/trace"
 )
 
 func traceSet(t *testing.T, dir string, opt Options) (*Set, error) {
@@ -204,6 +207,72 @@ func TestTraceTokenizerProblems(t *testing.T) {
 			}
 			if c.avoid != "" && strings.Contains(first, c.avoid) {
 				t.Errorf("ERROR.txt's first line %q says %q", first, c.avoid)
+			}
+		})
+	}
+}
+
+// writePrompts writes n prompts of length tokens each (ids below 100).
+func writePrompts(t testing.TB, n, length int) string {
+	t.Helper()
+	ps := make([]map[string]any, n)
+	for i := range ps {
+		ids := make([]int, length)
+		for j := range ids {
+			ids[j] = (i*7 + j*13) % 100
+		}
+		ps[i] = map[string]any{"id": fmt.Sprint("p", i), "token_ids": ids}
+	}
+	b, err := json.Marshal(ps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(t.TempDir(), "prompts.json")
+	if err := os.WriteFile(p, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestTracePromptsBudget holds closed prompts that were within the token
+// limits yet cost without bound: 8,000 one-token prompts took 10.6 GB on
+// v4-tiny and 8.2 GB on v2lite-tiny (the routing record compares every
+// pair of prompts). Such prompts are now refused at mount, naming the
+// estimate and --trace-memory-mb, having cost little; the default prompts
+// under a budget too small for them leave ERROR.txt.
+func TestTracePromptsBudget(t *testing.T) {
+	for _, preset := range []string{"v2lite-tiny", "v4-tiny", "v41-tiny"} {
+		t.Run(preset, func(t *testing.T) {
+			dir := t.TempDir()
+			if err := synth.Write(preset, dir); err != nil {
+				t.Fatal(err)
+			}
+			prompts := writePrompts(t, 8000, 1)
+			var before, after runtime.MemStats
+			runtime.ReadMemStats(&before)
+			_, err := traceSet(t, dir, Options{Values: map[string]string{"trace-prompts": prompts, "device": "cpu"}})
+			runtime.ReadMemStats(&after)
+			var be *trace.BudgetError
+			if !errors.As(err, &be) || !strings.Contains(err.Error(), "--trace-memory-mb") || !strings.Contains(err.Error(), "8000 prompts") {
+				t.Fatalf("8000 prompts: %v", err)
+			}
+			if got := after.TotalAlloc - before.TotalAlloc; got > 256<<20 {
+				t.Errorf("refusing allocated %d MiB", got>>20)
+			}
+			// The same with room for them builds.
+			if _, err := traceSet(t, dir, Options{Values: map[string]string{"trace-prompts": writePrompts(t, 4, 3), "device": "cpu"}}); err != nil {
+				t.Fatal(err)
+			}
+			if preset == "v2lite-tiny" {
+				s, err := traceSet(t, dir, Options{Values: map[string]string{"trace-memory-mb": "1"}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				cache := blockcache.New(1<<20, 1)
+				defer cache.Close()
+				if msg := string(readAll(t, s.Root.Child("trace").Child("ERROR.txt"), cache)); !strings.Contains(msg, "more than the 1 MiB of --trace-memory-mb") {
+					t.Errorf("ERROR.txt: %s", msg)
+				}
 			}
 		})
 	}

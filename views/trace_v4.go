@@ -75,6 +75,9 @@ func (s *Set) serveV4Trace(m v4Model, vocab, layers int, tok traceTokenizer, pro
 	}
 	m.SetBackend(backend)
 	tr := newTracer(prompts, tok.tok)
+	if failed, err := s.withinBudget(&out, tr.Cost(), prompts, user); failed != nil || err != nil {
+		return *failed, err
+	}
 	out.Stats = func() any {
 		return map[string]any{"layer_forwards": tr.Forwards(), "backend": tr.BackendName(), "precision": string(prec)}
 	}
@@ -141,6 +144,7 @@ type v4Tracer interface {
 	Activations(l int) []trace.V4Activation
 	LogitActivations() []trace.V4Activation
 	ReadActivation(ctx context.Context, l int, a trace.V4Activation, r0, r1 int, dst []byte) error
+	Cost() trace.Cost
 }
 
 // v4Tree lays out trace/ of a V4-family model of layers layers: prompts,
@@ -148,7 +152,6 @@ type v4Tracer interface {
 // when every layer and the head can run, and ERROR.txt listing the
 // problems.
 func (s *Set) v4Tree(out Built, tr v4Tracer, m v4Model, layers int, problems []string) (Built, error) {
-	out.Working += traceWorkingMemory
 	for l := range m.Checked() {
 		for _, p := range m.Problems(l) {
 			problems = append(problems, fmt.Sprintf("layer %d: %s", l, p))

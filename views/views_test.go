@@ -48,7 +48,7 @@ func tinySet(t *testing.T) (*Set, *blockcache.Cache) {
 	return s, cache
 }
 
-func readAll(t *testing.T, n *vfile.Node, cache vfile.Cache) []byte {
+func readAll(t testing.TB, n *vfile.Node, cache vfile.Cache) []byte {
 	t.Helper()
 	if n.Doc != nil {
 		b, err := n.Doc.Bytes(context.Background())

@@ -2,6 +2,7 @@ package v4
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -82,5 +83,41 @@ func TestOpenClaimsBeyondCheckpoint(t *testing.T) {
 				t.Errorf("layer %d problems %q, want one containing %q", tc.layer, m.Problems(min(tc.layer, m.Checked()-1)), tc.problem)
 			}
 		})
+	}
+}
+
+// TestSinkhornItersClaim holds closed hc_sinkhorn_iters 1e9 (DeepSeek's
+// releases run 20): the mixing loop of one token never ended, reads never
+// finished and a core stayed busy after the readers died. Open now
+// refuses it with one line naming the key and the value.
+func TestSinkhornItersClaim(t *testing.T) {
+	for _, iters := range []int{1_000_000_000, MaxSinkhornIters + 1} {
+		dir := rewriteTiny(t, func(_ *safetensors.Spec, b []byte) []byte { return b })
+		for _, f := range []string{"config.json", "inference/config.json"} {
+			p := filepath.Join(dir, f)
+			raw, err := os.ReadFile(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if raw, err = checkpoint.PatchConfig(raw, []string{"hc_sinkhorn_iters"}, iters); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(p, raw, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		cat, err := checkpoint.Open(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		inf, err := os.ReadFile(filepath.Join(dir, "inference", "config.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = Open(cat, inf)
+		cat.Close()
+		if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("hc_sinkhorn_iters %d", iters)) || strings.Contains(err.Error(), "\n") {
+			t.Errorf("hc_sinkhorn_iters %d: %v", iters, err)
+		}
 	}
 }

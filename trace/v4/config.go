@@ -407,6 +407,11 @@ func (c *Config) validate() error {
 	return nil
 }
 
+// MaxSinkhornIters bounds hc_sinkhorn_iters: five times what DeepSeek's
+// V4 and V4.1 releases and reference code (ModelArgs.hc_sinkhorn_iters)
+// use, so that a config cannot make one token's mixing loop run for hours.
+const MaxSinkhornIters = 100
+
 // validateShared is what V4 and V4.1 both require of their settings.
 func (c *Config) validateShared() error {
 	pos := []struct {
@@ -446,6 +451,8 @@ func (c *Config) validateShared() error {
 		return errors.New("yarn: original_seq_len and rope_factor must be positive")
 	case c.SwiGLULimit < 0:
 		return fmt.Errorf("swiglu_limit %g must not be negative", c.SwiGLULimit)
+	case c.HCSinkhornIters > MaxSinkhornIters:
+		return fmt.Errorf("hc_sinkhorn_iters %d: DeepSeek's releases run 20, and more than %d is refused (each is a pass over every token's mixing matrix)", c.HCSinkhornIters, MaxSinkhornIters)
 	}
 	for l, r := range c.CompressRatios {
 		if r < 0 {
