@@ -95,10 +95,14 @@ func (c *Cache) Get(ctx context.Context, k Key, n int, compute Compute) ([]byte,
 		return b, nil
 	}
 	f, running := c.flights[k]
-	if running {
+	switch {
+	case running:
 		f.waiters++
 		c.shared.Add(1)
-	} else {
+	case ctx.Err() != nil: // a reader already gone starts nothing
+		c.mu.Unlock()
+		return nil, ctx.Err()
+	default:
 		f = c.start(k, n, compute, 1)
 	}
 	c.mu.Unlock()
@@ -108,25 +112,33 @@ func (c *Cache) Get(ctx context.Context, k Key, n int, compute Compute) ([]byte,
 	case <-f.done:
 		return f.data, f.err
 	case <-ctx.Done():
-		c.mu.Lock()
-		f.waiters--
-		if f.waiters == 0 {
-			// Nobody wants the block any more: stop the work, and let the
-			// next reader start afresh rather than join a dying flight.
-			f.cancel()
-			if c.flights[k] == f {
-				delete(c.flights, k)
-			}
-		}
-		c.mu.Unlock()
+		c.leave(k, f)
 		return nil, ctx.Err()
+	}
+}
+
+// leave counts a waiter of flight f of k out and stops the work when it
+// was the last.
+func (c *Cache) leave(k Key, f *flight) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	f.waiters--
+	if f.waiters == 0 {
+		// Nobody wants the block any more: stop the work, and let the
+		// next reader start afresh rather than join a dying flight.
+		f.cancel()
+		if c.flights[k] == f {
+			delete(c.flights, k)
+		}
 	}
 }
 
 // Prefetch computes block k in the background if it is neither cached nor
 // running and a worker is free; otherwise it does nothing, so a reader
-// never waits on read-ahead.
-func (c *Cache) Prefetch(k Key, n int, compute Compute) {
+// never waits on read-ahead. The read-ahead counts as a waiter for as
+// long as ctx lives (the open file it reads ahead of): readers joining it
+// cannot cancel it, and once ctx ends it stops unless a reader waits.
+func (c *Cache) Prefetch(ctx context.Context, k Key, n int, compute Compute) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.ctx.Err() != nil || c.lru.Contains(k) || c.flights[k] != nil {
@@ -138,11 +150,14 @@ func (c *Cache) Prefetch(k Key, n int, compute Compute) {
 		return
 	}
 	c.readAhead.Add(1)
-	// A read-ahead has no reader; it counts as one waiter that never leaves,
-	// so readers joining it cannot cancel it.
 	f := c.start(k, n, compute, 1)
 	go func() {
-		<-f.done
+		select {
+		case <-f.done:
+		case <-ctx.Done():
+			c.leave(k, f)
+			<-f.done
+		}
 		<-c.workers
 	}()
 }

@@ -198,7 +198,7 @@ func testPrefetchIsBoundedAndShared(t *testing.T) {
 		return nil
 	}
 	for i := range int64(10) {
-		c.Prefetch(Key{"p", i}, 1, compute)
+		c.Prefetch(context.Background(), Key{"p", i}, 1, compute)
 	}
 	if n := c.Stats().ReadAhead; n != 2 {
 		t.Fatalf("started %d read-aheads with 2 workers", n)
@@ -251,4 +251,51 @@ func testComputationsAreBounded(t *testing.T) {
 	}
 	close(release)
 	wg.Wait()
+}
+
+func TestPrefetchEndsWithItsReader(t *testing.T) {
+	synctest.Test(t, testPrefetchEndsWithItsReader)
+}
+
+// testPrefetchEndsWithItsReader: a read-ahead stops when the open file it
+// reads ahead of goes (its context ends), unless a reader waits for it.
+func testPrefetchEndsWithItsReader(t *testing.T) {
+	c := New(1<<20, 2)
+	defer c.Close()
+	stopped := make(chan int64, 2)
+	release := make(chan struct{})
+	compute := func(i int64) Compute {
+		return func(ctx context.Context, dst []byte) error {
+			select {
+			case <-ctx.Done():
+				stopped <- i
+				return ctx.Err()
+			case <-release:
+				return nil
+			}
+		}
+	}
+	file, closeFile := context.WithCancel(context.Background())
+	c.Prefetch(file, Key{"p", 0}, 1, compute(0))
+	c.Prefetch(file, Key{"p", 1}, 1, compute(1))
+	got := make(chan error, 1)
+	go func() { // a reader joins block 1
+		_, err := c.Get(context.Background(), Key{"p", 1}, 1, compute(1))
+		got <- err
+	}()
+	synctest.Wait()
+	closeFile()
+	synctest.Wait()
+	select {
+	case i := <-stopped:
+		if i != 0 {
+			t.Fatalf("block %d stopped, want 0 (1 has a reader)", i)
+		}
+	default:
+		t.Fatal("the read-ahead of a closed file went on")
+	}
+	close(release)
+	if err := <-got; err != nil {
+		t.Fatalf("the reader of block 1: %v", err)
+	}
 }

@@ -146,6 +146,10 @@ func (d *Doc) measure(ctx context.Context) ([]byte, int64, error) {
 func (d *Doc) await(ctx context.Context, slot **flight, run func(context.Context) ([]byte, int64, error)) ([]byte, int64, error) {
 	f := *slot
 	if f == nil {
+		if err := ctx.Err(); err != nil { // a reader already gone starts nothing
+			d.mu.Unlock()
+			return nil, 0, err
+		}
 		f = d.start(ctx, slot, run)
 	}
 	f.waiters++

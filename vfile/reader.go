@@ -15,8 +15,9 @@ type Cache interface {
 	// Get returns block k of n bytes, computing it with compute unless it
 	// is cached or being computed already.
 	Get(ctx context.Context, k blockcache.Key, n int, compute blockcache.Compute) ([]byte, error)
-	// Prefetch computes block k in the background if a worker is free.
-	Prefetch(k blockcache.Key, n int, compute blockcache.Compute)
+	// Prefetch computes block k in the background if a worker is free,
+	// for as long as ctx (the reader's life) lasts.
+	Prefetch(ctx context.Context, k blockcache.Key, n int, compute blockcache.Compute)
 }
 
 // ReadAheadBytes is how far past a sequential read derived blocks are
@@ -24,26 +25,32 @@ type Cache interface {
 const ReadAheadBytes = 8 << 20
 
 // Opener opens a File for reading: the mount calls it once per open file
-// handle.
-type Opener func(f *File) *Reader
+// handle, with a context that ends when the handle is released.
+type Opener func(ctx context.Context, f *File) *Reader
 
 // CacheOpener returns an Opener whose Readers get derived blocks from cache.
 func CacheOpener(cache Cache) Opener {
-	return func(f *File) *Reader { return NewReader(f, cache) }
+	return func(ctx context.Context, f *File) *Reader { return newReader(ctx, f, cache) }
 }
 
 // Reader reads a File through a block cache. One Reader serves one open
 // file handle: it remembers where the last read ended to spot sequential
-// readers and compute the next blocks ahead of them.
+// readers and compute the next blocks ahead of them, for as long as the
+// handle is open.
 type Reader struct {
 	f       *File
 	cache   Cache
+	life    context.Context // ends read-ahead when the handle goes
 	lastEnd atomic.Int64
 }
 
 // NewReader returns a reader of f whose derived blocks come from cache.
 func NewReader(f *File, cache Cache) *Reader {
-	r := &Reader{f: f, cache: cache}
+	return newReader(context.Background(), f, cache)
+}
+
+func newReader(life context.Context, f *File, cache Cache) *Reader {
+	r := &Reader{f: f, cache: cache, life: life}
 	r.lastEnd.Store(-1)
 	return r
 }
@@ -159,7 +166,7 @@ func (r *Reader) readAhead(from int64) {
 		lo := max(from, r.f.start(i)) - r.f.start(i)
 		hi := min(end, r.f.ends[i]) - r.f.start(i)
 		for bi := lo / b.BlockLen; bi*b.BlockLen < hi; bi++ {
-			r.cache.Prefetch(b.key(bi), int(b.Size(bi)), b.compute(bi))
+			r.cache.Prefetch(r.life, b.key(bi), int(b.Size(bi)), b.compute(bi))
 		}
 	}
 }

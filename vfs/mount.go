@@ -53,6 +53,13 @@ type Mount struct {
 	errs        repeatLog // read errors, logged once per file and cause with a count
 	// served is closed once go-fuse's start-up is over (see docNode.Getattr).
 	served chan struct{}
+	// callers ties each request's wait for computed bytes to its caller's
+	// process and to life.
+	callers *callers
+	// life ends when the mount stops computing: open files' read-ahead
+	// lives within it.
+	life   context.Context
+	cancel context.CancelFunc
 }
 
 // Serve mounts root at dir, reading each open file through a Reader from
@@ -72,7 +79,8 @@ func Serve(dir string, root *vfile.Node, open vfile.Opener, opt Options) (*Mount
 	defer mp.Release()
 	dir = mp.Dir
 	m := &Mount{Dir: dir, open: open, log: opt.Log, start: time.Now(), status: opt.Status,
-		passthrough: os.Geteuid() == 0, sourceBytes: opt.SourceBytes, served: make(chan struct{})}
+		passthrough: os.Geteuid() == 0, sourceBytes: opt.SourceBytes, served: make(chan struct{}), callers: newCallers()}
+	m.life, m.cancel = context.WithCancel(context.Background())
 	top := vfile.Dir("", append(append([]*vfile.Node(nil), root.Children...), m.statusDir(root.Attr))...)
 	top.Attr = root.Attr
 	m.ino = inodes(top)
@@ -158,6 +166,18 @@ func (m *Mount) Unmount() error { return m.server.Unmount() }
 // mount leaves the tree at once, files still open on it keep being served,
 // and Wait returns when the last of them is closed.
 func (m *Mount) Detach() error { return detach(m.Dir) }
+
+// Cancel stops computing, now and for good: every computation a reader
+// waits for (a trace forward, a quantised block, a document) is given up,
+// and so is read-ahead; a read that needs bytes not computed yet fails
+// with EINTR, as does the open of a document not generated yet. Bytes of
+// the source and bytes already computed are still served. A signal calls
+// it with Detach, so that no computation keeps the process alive after
+// its readers, however long it would run.
+func (m *Mount) Cancel() {
+	m.callers.stop()
+	m.cancel()
+}
 
 // statusDir is .dsfs/: the live status of the mount, readable by whoever
 // may list the checkpoint directory, whose attributes are dir.

@@ -169,7 +169,8 @@ func (f *fileNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint3
 		return nil, 0, syscall.EROFS
 	}
 	f.m.ctr.opens.Add(1)
-	h := &fileHandle{m: f.m, r: f.m.open(f.f), name: f.name, fd: -1}
+	life, closed := context.WithCancel(f.m.life)
+	h := &fileHandle{m: f.m, r: f.m.open(life, f.f), closed: closed, name: f.name, fd: -1}
 	if f.f.Origin != nil && f.m.passthrough {
 		// The kernel may read an unchanged source file directly; go-fuse asks
 		// for the descriptor once and falls back to our Read if it cannot.
@@ -178,6 +179,7 @@ func (f *fileNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint3
 		// here, not in Read.
 		fd, err := f.f.Origin.Reopen()
 		if errors.Is(err, sourcefile.ErrChanged) {
+			closed()
 			f.m.ctr.errors.Add(1)
 			if logSourceError(err) {
 				f.m.log.Error("open failed", "file", f.name, "err", err)
@@ -193,10 +195,11 @@ func (f *fileNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint3
 
 // fileHandle is one open of a fileNode.
 type fileHandle struct {
-	m    *Mount
-	r    *vfile.Reader
-	name string
-	fd   int // source descriptor for kernel passthrough, -1 if none
+	m      *Mount
+	r      *vfile.Reader
+	closed context.CancelFunc // ends the reader's read-ahead
+	name   string
+	fd     int // source descriptor for kernel passthrough, -1 if none
 }
 
 var _ = (fs.FileReader)((*fileHandle)(nil))
@@ -212,10 +215,12 @@ func (h *fileHandle) PassthroughFd() (int, bool) {
 }
 
 func (h *fileHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	ctx, answered := h.m.callers.context(ctx)
+	defer answered()
 	n, err := h.r.ReadAtContext(ctx, dest, off)
 	if err != nil && n < len(dest) && !errors.Is(err, io.EOF) {
-		if ctx.Err() != nil {
-			return nil, syscall.EINTR
+		if errno, ok := h.m.canceled(ctx); ok {
+			return nil, errno
 		}
 		h.m.ctr.errors.Add(1)
 		if logSourceError(err) {
@@ -228,6 +233,7 @@ func (h *fileHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.Rea
 }
 
 func (h *fileHandle) Release(ctx context.Context) syscall.Errno {
+	h.closed()
 	if h.fd >= 0 {
 		syscall.Close(h.fd)
 		h.fd = -1
@@ -271,6 +277,8 @@ func (d *docNode) Getattr(ctx context.Context, _ fs.FileHandle, out *fuse.AttrOu
 	}
 	// A failure shows as size 0 here and is reported by the open, once,
 	// rather than by every stat.
+	ctx, answered := d.m.callers.context(ctx)
+	defer answered()
 	if n, ok := d.doc.Stat(ctx); ok {
 		out.Size = uint64(n)
 		out.SetTimeout(immutable)
@@ -287,8 +295,8 @@ func (d *docNode) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno
 func (d *docNode) generate(ctx context.Context) ([]byte, syscall.Errno) {
 	b, err := d.doc.Bytes(ctx)
 	if err != nil {
-		if ctx.Err() != nil {
-			return nil, syscall.EINTR
+		if errno, ok := d.m.canceled(ctx); ok {
+			return nil, errno
 		}
 		d.m.ctr.errors.Add(1)
 		if logSourceError(err) {
@@ -304,6 +312,8 @@ func (d *docNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32
 		return nil, 0, syscall.EROFS
 	}
 	d.m.ctr.opens.Add(1)
+	ctx, answered := d.m.callers.context(ctx)
+	defer answered()
 	b, errno := d.generate(ctx)
 	if errno != 0 {
 		return nil, 0, errno

@@ -195,7 +195,8 @@ func notifyReady() {
 
 // signalWatch ends a mount's life on SIGINT, SIGTERM or SIGHUP (a closed
 // terminal): before the mount exists it ends the process, as nothing needs
-// undoing; after, it unmounts lazily; a second signal exits at once.
+// undoing; after, it stops every computation and unmounts lazily; a second
+// signal exits at once.
 type signalWatch struct {
 	mu sync.Mutex
 	m  *vfs.Mount
@@ -233,7 +234,8 @@ func (w *signalWatch) run(sig chan os.Signal) {
 		exitBySignal(s)
 	}
 	sdnotify.Notify(sdnotify.Stopping)
-	slog.Info("unmounting (lazily: files still open keep working, and dsfs exits when the last is closed)", "signal", s.String(), "mount", m.Dir)
+	slog.Info("unmounting (lazily: files still open keep reading what is on disk or computed, computations stop, and dsfs exits when the last file is closed)", "signal", s.String(), "mount", m.Dir)
+	m.Cancel()
 	if err := m.Detach(); err != nil {
 		slog.Error("unmount failed; exiting, which leaves the mount dead (clear it with dsfs umount --lazy)", "mount", m.Dir, "err", err)
 		exitBySignal(s)
