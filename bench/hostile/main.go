@@ -1,6 +1,7 @@
 // Command hostile mounts dsfs on every hostile input of the reliability
-// review in one go (FORMATS.md's bad inputs, oversized config counts, a
-// sparse 8 GiB tokenizer.json, a header of 10^6 tensors, 300k stale index
+// review in one go (FORMATS.md's bad inputs, oversized config counts and
+// vocabularies, a sparse 8 GiB tokenizer.json, a normalizer that grows
+// text a thousandfold five times, a header of 10^6 tensors, 300k stale index
 // entries, a symlink out of the checkpoint, a tensor name that is not
 // UTF-8, a poisoned --cache-dir entry, a FIFO in the cache dir) and prints,
 // per case, the verdict, the time until .dsfs/stats.json could be read,
@@ -237,7 +238,37 @@ func cases() []hcase {
 			check: goodV2,
 		})
 	}
+	for _, n := range []string{"2e9", "1e8", "600"} {
+		cs = append(cs, hcase{
+			name:   "config vocab_size " + n,
+			v2:     true,
+			expect: []string{"vocab_size"},
+			plant: func(_ *env, _, src string) ([]string, error) {
+				v, _ := strconv.ParseFloat(n, 64)
+				return nil, editConfig(src, "vocab_size", int64(v))
+			},
+			check: func(_ *env, mnt string) error {
+				shard, err := firstShard(mnt)
+				if err != nil {
+					return err
+				}
+				return readWhole(mnt, "manifest/summary.json", shard)
+			},
+		})
+	}
+	grow := map[string]any{"type": "Replace", "pattern": map[string]any{"String": "a"}, "content": strings.Repeat("a", 1000)}
 	cs = append(cs,
+		hcase{
+			name:   "normalizer growing text 1000^5 times",
+			v2:     true,
+			expect: []string{"tokenizer.json"},
+			plant: func(_ *env, _, src string) ([]string, error) {
+				return nil, editJSON(filepath.Join(src, "tokenizer.json"), func(tj map[string]any) {
+					tj["normalizer"] = map[string]any{"type": "Sequence", "normalizers": []any{grow, grow, grow, grow, grow}}
+				})
+			},
+			check: refusedTokenizer,
+		},
 		hcase{
 			name:   "sparse 8 GiB tokenizer.json",
 			v2:     true,
@@ -631,17 +662,21 @@ func copyCache(e *env, dir string) (cache, entry string, err error) {
 
 // editConfig sets a key of config.json.
 func editConfig(src, key string, v any) error {
-	p := filepath.Join(src, "config.json")
+	return editJSON(filepath.Join(src, "config.json"), func(cfg map[string]any) { cfg[key] = v })
+}
+
+// editJSON rewrites the JSON object in file p with edit.
+func editJSON(p string, edit func(map[string]any)) error {
 	b, err := os.ReadFile(p)
 	if err != nil {
 		return err
 	}
-	var cfg map[string]any
-	if err := json.Unmarshal(b, &cfg); err != nil {
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
 		return err
 	}
-	cfg[key] = v
-	if b, err = json.Marshal(cfg); err != nil {
+	edit(m)
+	if b, err = json.Marshal(m); err != nil {
 		return err
 	}
 	return os.WriteFile(p, b, 0o644)
