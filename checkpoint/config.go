@@ -24,6 +24,10 @@ type Config struct {
 	// Inference is inference/config.json, read like Raw; nil when absent.
 	Inference map[string]any
 
+	// Family is the model family the config describes (see Family): the
+	// one reading of model_type, the V4 and V4.1 keys and the text_config
+	// nesting that every package asks.
+	Family        Family
 	ModelType     string   // model_type
 	Architectures []string // architectures
 	NumLayers     int      // num_hidden_layers, or n_layers
@@ -92,6 +96,7 @@ func parseConfigs(data, inference []byte) (*Config, []error) {
 	}
 	c.ModelType = r.str("model_type")
 	c.Architectures = r.strs("architectures")
+	c.Family = familyOf(r.scopes)
 	c.NumLayers = r.count("num_hidden_layers", "n_layers")
 	c.HiddenSize = r.count("hidden_size", "dim")
 	c.RoutedExperts = r.count("n_routed_experts")
@@ -174,6 +179,57 @@ func checkCounts(cfg *Config, ts []*Tensor, problem func(file, tensor, reason st
 			problem(ConfigName, "", err.Error())
 		}
 	}
+}
+
+// Family is a model family dsfs tells apart: the engines of trace/, the
+// recipes of gguf/ and the views choose by it.
+type Family string
+
+// The families. A config of none of them (FamilyOther) may still be a
+// DeepSeek model written as DeepSeek's ModelArgs (no model_type), which
+// the V2/V3 engine reads.
+const (
+	FamilyOther Family = ""
+	DeepSeekV2  Family = "deepseek_v2"  // DeepSeek-V2, V2-Lite
+	DeepSeekV3  Family = "deepseek_v3"  // DeepSeek-V3, R1 and their versions
+	DeepSeekV4  Family = "deepseek_v4"  // DeepSeek-V4-Flash
+	DeepSeekV41 Family = "deepseek_v41" // DeepSeek-V4.1-Flash (its model under text_config)
+)
+
+// familyOf reads the family from config.json's scopes (the top level,
+// then text_config, then inference/config.json): model_type deepseek_v41*
+// or the V4.1 attention keys (kv_source_layer_ids or kv_source_layers)
+// beside hc_mult is V4.1; model_type deepseek_v4*, hc_mult or
+// compress_ratios is V4 (the engine then says what of the V4 family it
+// cannot run); model_type deepseek_v3* or deepseek_v2* is V3 or V2.
+func familyOf(scopes []map[string]any) Family {
+	var mt string
+	var v4, v41 bool
+	for _, m := range scopes {
+		if s, ok := m["model_type"].(string); ok && mt == "" {
+			mt = s
+		}
+		_, hasHC := m["hc_mult"]
+		_, hasRatios := m["compress_ratios"]
+		_, kvIDs := m["kv_source_layer_ids"]
+		_, kv := m["kv_source_layers"]
+		v4 = v4 || hasHC || hasRatios
+		v41 = v41 || hasHC && (kvIDs || kv)
+		if s, ok := m["model_type"].(string); ok && strings.HasPrefix(s, "deepseek_v41") {
+			v41 = true
+		}
+	}
+	switch {
+	case v41:
+		return DeepSeekV41
+	case v4 || strings.HasPrefix(mt, "deepseek_v4"):
+		return DeepSeekV4
+	case strings.HasPrefix(mt, "deepseek_v3"):
+		return DeepSeekV3
+	case strings.HasPrefix(mt, "deepseek_v2"):
+		return DeepSeekV2
+	}
+	return FamilyOther
 }
 
 // MaxVocab bounds a vocabulary size: sixteen times DeepSeek-V3's 129,280

@@ -22,7 +22,7 @@ func TestParseConfig(t *testing.T) {
 			"num_hidden_layers": 43, "hidden_size": 5120, "n_routed_experts": 384, "num_nextn_predict_layers": 3,
 			"torch_dtype": "bfloat16", "quantization_config": {"quant_method": "fp8", "weight_block_size": [32, 32],
 			"scale_fmt": "ue8m0", "expert_dtype": "fp4"}}`,
-			Config{ModelType: "deepseek_v41", Architectures: []string{"DeepseekV41ForCausalLM"}, NumLayers: 43, HiddenSize: 5120,
+			Config{Family: DeepSeekV41, ModelType: "deepseek_v41", Architectures: []string{"DeepseekV41ForCausalLM"}, NumLayers: 43, HiddenSize: 5120,
 				RoutedExperts: 384, MTPLayers: 3, TorchDType: "bfloat16",
 				Quant: QuantConfig{Method: "fp8", WeightBlockSize: [2]int64{32, 32}, ScaleFmt: "ue8m0", ExpertDType: "fp4"}}, nil},
 		{"deepseek inference names", `{"n_layers": 61, "dim": 7168, "n_mtp_layers": 1, "dtype": "fp8"}`,
@@ -31,7 +31,7 @@ func TestParseConfig(t *testing.T) {
 			Config{Quant: QuantConfig{Method: "fp8", ExpertDType: "fp4"}}, nil},
 		{"text_config", `{"model_type": "deepseek_v41", "text_config": {"model_type": "inner", "num_hidden_layers": 43,
 			"quantization_config": {"weight_block_size": [32, 32]}}}`,
-			Config{ModelType: "deepseek_v41", NumLayers: 43, Quant: QuantConfig{WeightBlockSize: [2]int64{32, 32}}}, nil},
+			Config{Family: DeepSeekV41, ModelType: "deepseek_v41", NumLayers: 43, Quant: QuantConfig{WeightBlockSize: [2]int64{32, 32}}}, nil},
 		{"nulls are absent", `{"num_hidden_layers": null, "n_layers": 4, "quantization_config": null}`, Config{NumLayers: 4}, nil},
 		{"wrong types", `{"model_type": 3, "architectures": ["a", 1], "num_hidden_layers": 61.5, "hidden_size": -1,
 			"n_routed_experts": "384", "num_nextn_predict_layers": 1e1, "quantization_config": {"weight_block_size": [128],
@@ -209,17 +209,17 @@ func TestParseConfigs(t *testing.T) {
 		errs           []string
 	}{
 		{"agree", hf, `{"n_layers": 40, "dim": 5120, "n_mtp_layers": 3, "expert_dtype": "fp4"}`,
-			Config{ModelType: "deepseek_v41", NumLayers: 40, HiddenSize: 5120, RoutedExperts: 384, MTPLayers: 3,
+			Config{Family: DeepSeekV41, ModelType: "deepseek_v41", NumLayers: 40, HiddenSize: 5120, RoutedExperts: 384, MTPLayers: 3,
 				Quant: QuantConfig{Method: "fp8", ExpertDType: "fp4"}}, nil},
 		{"inference only", "", `{"n_layers": 43, "dim": 4096, "n_routed_experts": 256, "expert_dtype": "fp4"}`,
 			Config{NumLayers: 43, HiddenSize: 4096, RoutedExperts: 256, Quant: QuantConfig{ExpertDType: "fp4"}}, nil},
 		{"disagree", hf, `{"n_layers": 43, "dim": 5120, "expert_dtype": "nvfp4"}`,
-			Config{ModelType: "deepseek_v41", NumLayers: 40, HiddenSize: 5120, RoutedExperts: 384,
+			Config{Family: DeepSeekV41, ModelType: "deepseek_v41", NumLayers: 40, HiddenSize: 5120, RoutedExperts: 384,
 				Quant: QuantConfig{Method: "fp8", ExpertDType: "fp4"}},
 			[]string{`inference/config.json: n_layers 43, but config.json says 40`,
 				`inference/config.json: expert_dtype "nvfp4", but config.json says "fp4"`}},
 		{"inference not JSON", hf, `{"n_layers": `,
-			Config{ModelType: "deepseek_v41", NumLayers: 40, HiddenSize: 5120, RoutedExperts: 384,
+			Config{Family: DeepSeekV41, ModelType: "deepseek_v41", NumLayers: 40, HiddenSize: 5120, RoutedExperts: 384,
 				Quant: QuantConfig{Method: "fp8", ExpertDType: "fp4"}},
 			[]string{`inference/config.json: not a JSON object`}},
 	}
@@ -256,6 +256,32 @@ func TestPatchTopLevelString(t *testing.T) {
 	for _, key := range []string{"n_layers", "missing"} {
 		if _, err := PatchTopLevelString([]byte(in), key, "v"); err == nil {
 			t.Errorf("%s: no error", key)
+		}
+	}
+}
+
+func TestFamily(t *testing.T) {
+	for _, tt := range []struct {
+		name, config string
+		want         Family
+	}{
+		{"V4.1 release", `{"model_type": "deepseek_v41", "text_config": {"model_type": "deepseek_v41_text", "hc_mult": 4, "compress_ratios": [4]}}`, DeepSeekV41},
+		{"V4.1 inference args", `{"hc_mult": 4, "kv_source_layer_ids": [0, 1], "compress_ratios": [4]}`, DeepSeekV41},
+		{"V4 release", `{"model_type": "deepseek_v4", "hc_mult": 4, "compress_ratios": [0, 4]}`, DeepSeekV4},
+		{"V4 keys without model_type", `{"hc_mult": 4, "compress_ratios": [0, 4]}`, DeepSeekV4},
+		{"V4 with Engram but no V4.1 attention", `{"model_type": "deepseek_v4", "hc_mult": 4, "engram_layer_ids": [1]}`, DeepSeekV4},
+		{"V3", `{"model_type": "deepseek_v3"}`, DeepSeekV3},
+		{"V3.2", `{"model_type": "deepseek_v32", "index_n_heads": 64}`, DeepSeekV3},
+		{"V2-Lite", `{"model_type": "deepseek_v2"}`, DeepSeekV2},
+		{"ModelArgs", `{"dim": 7168, "n_routed_experts": 256}`, FamilyOther},
+		{"another model", `{"model_type": "llama"}`, FamilyOther},
+	} {
+		c, err := ParseConfig([]byte(tt.config))
+		if err != nil {
+			t.Fatalf("%s: %v", tt.name, err)
+		}
+		if c.Family != tt.want {
+			t.Errorf("%s: family %q, want %q", tt.name, c.Family, tt.want)
 		}
 	}
 }

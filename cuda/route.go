@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"fmt"
+	"github.com/dsfs/dsfs/checkpoint"
 
 	"github.com/dsfs/dsfs/trace/model"
 )
@@ -53,10 +54,10 @@ func (b *Backend) Route(logits model.Mat, bias model.Buffer, cfg *model.Config) 
 	// The weight rule follows the HF modeling file of the model type, and
 	// DeepSeek's model.py without one, as model does.
 	rule := ruleModelPy
-	switch cfg.ModelType {
-	case "deepseek_v2":
+	switch cfg.Family {
+	case checkpoint.DeepSeekV2:
 		rule = ruleHFV2
-	case "deepseek_v3":
+	case checkpoint.DeepSeekV3:
 		rule = ruleHFV3
 	}
 	n := logits.Rows

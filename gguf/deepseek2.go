@@ -27,8 +27,8 @@ func planDeepseek2(mat Type, tok *tokenizers) func(cat *checkpoint.Catalog) (*Mo
 		if err != nil {
 			return nil, err // it names config.json
 		}
-		if cfg.ModelType != "deepseek_v2" && cfg.ModelType != "deepseek_v3" {
-			return nil, fmt.Errorf("config.json: model_type %q is not deepseek_v2 or deepseek_v3", cfg.ModelType)
+		if f := cat.Config.Family; f != checkpoint.DeepSeekV2 && f != checkpoint.DeepSeekV3 {
+			return nil, fmt.Errorf("config.json: model_type %q is not deepseek_v2 or deepseek_v3", cat.Config.ModelType)
 		}
 		p := &ds2{cat: cat, cfg: cfg, mat: mat, tok: tok}
 		switch {
@@ -341,7 +341,7 @@ func (p *ds2) kvs() ([]KV, error) {
 // for DeepSeek's tokenizers).
 func (p *ds2) tokenizer() ([]KV, error) {
 	pre := "deepseek-v3"
-	if p.cfg.ModelType == "deepseek_v2" {
+	if p.cat.Config.Family == checkpoint.DeepSeekV2 {
 		pre = "deepseek-llm"
 	}
 	return p.tok.get(p.cat, pre, p.cfg.Vocab)

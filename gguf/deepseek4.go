@@ -19,7 +19,6 @@ import (
 // reads: the hyper-parameters llama.cpp's converter (DeepseekV4Model)
 // writes as metadata.
 type v4Config struct {
-	ModelType      string  `json:"model_type"`
 	Layers         int     `json:"num_hidden_layers"`
 	MaxPos         int     `json:"max_position_embeddings"`
 	Hidden         int     `json:"hidden_size"`
@@ -134,12 +133,12 @@ func planV4(cat *checkpoint.Catalog, experts Type, tok *tokenizers) (*Model, err
 	if cat.ConfigBytes == nil {
 		return nil, fmt.Errorf("config.json: missing")
 	}
+	if f := cat.Config.Family; f != checkpoint.DeepSeekV4 {
+		return nil, fmt.Errorf("config.json: model_type %q is not deepseek_v4 (llama.cpp's deepseek4 architecture is DeepSeek-V4's)", cat.Config.ModelType)
+	}
 	var c v4Config
 	if err := json.Unmarshal(cat.ConfigBytes, &c); err != nil {
 		return nil, fmt.Errorf("config.json: %w", err)
-	}
-	if c.ModelType != "deepseek_v4" {
-		return nil, fmt.Errorf("config.json: model_type %q is not deepseek_v4", c.ModelType)
 	}
 	var missing []string
 	for _, k := range v4Required {

@@ -94,7 +94,7 @@ func Recipes() []Recipe {
 func planIQ2XXS(tok *tokenizers) func(cat *checkpoint.Catalog) (*Model, error) {
 	v2, v4 := planDeepseek2(IQ2_XXS, tok), planDeepseek4(IQ2_XXS, tok)
 	return func(cat *checkpoint.Catalog) (*Model, error) {
-		if cat.Config != nil && cat.Config.ModelType == "deepseek_v4" {
+		if cat.Config.Family == checkpoint.DeepSeekV4 {
 			return v4(cat)
 		}
 		return v2(cat)

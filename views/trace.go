@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/tensorfile"
 	"github.com/dsfs/dsfs/tokenizer"
 	"github.com/dsfs/dsfs/trace"
@@ -84,14 +85,14 @@ func buildTrace(s *Set, _ string) (Built, error) {
 	if _, err := tracePrecision(s.option("trace", "trace-precision")); err != nil {
 		return out, err
 	}
-	if v4.IsV4(s.Cat.ConfigBytes) {
-		return buildTraceV4(s, prompts, user)
-	}
-	if v4.IsV41(s.Cat.ConfigBytes) {
+	switch s.Cat.Config.Family {
+	case checkpoint.DeepSeekV41:
 		return buildTraceV41(s, prompts, user)
-	}
-	if what, missing := v4.Missing(s.Cat.ConfigBytes); missing != nil {
-		return traceError("cannot run "+what, "cannot run "+what+"; the engine lacks:", missing...), nil
+	case checkpoint.DeepSeekV4:
+		if what, missing := v4.Missing(s.Cat.ConfigBytes); missing != nil {
+			return traceError("cannot run "+what, "cannot run "+what+"; the engine lacks:", missing...), nil
+		}
+		return buildTraceV4(s, prompts, user)
 	}
 	m, err := model.Open(s.Cat)
 	if ue := (*model.UnsupportedError)(nil); errors.As(err, &ue) {

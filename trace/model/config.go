@@ -8,6 +8,8 @@ import (
 	"math"
 	"sort"
 	"strings"
+
+	"github.com/dsfs/dsfs/checkpoint"
 )
 
 // Scoring functions of the router.
@@ -30,7 +32,10 @@ const (
 // keys of DeepSeek's inference ModelArgs (dim, n_layers, ...), which the
 // flat-named checkpoints carry.
 type Config struct {
-	ModelType     string // deepseek_v2 or deepseek_v3
+	// Family is checkpoint's reading of the config: V2 or V3 (whose
+	// Hugging Face files weight routes differently) or a ModelArgs config.
+	Family        checkpoint.Family
+	ModelType     string // model_type as config.json writes it, for the documents
 	Architectures []string
 
 	Hidden, Vocab, Layers int
@@ -101,7 +106,6 @@ func (c *Config) SoftmaxScale() float64 {
 // rawConfig lists every key read, both spellings; pointers tell absent
 // from zero.
 type rawConfig struct {
-	ModelType     *string  `json:"model_type"`
 	Architectures []string `json:"architectures"`
 
 	HiddenSize         *int     `json:"hidden_size"`
@@ -191,10 +195,11 @@ func ParseConfig(data []byte) (*Config, error) {
 	if err := json.Unmarshal(data, &r); err != nil {
 		return nil, fmt.Errorf("config.json: %w", err)
 	}
-	if err := r.unsupported(); err != nil {
+	cc, _ := checkpoint.ParseConfig(data) // its errors are the catalog's to report
+	if err := r.unsupported(cc); err != nil {
 		return nil, err
 	}
-	c := &Config{Architectures: r.Architectures}
+	c := &Config{Architectures: r.Architectures, Family: cc.Family, ModelType: cc.ModelType}
 	var missing []string
 	need := func(dst *int, keys string, vals ...*int) {
 		for _, v := range vals {
@@ -229,7 +234,6 @@ func ParseConfig(data []byte) (*Config, error) {
 		}
 		return def
 	}
-	c.ModelType = optS("", r.ModelType)
 	need(&c.Hidden, "hidden_size", r.HiddenSize, r.Dim)
 	need(&c.Vocab, "vocab_size", r.VocabSize)
 	need(&c.Layers, "num_hidden_layers", r.NumHiddenLayers, r.NLayers)
@@ -350,13 +354,10 @@ func (r *rawConfig) rope(c *Config) error {
 // does not implement: DeepSeek-V3.2's sparse-attention indexer and V4's
 // hyper-connections, Engram memory, compressed attention, grouped output
 // projection, MXFP4 experts and sqrtsoftplus routing.
-func (r *rawConfig) unsupported() error {
+func (r *rawConfig) unsupported(cc *checkpoint.Config) error {
 	var missing []string
 	add := func(s string) { missing = append(missing, s) }
-	mt := ""
-	if r.ModelType != nil {
-		mt = *r.ModelType
-	}
+	mt := cc.ModelType
 	// DeepSeek-V4.1 nests the language model's settings under text_config.
 	var tc rawConfig
 	if len(r.TextConfig) > 0 && json.Unmarshal(r.TextConfig, &tc) == nil {
@@ -397,7 +398,7 @@ func (r *rawConfig) unsupported() error {
 			add(fmt.Sprintf("router scoring %q (softmax and sigmoid are implemented)", *s))
 		}
 	}
-	known := mt == "" || mt == "deepseek_v2" || mt == "deepseek_v3"
+	known := cc.Family == checkpoint.DeepSeekV2 || cc.Family == checkpoint.DeepSeekV3 || mt == ""
 	if !known && len(missing) == 0 {
 		add(fmt.Sprintf("model_type %q (deepseek_v2 and deepseek_v3 are implemented)", mt))
 	}

@@ -1,6 +1,7 @@
 package model
 
 import (
+	"github.com/dsfs/dsfs/checkpoint"
 	"math"
 	"sort"
 )
@@ -34,13 +35,13 @@ const (
 	ruleModelPy
 )
 
-// weightRule follows the HF file of the model type (config.json comes
-// with it), and model.py for a config without one (ModelArgs keys).
+// weightRule follows the HF file of the family (config.json comes with
+// it), and model.py for a config without one (ModelArgs keys).
 func (c *Config) weightRule() weightRule {
-	switch c.ModelType {
-	case "deepseek_v2":
+	switch c.Family {
+	case checkpoint.DeepSeekV2:
 		return ruleHFV2
-	case "deepseek_v3":
+	case checkpoint.DeepSeekV3:
 		return ruleHFV3
 	}
 	return ruleModelPy

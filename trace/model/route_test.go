@@ -2,6 +2,7 @@ package model
 
 import (
 	"context"
+	"github.com/dsfs/dsfs/checkpoint"
 	"math"
 	"slices"
 	"testing"
@@ -14,11 +15,11 @@ func TestNormalise(t *testing.T) {
 		cfg  Config
 		want []float32
 	}{
-		{"v2 raw, scaled", Config{ModelType: "deepseek_v2", TopK: 2, RoutedScale: 2}, []float32{0.6, 0.2}},
-		{"v2 normalised, not scaled", Config{ModelType: "deepseek_v2", TopK: 2, NormTopKProb: true, RoutedScale: 2}, []float32{0.75, 0.25}},
-		{"v2 top-1 is never normalised", Config{ModelType: "deepseek_v2", TopK: 1, NormTopKProb: true, RoutedScale: 2}, []float32{0.6, 0.2}},
-		{"v3 normalised and scaled", Config{ModelType: "deepseek_v3", TopK: 2, NormTopKProb: true, RoutedScale: 2}, []float32{1.5, 0.5}},
-		{"v3 raw, scaled", Config{ModelType: "deepseek_v3", TopK: 2, RoutedScale: 2}, []float32{0.6, 0.2}},
+		{"v2 raw, scaled", Config{Family: checkpoint.DeepSeekV2, TopK: 2, RoutedScale: 2}, []float32{0.6, 0.2}},
+		{"v2 normalised, not scaled", Config{Family: checkpoint.DeepSeekV2, TopK: 2, NormTopKProb: true, RoutedScale: 2}, []float32{0.75, 0.25}},
+		{"v2 top-1 is never normalised", Config{Family: checkpoint.DeepSeekV2, TopK: 1, NormTopKProb: true, RoutedScale: 2}, []float32{0.6, 0.2}},
+		{"v3 normalised and scaled", Config{Family: checkpoint.DeepSeekV3, TopK: 2, NormTopKProb: true, RoutedScale: 2}, []float32{1.5, 0.5}},
+		{"v3 raw, scaled", Config{Family: checkpoint.DeepSeekV3, TopK: 2, RoutedScale: 2}, []float32{0.6, 0.2}},
 		{"model.py softmax", Config{ScoringFunc: ScoreSoftmax, TopK: 2, NormTopKProb: true, RoutedScale: 2}, []float32{0.6, 0.2}},
 		{"model.py sigmoid", Config{ScoringFunc: ScoreSigmoid, TopK: 2, RoutedScale: 2}, []float32{1.5, 0.5}},
 	}
@@ -39,7 +40,7 @@ func TestNormalise(t *testing.T) {
 // still never be chosen (model.py's -inf; HF's 0 fill would pick them).
 func TestGroupLimit(t *testing.T) {
 	cfg := &Config{RoutedExperts: 8, TopK: 2, Groups: 4, TopKGroups: 1, ScoringFunc: ScoreSigmoid,
-		TopKMethod: TopKNoAuxTC, ModelType: "deepseek_v3", NormTopKProb: true, RoutedScale: 1}
+		TopKMethod: TopKNoAuxTC, Family: checkpoint.DeepSeekV3, NormTopKProb: true, RoutedScale: 1}
 	logits := []float32{0, 0, 0, 0, 3, 2, 0, 0} // sigmoid: 0.5 … 0.95, 0.88
 	bias := []float32{-5, -5, -5, -5, -1, -1.5, -5, -5}
 	r := cfg.route(logits, bias)

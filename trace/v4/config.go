@@ -195,11 +195,11 @@ type argsConfig struct {
 	HCEps             *float64 `json:"hc_eps"`
 }
 
-// IsV4 reports whether config.json describes a DeepSeek-V4 model this
-// package runs: the V4 keys hc_mult and compress_ratios at the top level,
-// model type deepseek_v4 or none, and no V4.1 feature (Engram layers, the
-// text_config nesting).
-func IsV4(configJSON []byte) bool {
+// runs reports whether config.json, of the V4 family, describes a model
+// this package runs as V4: the V4 keys hc_mult and compress_ratios at the
+// top level, model type deepseek_v4 or none, and no V4.1 feature (Engram
+// layers, the text_config nesting).
+func runs(configJSON []byte) bool {
 	var r struct {
 		ModelType      *string         `json:"model_type"`
 		HCMult         *int            `json:"hc_mult"`
@@ -467,14 +467,13 @@ func (c *Config) validateShared() error {
 	return nil
 }
 
-// Missing names what this package lacks to run a configuration of the V4
-// family (the V4 keys hc_mult or compress_ratios, at the top level or
-// under text_config) that IsV4 turns down: V4.1's Engram memory and CSA2
+// Missing names what this package lacks to run, as V4, a configuration of
+// the V4 family (checkpoint.DeepSeekV4): V4.1's Engram memory and CSA2
 // attention, dense FFN layers, other FP8 block sizes. It returns nil for
-// a configuration of another family, or one IsV4 accepts. what is the
-// model as config.json names it.
+// a configuration of another family, or one it runs. what is the model as
+// config.json names it.
 func Missing(configJSON []byte) (what string, missing []string) {
-	if IsV4(configJSON) {
+	if runs(configJSON) {
 		return "", nil
 	}
 	type keys struct {

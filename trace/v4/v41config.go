@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
-	"strings"
 )
 
 // Config41 is what the V4.1 forward needs on top of the V4 settings: the
@@ -87,38 +86,6 @@ func (r Role41) Describe() string {
 		s += ", Engram"
 	}
 	return s
-}
-
-// IsV41 reports whether config.json describes a DeepSeek-V4.1 model: model
-// type deepseek_v41, or the V4.1 keys (kv_source_layer_ids or
-// kv_source_layers) next to hc_mult, at the top level or under
-// text_config.
-func IsV41(configJSON []byte) bool {
-	type keys struct {
-		ModelType *string         `json:"model_type"`
-		HCMult    *int            `json:"hc_mult"`
-		KVIDs     json.RawMessage `json:"kv_source_layer_ids"`
-		KV        json.RawMessage `json:"kv_source_layers"`
-	}
-	var r struct {
-		keys
-		TextConfig *keys `json:"text_config"`
-	}
-	if json.Unmarshal(configJSON, &r) != nil {
-		return false
-	}
-	for _, k := range []*keys{&r.keys, r.TextConfig} {
-		if k == nil {
-			continue
-		}
-		if k.ModelType != nil && strings.HasPrefix(*k.ModelType, "deepseek_v41") {
-			return true
-		}
-		if k.HCMult != nil && len(k.KVIDs)+len(k.KV) > 0 {
-			return true
-		}
-	}
-	return false
 }
 
 // v41Keys are the V4.1 keys in either spelling.

@@ -2,6 +2,7 @@ package v4
 
 import (
 	"fmt"
+	"github.com/dsfs/dsfs/checkpoint"
 	"strings"
 	"testing"
 )
@@ -60,8 +61,10 @@ func TestConfig41Released(t *testing.T) {
 			t.Errorf("%s: layer 5 %+v", tc.name, r)
 		}
 	}
-	if !IsV41([]byte(released41HF)) || IsV4([]byte(released41HF)) || !IsV41([]byte(released41Inference)) {
-		t.Error("the released V4.1 config is not told apart from V4")
+	for _, cfg := range []string{released41HF, released41Inference} {
+		if c, err := checkpoint.ParseConfig([]byte(cfg)); err != nil || c.Family != checkpoint.DeepSeekV41 {
+			t.Errorf("the released V4.1 config is of family %q (%v)", c.Family, err)
+		}
 	}
 }
 
