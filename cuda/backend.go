@@ -8,7 +8,7 @@ import (
 	"runtime"
 	"unsafe"
 
-	"github.com/dsfs/dsfs/trace/model"
+	"github.com/dsfs/dsfs/trace/backend"
 )
 
 // Precision is how a Backend multiplies matrices.
@@ -128,7 +128,7 @@ type launchArgs struct {
 	ptrs [maxKernelArgs]unsafe.Pointer
 }
 
-var _ model.Backend = (*Backend)(nil)
+var _ backend.Backend = (*Backend)(nil)
 
 // NewBackend starts a backend on the device opt names: it creates a stream
 // and a cuBLAS handle and loads the kernels, compiling those not in the
@@ -394,7 +394,7 @@ func (w *weight) bytes() uint64 {
 	return 4 * uint64(w.rows*w.cols)
 }
 
-func devBuffer(b model.Buffer) *buffer {
+func devBuffer(b backend.Buffer) *buffer {
 	x, ok := b.(*buffer)
 	if !ok {
 		panic(fmt.Sprintf("cuda: buffer %T is not from a CUDA backend", b))
@@ -402,7 +402,7 @@ func devBuffer(b model.Buffer) *buffer {
 	return x
 }
 
-func devWeight(w model.Weight) *weight {
+func devWeight(w backend.Weight) *weight {
 	x, ok := w.(*weight)
 	if !ok {
 		panic(fmt.Sprintf("cuda: weight %T is not from a CUDA backend", w))
@@ -412,7 +412,7 @@ func devWeight(w model.Weight) *weight {
 
 // at returns the device address of m's first element, after checking that
 // m lies inside its buffer.
-func at(m model.Mat) uint64 {
+func at(m backend.Mat) uint64 {
 	buf := devBuffer(m.Buf)
 	if m.Rows == 0 || m.Cols == 0 {
 		return buf.ptr
@@ -424,7 +424,7 @@ func at(m model.Mat) uint64 {
 	return buf.ptr + 4*uint64(m.Off)
 }
 
-func sameShape(op string, a, b model.Mat) {
+func sameShape(op string, a, b backend.Mat) {
 	if a.Rows != b.Rows || a.Cols != b.Cols {
 		panic(fmt.Sprintf("cuda: %s of %dx%d and %dx%d", op, a.Rows, a.Cols, b.Rows, b.Cols))
 	}

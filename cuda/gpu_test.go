@@ -16,6 +16,7 @@ import (
 	"github.com/dsfs/dsfs/codecs"
 	"github.com/dsfs/dsfs/internal/testdata"
 	"github.com/dsfs/dsfs/safetensors"
+	"github.com/dsfs/dsfs/trace/backend"
 	"github.com/dsfs/dsfs/trace/model"
 )
 
@@ -116,13 +117,13 @@ func closeToRows(t *testing.T, what string, got, want []float32, tol float64, sk
 	}
 }
 
-func upload(b model.Backend, v []float32) model.Buffer {
+func upload(b backend.Backend, v []float32) backend.Buffer {
 	buf := b.Alloc(len(v))
 	b.Upload(buf, 0, v)
 	return buf
 }
 
-func download(b model.Backend, buf model.Buffer) ([]float32, error) {
+func download(b backend.Backend, buf backend.Buffer) ([]float32, error) {
 	out := make([]float32, buf.Len())
 	return out, b.Download(out, buf, 0)
 }
@@ -131,7 +132,7 @@ func download(b model.Backend, buf model.Buffer) ([]float32, error) {
 // on a backend and returns the buffer to compare.
 type opCase struct {
 	name  string
-	build func(rng *rand.Rand) func(b model.Backend) model.Buffer
+	build func(rng *rand.Rand) func(b backend.Backend) backend.Buffer
 }
 
 func bf16Bits(v []float32) []uint16 {
@@ -143,59 +144,59 @@ func bf16Bits(v []float32) []uint16 {
 }
 
 var opCases = []opCase{
-	{"MatMul F32 weight, strided views", func(rng *rand.Rand) func(model.Backend) model.Buffer {
+	{"MatMul F32 weight, strided views", func(rng *rand.Rand) func(backend.Backend) backend.Buffer {
 		m, k, n := 37, 300, 129
 		x, w := randn(rng, m*(k+5), 1), randn(rng, n*k, 0.05)
-		return func(b model.Backend) model.Buffer {
+		return func(b backend.Backend) backend.Buffer {
 			xb, dst := upload(b, x), b.Alloc(m*(n+7))
-			wt := b.LoadWeight(model.HostMatrix{Rows: n, Cols: k, F32: w})
-			b.MatMul(model.Whole(dst, m, n+7).ColRange(2, n), model.Whole(xb, m, k+5).ColRange(3, k), wt)
+			wt := b.LoadWeight(backend.HostMatrix{Rows: n, Cols: k, F32: w})
+			b.MatMul(backend.Whole(dst, m, n+7).ColRange(2, n), backend.Whole(xb, m, k+5).ColRange(3, k), wt)
 			b.FreeWeight(wt)
 			return dst
 		}
 	}},
-	{"MatMul BF16 weight", func(rng *rand.Rand) func(model.Backend) model.Buffer {
+	{"MatMul BF16 weight", func(rng *rand.Rand) func(backend.Backend) backend.Buffer {
 		m, k, n := 128, 2048, 1408
 		x, w := randn(rng, m*k, 1), bf16Bits(randn(rng, n*k, 0.02))
-		return func(b model.Backend) model.Buffer {
+		return func(b backend.Backend) backend.Buffer {
 			xb, dst := upload(b, x), b.Alloc(m*n)
-			wt := b.LoadWeight(model.HostMatrix{Rows: n, Cols: k, BF16: w})
-			b.MatMul(model.Whole(dst, m, n), model.Whole(xb, m, k), wt)
+			wt := b.LoadWeight(backend.HostMatrix{Rows: n, Cols: k, BF16: w})
+			b.MatMul(backend.Whole(dst, m, n), backend.Whole(xb, m, k), wt)
 			b.FreeWeight(wt)
 			return dst
 		}
 	}},
-	{"RMSNorm in place on columns", func(rng *rand.Rand) func(model.Backend) model.Buffer {
+	{"RMSNorm in place on columns", func(rng *rand.Rand) func(backend.Backend) backend.Buffer {
 		rows, cols := 9, 512
 		x, w := randn(rng, rows*(cols+64), 3), randn(rng, cols, 1)
-		return func(b model.Backend) model.Buffer {
+		return func(b backend.Backend) backend.Buffer {
 			xb, wb := upload(b, x), upload(b, w)
-			v := model.Whole(xb, rows, cols+64).ColRange(0, cols)
+			v := backend.Whole(xb, rows, cols+64).ColRange(0, cols)
 			b.RMSNorm(v, v, wb, 1e-6)
 			return xb
 		}
 	}},
-	{"RoPE, heads sharing a position", func(rng *rand.Rand) func(model.Backend) model.Buffer {
+	{"RoPE, heads sharing a position", func(rng *rand.Rand) func(backend.Backend) backend.Buffer {
 		tokens, heads, nope, rope := 5, 3, 16, 64
 		q := randn(rng, tokens*heads*(nope+rope), 1)
 		cos, sin := randn(rng, tokens*rope/2, 1), randn(rng, tokens*rope/2, 1)
-		return func(b model.Backend) model.Buffer {
+		return func(b backend.Backend) backend.Buffer {
 			qb, cb, sb := upload(b, q), upload(b, cos), upload(b, sin)
-			b.RoPE(model.Whole(qb, tokens*heads, nope+rope).ColRange(nope, rope), cb, sb, heads)
+			b.RoPE(backend.Whole(qb, tokens*heads, nope+rope).ColRange(nope, rope), cb, sb, heads)
 			return qb
 		}
 	}},
 	{"Attention, short sequence", attentionCase(7, 4, 40, 32)},
 	{"Attention, one token", attentionCase(1, 2, 24, 16)},
 	{"Attention, several chunks", attentionCase(attentionTokens+45, 2, 72, 64)},
-	{"SiLUMul, Add, Copy on views", func(rng *rand.Rand) func(model.Backend) model.Buffer {
+	{"SiLUMul, Add, Copy on views", func(rng *rand.Rand) func(backend.Backend) backend.Buffer {
 		rows, cols := 33, 70
 		g, u, a := randn(rng, rows*cols*2, 2), randn(rng, rows*cols, 1), randn(rng, rows*cols, 1)
-		return func(b model.Backend) model.Buffer {
+		return func(b backend.Backend) backend.Buffer {
 			gb, ub, ab, out := upload(b, g), upload(b, u), upload(b, a), b.Alloc(rows*(cols+3))
-			gv := model.Whole(gb, rows, 2*cols).ColRange(cols, cols)
-			uv, av := model.Whole(ub, rows, cols), model.Whole(ab, rows, cols)
-			ov := model.Whole(out, rows, cols+3).ColRange(1, cols)
+			gv := backend.Whole(gb, rows, 2*cols).ColRange(cols, cols)
+			uv, av := backend.Whole(ub, rows, cols), backend.Whole(ab, rows, cols)
+			ov := backend.Whole(out, rows, cols+3).ColRange(1, cols)
 			b.SiLUMul(gv, gv, uv)
 			b.Add(ov, gv, av)
 			b.Copy(av, ov)
@@ -203,7 +204,7 @@ var opCases = []opCase{
 			return out
 		}
 	}},
-	{"Gather and ScatterAdd with repeated rows", func(rng *rand.Rand) func(model.Backend) model.Buffer {
+	{"Gather and ScatterAdd with repeated rows", func(rng *rand.Rand) func(backend.Backend) backend.Buffer {
 		tokens, cols, picked := 40, 96, 25
 		x := randn(rng, tokens*cols, 1)
 		rows := make([]int32, picked)
@@ -211,21 +212,21 @@ var opCases = []opCase{
 		for i := range rows {
 			rows[i] = int32(rng.IntN(tokens))
 		}
-		return func(b model.Backend) model.Buffer {
+		return func(b backend.Backend) backend.Buffer {
 			xb, g, y := upload(b, x), b.Alloc(picked*cols), upload(b, x)
-			b.Gather(model.Whole(g, picked, cols), model.Whole(xb, tokens, cols), rows)
-			b.ScatterAdd(model.Whole(y, tokens, cols), model.Whole(g, picked, cols), rows, scale)
+			b.Gather(backend.Whole(g, picked, cols), backend.Whole(xb, tokens, cols), rows)
+			b.ScatterAdd(backend.Whole(y, tokens, cols), backend.Whole(g, picked, cols), rows, scale)
 			return y
 		}
 	}},
 }
 
-func attentionCase(t, heads, d, dv int) func(*rand.Rand) func(model.Backend) model.Buffer {
-	return func(rng *rand.Rand) func(model.Backend) model.Buffer {
+func attentionCase(t, heads, d, dv int) func(*rand.Rand) func(backend.Backend) backend.Buffer {
+	return func(rng *rand.Rand) func(backend.Backend) backend.Buffer {
 		q, kv := randn(rng, t*heads*(d+2), 1), randn(rng, t*d, 1)
-		return func(b model.Backend) model.Buffer {
+		return func(b backend.Backend) backend.Buffer {
 			qb, kvb, out := upload(b, q), upload(b, kv), b.Alloc(t*heads*dv)
-			b.Attention(model.Whole(out, t*heads, dv), model.Whole(qb, t*heads, d+2).ColRange(2, d), model.Whole(kvb, t, d), heads, 0.3)
+			b.Attention(backend.Whole(out, t*heads, dv), backend.Whole(qb, t*heads, d+2).ColRange(2, d), backend.Whole(kvb, t, d), heads, 0.3)
 			return out
 		}
 	}
@@ -238,7 +239,7 @@ func TestOpsMatchCPU(t *testing.T) {
 		t.Run(p.String(), func(t *testing.T) {
 			b := requireGPU(t, p)
 			rng := newRand(t)
-			cpu := model.NewCPU()
+			cpu := backend.NewCPU()
 			for _, c := range opCases {
 				run := c.build(rng)
 				want, err := download(cpu, run(cpu))
@@ -267,7 +268,7 @@ func TestErrorsReported(t *testing.T) {
 	}
 	b.Free(huge)
 	x := upload(b, []float32{1, 2, 3})
-	b.Add(model.Whole(x, 1, 3), model.Whole(x, 1, 3), model.Whole(x, 1, 3))
+	b.Add(backend.Whole(x, 1, 3), backend.Whole(x, 1, 3), backend.Whole(x, 1, 3))
 	got, err := download(b, x)
 	if err != nil || !slices.Equal(got, []float32{2, 4, 6}) {
 		t.Errorf("after the failure: %v, %v", got, err)
@@ -303,7 +304,7 @@ func TestBadCacheRecompiled(t *testing.T) {
 		}
 	}
 	x := upload(b2, []float32{1, -1})
-	b2.Add(model.Whole(x, 1, 2), model.Whole(x, 1, 2), model.Whole(x, 1, 2))
+	b2.Add(backend.Whole(x, 1, 2), backend.Whole(x, 1, 2), backend.Whole(x, 1, 2))
 	if got, err := download(b2, x); err != nil || !slices.Equal(got, []float32{2, -2}) {
 		t.Errorf("recompiled kernels: %v, %v", got, err)
 	}
@@ -338,7 +339,7 @@ func TestForwardMatchesCPU(t *testing.T) {
 	for _, p := range []Precision{FP32, BF16} {
 		t.Run(p.String(), func(t *testing.T) {
 			b := requireGPU(t, p)
-			cpu := model.NewCPU()
+			cpu := backend.NewCPU()
 			for _, name := range []string{"v2lite-tiny", "v3-tiny"} {
 				m, ids, lens := goldenModel(t, name)
 				h, err := m.EmbedRows(ids)
@@ -437,7 +438,7 @@ func readVector(t *testing.T, tn *checkpoint.Tensor) []float32 {
 // forward's routes: ids in the same order, weights and margins.
 func TestRouteMatchesModel(t *testing.T) {
 	b := requireGPU(t, FP32)
-	cpu := model.NewCPU()
+	cpu := backend.NewCPU()
 	for _, name := range []string{"v2lite-tiny", "v3-tiny"} {
 		m, ids, lens := goldenModel(t, name)
 		cfg := m.Config
@@ -466,16 +467,16 @@ func TestRouteMatchesModel(t *testing.T) {
 				hb := upload(b, h1)
 				norm := upload(b, readVector(t, tensor(fmt.Sprintf("layers.%d.ffn_norm.weight", l))))
 				x := b.Alloc(n * cfg.Hidden)
-				b.RMSNorm(model.Whole(x, n, cfg.Hidden), model.Whole(hb, n, cfg.Hidden), norm, float32(cfg.RMSNormEps))
-				gate := b.LoadWeight(model.HostMatrix{Rows: cfg.RoutedExperts, Cols: cfg.Hidden,
+				b.RMSNorm(backend.Whole(x, n, cfg.Hidden), backend.Whole(hb, n, cfg.Hidden), norm, float32(cfg.RMSNormEps))
+				gate := b.LoadWeight(backend.HostMatrix{Rows: cfg.RoutedExperts, Cols: cfg.Hidden,
 					F32: readVector(t, tensor(fmt.Sprintf("layers.%d.ffn.gate.weight", l)))})
 				logits := b.Alloc(n * cfg.RoutedExperts)
-				b.MatMul(model.Whole(logits, n, cfg.RoutedExperts), model.Whole(x, n, cfg.Hidden), gate)
-				var bias model.Buffer
+				b.MatMul(backend.Whole(logits, n, cfg.RoutedExperts), backend.Whole(x, n, cfg.Hidden), gate)
+				var bias backend.Buffer
 				if cfg.TopKMethod == model.TopKNoAuxTC {
 					bias = upload(b, readVector(t, tensor(fmt.Sprintf("layers.%d.ffn.gate.bias", l))))
 				}
-				got, err := b.Route(model.Whole(logits, n, cfg.RoutedExperts), bias, cfg)
+				got, err := b.Route(backend.Whole(logits, n, cfg.RoutedExperts), bias, cfg)
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -4,11 +4,11 @@ import (
 	"fmt"
 	"unsafe"
 
-	"github.com/dsfs/dsfs/trace/model"
+	"github.com/dsfs/dsfs/trace/backend"
 )
 
 // Alloc implements model.Backend.
-func (b *Backend) Alloc(n int) model.Buffer {
+func (b *Backend) Alloc(n int) backend.Buffer {
 	defer b.enter()()
 	buf := &buffer{n: n}
 	if buf.ptr = b.devAlloc(4 * uint64(n)); buf.ptr != 0 {
@@ -18,14 +18,14 @@ func (b *Backend) Alloc(n int) model.Buffer {
 }
 
 // Free implements model.Backend.
-func (b *Backend) Free(x model.Buffer) {
+func (b *Backend) Free(x backend.Buffer) {
 	buf := devBuffer(x)
 	b.devFree(buf.ptr, 4*uint64(buf.n))
 	buf.ptr, buf.n = 0, 0
 }
 
 // Upload implements model.Backend.
-func (b *Backend) Upload(x model.Buffer, off int, src []float32) {
+func (b *Backend) Upload(x backend.Buffer, off int, src []float32) {
 	buf := devBuffer(x)
 	if off < 0 || off+len(src) > buf.n {
 		panic(fmt.Sprintf("cuda: upload of %d values at %d into a buffer of %d", len(src), off, buf.n))
@@ -36,7 +36,7 @@ func (b *Backend) Upload(x model.Buffer, off int, src []float32) {
 }
 
 // Download implements model.Backend.
-func (b *Backend) Download(dst []float32, x model.Buffer, off int) error {
+func (b *Backend) Download(dst []float32, x backend.Buffer, off int) error {
 	buf := devBuffer(x)
 	if off < 0 || off+len(dst) > buf.n {
 		panic(fmt.Sprintf("cuda: download of %d values at %d from a buffer of %d", len(dst), off, buf.n))
@@ -49,7 +49,7 @@ func (b *Backend) Download(dst []float32, x model.Buffer, off int) error {
 // LoadWeight implements model.Backend. It copies the matrix to the device
 // as it comes (BF16 bits or float32, whichever is smaller to send) and
 // converts it there to the precision of the products.
-func (b *Backend) LoadWeight(m model.HostMatrix) model.Weight {
+func (b *Backend) LoadWeight(m backend.HostMatrix) backend.Weight {
 	n := m.Rows * m.Cols
 	if got := len(m.F32) + len(m.BF16); got != n || m.F32 != nil && m.BF16 != nil {
 		panic(fmt.Sprintf("cuda: weight of %d values for %dx%d", got, m.Rows, m.Cols))
@@ -79,7 +79,7 @@ func (b *Backend) LoadWeight(m model.HostMatrix) model.Weight {
 }
 
 // FreeWeight implements model.Backend.
-func (b *Backend) FreeWeight(x model.Weight) {
+func (b *Backend) FreeWeight(x backend.Weight) {
 	w := devWeight(x)
 	b.devFree(w.ptr, w.bytes())
 	w.ptr = 0
@@ -142,7 +142,7 @@ func (b *Backend) narrow(x operand, rows, cols int) operand {
 // MatMul implements model.Backend. Row-major dst = x·wᵀ is, column-major,
 // dstᵀ = w·xᵀ, where w's rows stored row-major are the columns of a
 // column-major [cols, rows] matrix, hence transposed.
-func (b *Backend) MatMul(dst, x model.Mat, w model.Weight) {
+func (b *Backend) MatMul(dst, x backend.Mat, w backend.Weight) {
 	cw := devWeight(w)
 	if dst.Rows != x.Rows || dst.Cols != cw.rows || x.Cols != cw.cols {
 		panic(fmt.Sprintf("cuda: MatMul %dx%d = %dx%d · (%dx%d)ᵀ", dst.Rows, dst.Cols, x.Rows, x.Cols, cw.rows, cw.cols))
@@ -154,7 +154,7 @@ func (b *Backend) MatMul(dst, x model.Mat, w model.Weight) {
 }
 
 // RMSNorm implements model.Backend.
-func (b *Backend) RMSNorm(dst, x model.Mat, w model.Buffer, eps float32) {
+func (b *Backend) RMSNorm(dst, x backend.Mat, w backend.Buffer, eps float32) {
 	sameShape("RMSNorm", dst, x)
 	if devBuffer(w).n < x.Cols {
 		panic(fmt.Sprintf("cuda: RMSNorm of %d columns with %d weights", x.Cols, w.Len()))
@@ -167,7 +167,7 @@ func (b *Backend) RMSNorm(dst, x model.Mat, w model.Buffer, eps float32) {
 }
 
 // RoPE implements model.Backend.
-func (b *Backend) RoPE(x model.Mat, cos, sin model.Buffer, group int) {
+func (b *Backend) RoPE(x backend.Mat, cos, sin backend.Buffer, group int) {
 	half := x.Cols / 2
 	need := (x.Rows + group - 1) / group * half
 	if x.Cols%2 != 0 || group < 1 || cos.Len() < need || sin.Len() < need {
@@ -182,7 +182,7 @@ func (b *Backend) RoPE(x model.Mat, cos, sin model.Buffer, group int) {
 // scores of every (token, head) row against the keys the chunk's last
 // token sees (one product), their causal softmax in place, and the
 // weighted sum of the values (a second product).
-func (b *Backend) Attention(out, q, kv model.Mat, heads int, scale float32) {
+func (b *Backend) Attention(out, q, kv backend.Mat, heads int, scale float32) {
 	t, dv := kv.Rows, out.Cols
 	if q.Rows != t*heads || out.Rows != q.Rows || q.Cols != kv.Cols || dv > kv.Cols {
 		panic(fmt.Sprintf("cuda: Attention of q %dx%d, kv %dx%d, out %dx%d, %d heads", q.Rows, q.Cols, kv.Rows, kv.Cols, out.Rows, out.Cols, heads))
@@ -211,7 +211,7 @@ func (b *Backend) Attention(out, q, kv model.Mat, heads int, scale float32) {
 }
 
 // SiLUMul implements model.Backend.
-func (b *Backend) SiLUMul(dst, gate, up model.Mat) {
+func (b *Backend) SiLUMul(dst, gate, up backend.Mat) {
 	sameShape("SiLUMul", dst, gate)
 	sameShape("SiLUMul", dst, up)
 	d, g, u := at(dst), at(gate), at(up)
@@ -220,7 +220,7 @@ func (b *Backend) SiLUMul(dst, gate, up model.Mat) {
 }
 
 // Add implements model.Backend.
-func (b *Backend) Add(dst, x, y model.Mat) {
+func (b *Backend) Add(dst, x, y backend.Mat) {
 	sameShape("Add", dst, x)
 	sameShape("Add", dst, y)
 	d, xp, yp := at(dst), at(x), at(y)
@@ -229,7 +229,7 @@ func (b *Backend) Add(dst, x, y model.Mat) {
 }
 
 // Copy implements model.Backend.
-func (b *Backend) Copy(dst, src model.Mat) {
+func (b *Backend) Copy(dst, src backend.Mat) {
 	sameShape("Copy", dst, src)
 	d, s := at(dst), at(src)
 	defer b.enter()()
@@ -238,7 +238,7 @@ func (b *Backend) Copy(dst, src model.Mat) {
 
 // checkRows panics unless every index is a row of m: a device kernel
 // reading outside a buffer would end the whole context.
-func checkRows(op string, idx []int32, m model.Mat) {
+func checkRows(op string, idx []int32, m backend.Mat) {
 	for _, r := range idx {
 		if r < 0 || int(r) >= m.Rows {
 			panic(fmt.Sprintf("cuda: %s of row %d of %d", op, r, m.Rows))
@@ -247,7 +247,7 @@ func checkRows(op string, idx []int32, m model.Mat) {
 }
 
 // Gather implements model.Backend.
-func (b *Backend) Gather(dst, src model.Mat, rows []int32) {
+func (b *Backend) Gather(dst, src backend.Mat, rows []int32) {
 	if len(rows) > dst.Rows || dst.Cols != src.Cols {
 		panic(fmt.Sprintf("cuda: Gather of %d rows of %dx%d into %dx%d", len(rows), src.Rows, src.Cols, dst.Rows, dst.Cols))
 	}
@@ -261,7 +261,7 @@ func (b *Backend) Gather(dst, src model.Mat, rows []int32) {
 }
 
 // ScatterAdd implements model.Backend.
-func (b *Backend) ScatterAdd(dst, src model.Mat, rows []int32, scale []float32) {
+func (b *Backend) ScatterAdd(dst, src backend.Mat, rows []int32, scale []float32) {
 	if len(rows) > src.Rows || len(scale) != len(rows) || dst.Cols != src.Cols {
 		panic(fmt.Sprintf("cuda: ScatterAdd of %d rows (%d scales) of %dx%d into %dx%d", len(rows), len(scale), src.Rows, src.Cols, dst.Rows, dst.Cols))
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"github.com/dsfs/dsfs/checkpoint"
 
+	"github.com/dsfs/dsfs/trace/backend"
 	"github.com/dsfs/dsfs/trace/model"
 )
 
@@ -32,7 +33,7 @@ const (
 // in the order of DeepSeek's model.py (descending selection score). It
 // waits for the queued work and returns the first error since the last
 // Sync.
-func (b *Backend) Route(logits model.Mat, bias model.Buffer, cfg *model.Config) (model.Routes, error) {
+func (b *Backend) Route(logits backend.Mat, bias backend.Buffer, cfg *model.Config) (model.Routes, error) {
 	e, k, g := cfg.RoutedExperts, cfg.TopK, max(cfg.Groups, 1)
 	if logits.Cols != e || e > maxExperts || k < 1 || k > e || g > maxGroups || e%g != 0 || g > 1 && (cfg.TopKGroups < 1 || cfg.TopKGroups > g) {
 		panic(fmt.Sprintf("cuda: Route of %d logits per token for %d experts, top %d, %d groups (at most %d experts, %d groups)", logits.Cols, e, k, g, maxExperts, maxGroups))

@@ -11,11 +11,11 @@ import (
 	"github.com/dsfs/dsfs/internal/testdata"
 	"github.com/dsfs/dsfs/internal/v4tiny"
 	"github.com/dsfs/dsfs/simd"
-	"github.com/dsfs/dsfs/trace/model"
+	"github.com/dsfs/dsfs/trace/backend"
 	"github.com/dsfs/dsfs/trace/v4"
 )
 
-var _ v4.DeviceOps41 = (*Backend)(nil)
+var _ backend.V41Ops = (*Backend)(nil)
 
 // TestQuantKernelsMatchHost runs the activation fake-quantisers the V4
 // and V4.1 forwards use on the device (E4M3 and E2M1 with power-of-two
@@ -44,18 +44,18 @@ func TestQuantKernelsMatchHost(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		block int
-		dev   func(model.Mat, int)
+		dev   func(backend.Mat, int)
 		host  func([]float32, int)
 	}{
-		{"E4M3/32", 32, func(m model.Mat, k int) { b.ActQuant(m, k, false) }, simd.QuantE4M3},
-		{"E4M3/128", 128, func(m model.Mat, k int) { b.ActQuant(m, k, false) }, simd.QuantE4M3},
-		{"E2M1/32", 32, func(m model.Mat, k int) { b.ActQuant(m, k, true) }, simd.QuantE2M1},
+		{"E4M3/32", 32, func(m backend.Mat, k int) { b.ActQuant(m, k, false) }, simd.QuantE4M3},
+		{"E4M3/128", 128, func(m backend.Mat, k int) { b.ActQuant(m, k, false) }, simd.QuantE4M3},
+		{"E2M1/32", 32, func(m backend.Mat, k int) { b.ActQuant(m, k, true) }, simd.QuantE2M1},
 		{"E2M1-E4M3/16", 16, b.FP4QuantE4M3, v4.FP4QuantE4M3},
 	} {
 		want := slices.Clone(x)
 		tc.host(want, tc.block)
 		buf := upload(b, x)
-		tc.dev(model.Whole(buf, rows, cols), tc.block)
+		tc.dev(backend.Whole(buf, rows, cols), tc.block)
 		got, err := download(b, buf)
 		b.Free(buf)
 		if err != nil {

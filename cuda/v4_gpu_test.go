@@ -3,6 +3,7 @@ package cuda
 import (
 	"context"
 	"fmt"
+	"github.com/dsfs/dsfs/trace/backend"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -12,7 +13,7 @@ import (
 	"github.com/dsfs/dsfs/trace/v4"
 )
 
-var _ v4.DeviceOps = (*Backend)(nil)
+var _ backend.V4Ops = (*Backend)(nil)
 
 // agreeRoutes checks that each token chose the experts the host chose
 // wherever its decision was clear of a tie.

@@ -24,6 +24,7 @@ import (
 	"github.com/dsfs/dsfs/internal/testdata"
 	"github.com/dsfs/dsfs/safetensors"
 	"github.com/dsfs/dsfs/synth"
+	"github.com/dsfs/dsfs/trace/backend"
 	"github.com/dsfs/dsfs/trace/model"
 	"github.com/x448/float16"
 )
@@ -199,7 +200,7 @@ func traceLogits(t *testing.T, dir string, prompts [][]int, floor float32) (logi
 		}
 		n := len(ids)
 		for l := range c.Layers {
-			out, err := m.Forward(context.Background(), model.NewCPU(), l, hidden, []int{len(ids)})
+			out, err := m.Forward(context.Background(), backend.NewCPU(), l, hidden, []int{len(ids)})
 			if err != nil {
 				t.Fatal(err)
 			}

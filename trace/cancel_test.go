@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dsfs/dsfs/trace/model"
+	"github.com/dsfs/dsfs/trace/backend"
 )
 
 // TestPromptBounds: a prompt over MaxPromptTokens, or prompts over
@@ -63,11 +63,11 @@ func TestPromptBounds(t *testing.T) {
 // attentionSignal is the CPU backend telling when an attention starts: the
 // middle of a layer, and its most expensive part on a long prompt.
 type attentionSignal struct {
-	*model.CPU
+	*backend.CPU
 	started chan struct{}
 }
 
-func (a *attentionSignal) Attention(out, q, kv model.Mat, heads int, scale float32) {
+func (a *attentionSignal) Attention(out, q, kv backend.Mat, heads int, scale float32) {
 	select {
 	case a.started <- struct{}{}:
 	default:
@@ -87,7 +87,7 @@ func TestCancelMidLayer(t *testing.T) {
 	}
 	_, dir := goldenPrompts(t, "v2lite-tiny")
 	tr := openTracer(t, dir, []Prompt{{ID: "long", TokenIDs: long}})
-	b := &attentionSignal{CPU: model.NewCPU(), started: make(chan struct{}, 1)}
+	b := &attentionSignal{CPU: backend.NewCPU(), started: make(chan struct{}, 1)}
 	tr.backend = b
 
 	before := runtime.NumGoroutine()

@@ -15,6 +15,7 @@ import (
 	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/internal/testdata"
 	"github.com/dsfs/dsfs/synth"
+	"github.com/dsfs/dsfs/trace/backend"
 	"github.com/dsfs/dsfs/trace/model"
 )
 
@@ -128,7 +129,7 @@ func openTracer(t *testing.T, dir string, prompts []Prompt) *Tracer {
 	if err := Encode(prompts, tok, m.Config.Vocab); err != nil {
 		t.Fatal(err)
 	}
-	return New(m, model.NewCPU(), prompts, tok, nil)
+	return New(m, backend.NewCPU(), prompts, tok, nil)
 }
 
 // TestMemo checks that each layer runs once when read in order, that a

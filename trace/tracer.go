@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dsfs/dsfs/tokenizer"
+	"github.com/dsfs/dsfs/trace/backend"
 	"github.com/dsfs/dsfs/trace/model"
 )
 
@@ -24,7 +25,7 @@ const recentOutputs = 2
 // one forward runs at a time.
 type Tracer struct {
 	model   *model.Model
-	backend model.Backend
+	backend backend.Backend
 	prompts []Prompt
 	tok     *tokenizer.Tokenizer
 	log     *slog.Logger
@@ -47,7 +48,7 @@ type Tracer struct {
 // New returns a tracer of prompts (already encoded, see Encode) through m
 // on b. tok may be nil (token pieces are then null); log receives a line
 // per layer forward.
-func New(m *model.Model, b model.Backend, prompts []Prompt, tok *tokenizer.Tokenizer, log *slog.Logger) *Tracer {
+func New(m *model.Model, b backend.Backend, prompts []Prompt, tok *tokenizer.Tokenizer, log *slog.Logger) *Tracer {
 	t := &Tracer{
 		model: m, backend: b, prompts: prompts, tok: tok, log: log,
 		sem:     make(chan struct{}, 1),

@@ -7,13 +7,13 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/dsfs/dsfs/trace/model"
+	"github.com/dsfs/dsfs/trace/backend"
 	"github.com/dsfs/dsfs/trace/v4"
 )
 
 // namedCPU is the CPU backend under a name of its own, so that a test can
 // tell a backend's tracer from the host engine's.
-type namedCPU struct{ *model.CPU }
+type namedCPU struct{ *backend.CPU }
 
 func (namedCPU) Name() string { return "cpu-backend" }
 
@@ -23,7 +23,7 @@ func (namedCPU) Name() string { return "cpu-backend" }
 func TestV41TracerBackend(t *testing.T) {
 	host, _ := v41Tracer(t, v4.A8)
 	dev, _ := v41Tracer(t, v4.A8)
-	dev.model.SetBackend(namedCPU{model.NewCPU()})
+	dev.model.SetBackend(namedCPU{backend.NewCPU()})
 	if host.BackendName() != "cpu" || dev.BackendName() != "cpu-backend" {
 		t.Errorf("backend names %q and %q, want cpu and cpu-backend", host.BackendName(), dev.BackendName())
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/dsfs/dsfs/safetensors"
 	"github.com/dsfs/dsfs/simd"
 	"github.com/dsfs/dsfs/tokenizer"
+	"github.com/dsfs/dsfs/trace/backend"
 	"github.com/dsfs/dsfs/trace/model"
 	"github.com/dsfs/dsfs/trace/v4"
 )
@@ -22,7 +23,7 @@ import (
 // v4.Model41): S is the state entering a layer, O one layer's outputs
 // and F the head's.
 type v4Engine[S, O, F any] interface {
-	Backend() model.Backend
+	Backend() backend.Backend
 	LayerTensors(l int) (tensors int, elements, bytes int64)
 	EmbedRows(ids []int) ([]float32, error)
 	Forward(ctx context.Context, l int, in S, seqs [][]int, p v4.Precision) (*O, error)

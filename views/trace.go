@@ -13,6 +13,7 @@ import (
 	"github.com/dsfs/dsfs/tensorfile"
 	"github.com/dsfs/dsfs/tokenizer"
 	"github.com/dsfs/dsfs/trace"
+	"github.com/dsfs/dsfs/trace/backend"
 	"github.com/dsfs/dsfs/trace/model"
 	v4 "github.com/dsfs/dsfs/trace/v4"
 	"github.com/dsfs/dsfs/vfile"
@@ -205,7 +206,7 @@ func (t traceTokenizer) encode(s *Set, prompts *[]trace.Prompt, user bool, vocab
 
 // traceBackend starts the backend of --device through Opt.Backend, or
 // the CPU when there is none.
-func (s *Set) traceBackend() (model.Backend, string, error) {
+func (s *Set) traceBackend() (backend.Backend, string, error) {
 	device := s.option("trace", "device")
 	if s.Opt.Backend != nil {
 		return s.Opt.Backend(device)
@@ -213,7 +214,7 @@ func (s *Set) traceBackend() (model.Backend, string, error) {
 	if device == "cuda" {
 		return nil, "", errors.New("cuda: no CUDA backend given")
 	}
-	return model.NewCPU(), "", nil
+	return backend.NewCPU(), "", nil
 }
 
 // traceLayerFile lays out layer l's activations as a safetensors file

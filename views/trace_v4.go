@@ -10,7 +10,7 @@ import (
 	"github.com/dsfs/dsfs/tensorfile"
 	"github.com/dsfs/dsfs/tokenizer"
 	"github.com/dsfs/dsfs/trace"
-	"github.com/dsfs/dsfs/trace/model"
+	"github.com/dsfs/dsfs/trace/backend"
 	v4 "github.com/dsfs/dsfs/trace/v4"
 	"github.com/dsfs/dsfs/vfile"
 )
@@ -107,7 +107,7 @@ func readCatalogFiles(s *Set, names ...string) (map[string][]byte, *Built) {
 // v4Backend starts what V4 and V4.1 layers run on for --device (nil: the host
 // engine), through the backend starter the caller gave, noting in out why
 // it fell back to the host and closing it with the view.
-func v4Backend(s *Set, out *Built) (model.Backend, error) {
+func v4Backend(s *Set, out *Built) (backend.Backend, error) {
 	if s.Opt.V4Backend == nil {
 		return nil, nil
 	}
@@ -127,7 +127,7 @@ func v4Backend(s *Set, out *Built) (model.Backend, error) {
 // v4Model is what trace/ sets and reports of a V4-family model: the
 // backend it runs on and what keeps it from running whole.
 type v4Model interface {
-	SetBackend(model.Backend)
+	SetBackend(backend.Backend)
 	Checked() int
 	Problems(l int) []string
 	HeadProblems() []string

@@ -22,7 +22,7 @@ import (
 	"github.com/dsfs/dsfs/diskcache"
 	"github.com/dsfs/dsfs/sourcefile"
 	"github.com/dsfs/dsfs/tensorfile"
-	"github.com/dsfs/dsfs/trace/model"
+	"github.com/dsfs/dsfs/trace/backend"
 	"github.com/dsfs/dsfs/vfile"
 	"golang.org/x/sync/errgroup"
 )
@@ -149,10 +149,10 @@ type Options struct {
 	// Backend starts the backend trace/ runs layers on for its --device
 	// option (the CLI's, which knows CUDA); note is a line for the log.
 	// Nil runs every device but cuda on the CPU.
-	Backend func(device string) (b model.Backend, note string, err error)
+	Backend func(device string) (b backend.Backend, note string, err error)
 	// V4Backend starts what DeepSeek-V4 layers run on for --device: nil
 	// for the host engine. Nil runs them on the host.
-	V4Backend func(device string) (b model.Backend, note string, err error)
+	V4Backend func(device string) (b backend.Backend, note string, err error)
 	// Values are the views' declared options (View.Options) by name; an
 	// option not given takes its default.
 	Values map[string]string

@@ -34,6 +34,7 @@ import (
 	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/cuda"
 	"github.com/dsfs/dsfs/synth"
+	"github.com/dsfs/dsfs/trace/backend"
 	"github.com/dsfs/dsfs/trace/model"
 )
 
@@ -62,7 +63,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "gpucheck: CUDA unavailable:", err)
 		os.Exit(2)
 	}
-	c := &checker{reps: *reps, cpu: model.NewCPU()}
+	c := &checker{reps: *reps, cpu: backend.NewCPU()}
 	for _, p := range []cuda.Precision{cuda.FP32, cuda.BF16} {
 		b, err := cuda.NewBackend(cuda.Options{Precision: p})
 		if err != nil {
@@ -108,7 +109,7 @@ func fatal(err error) {
 
 type checker struct {
 	reps   int
-	cpu    *model.CPU
+	cpu    *backend.CPU
 	gpus   []*cuda.Backend // fp32, bf16
 	failed bool
 }
@@ -376,7 +377,7 @@ func (c *checker) v2Lite(work string) error {
 // run runs the layer once to warm up and reps times more, records the
 // median times in ts under name, and returns the last output. The CPU runs
 // once timed: it is the reference, not a contender.
-func (c *checker) run(m *model.Model, b model.Backend, name string, h []float32, lens []int, ts *timedShape) (*model.Output, error) {
+func (c *checker) run(m *model.Model, b backend.Backend, name string, h []float32, lens []int, ts *timedShape) (*model.Output, error) {
 	reps := c.reps
 	if name == "cpu" {
 		reps = 1

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/dsfs/dsfs/trace/backend"
 	"slices"
 	"time"
 
@@ -117,4 +118,4 @@ func raiseOutErrs(errs *[4]float64, got, want [3][]float32) {
 	}
 }
 
-var _ v4.DeviceOps = (*cuda.Backend)(nil)
+var _ backend.V4Ops = (*cuda.Backend)(nil)

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/dsfs/dsfs/trace/backend"
 	"slices"
 	"time"
 
@@ -103,4 +104,4 @@ func (c *checker) v41Tiny(dir string) error {
 	return nil
 }
 
-var _ v4.DeviceOps41 = (*cuda.Backend)(nil)
+var _ backend.V41Ops = (*cuda.Backend)(nil)

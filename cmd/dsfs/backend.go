@@ -6,7 +6,7 @@ import (
 
 	"github.com/dsfs/dsfs/cuda"
 	"github.com/dsfs/dsfs/trace"
-	"github.com/dsfs/dsfs/trace/model"
+	"github.com/dsfs/dsfs/trace/backend"
 )
 
 // traceBackend starts the backend a --device value names, for trace/ to
@@ -15,10 +15,10 @@ import (
 // says, in one line, why auto fell back to the CPU, for the log. The view
 // calls it only for a model it can run: CUDA compiles its kernels and
 // takes device memory.
-func traceBackend(device string) (b model.Backend, note string, err error) {
+func traceBackend(device string) (b backend.Backend, note string, err error) {
 	switch device {
 	case "cpu":
-		return model.NewCPU(), "", nil
+		return backend.NewCPU(), "", nil
 	case "cuda":
 		b, err := cuda.NewBackend(cuda.Options{Log: slog.Default()})
 		if err != nil {
@@ -28,7 +28,7 @@ func traceBackend(device string) (b model.Backend, note string, err error) {
 	case "", "auto":
 		b, err := cuda.NewBackend(cuda.Options{Log: slog.Default()})
 		if err != nil {
-			return model.NewCPU(), "trace/ runs layers on the CPU: " + err.Error(), nil
+			return backend.NewCPU(), "trace/ runs layers on the CPU: " + err.Error(), nil
 		}
 		return b, "", nil
 	}
@@ -39,7 +39,7 @@ func traceBackend(device string) (b model.Backend, note string, err error) {
 // --device value: nil (the host engine) for cpu; for cuda and auto the
 // CUDA backend when it starts, else the host, with one line saying why.
 // Only an unknown device is an error.
-func traceV4Backend(device string) (b model.Backend, note string, err error) {
+func traceV4Backend(device string) (b backend.Backend, note string, err error) {
 	switch device {
 	case "cpu":
 		return nil, "", nil

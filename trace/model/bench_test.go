@@ -10,6 +10,7 @@ import (
 	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/simd"
 	"github.com/dsfs/dsfs/synth"
+	"github.com/dsfs/dsfs/trace/backend"
 )
 
 // v2LiteLayer is one MoE layer of DeepSeek-V2-Lite's shape: hidden 2048,
@@ -27,11 +28,11 @@ func v2LiteLayer() synth.MLASpec {
 // countingCPU is the CPU backend counting the arithmetic of the layer's
 // matrix products (2·m·n·k each; attention's own products are left out).
 type countingCPU struct {
-	*CPU
+	*backend.CPU
 	flops int64
 }
 
-func (c *countingCPU) MatMul(dst, x Mat, w Weight) {
+func (c *countingCPU) MatMul(dst, x backend.Mat, w backend.Weight) {
 	c.flops += 2 * int64(x.Rows) * int64(w.Rows()) * int64(w.Cols())
 	c.CPU.MatMul(dst, x, w)
 }
@@ -66,7 +67,7 @@ func BenchmarkV2LiteLayer(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	cpu := &countingCPU{CPU: NewCPU()}
+	cpu := &countingCPU{CPU: backend.NewCPU()}
 	if _, err := m.Forward(context.Background(), cpu, 0, h, lens); err != nil { // page cache, warm-up
 		b.Fatal(err)
 	}

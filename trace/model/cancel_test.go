@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dsfs/dsfs/simd"
+	"github.com/dsfs/dsfs/trace/backend"
 )
 
 // TestMatMulTiles: a product large enough to be cut into tiles between
@@ -28,12 +29,12 @@ func TestMatMulTiles(t *testing.T) {
 	want := make([]float32, m*n)
 	simd.MatMulT(want, n, x, k, w, k, m, n, k)
 
-	c := NewCPU()
+	c := backend.NewCPU()
 	c.SetContext(context.Background())
 	xb, db := c.Alloc(m*k), c.Alloc(m*n)
 	c.Upload(xb, 0, x)
-	wt := c.LoadWeight(HostMatrix{Rows: n, Cols: k, F32: w})
-	c.MatMul(Whole(db, m, n), Whole(xb, m, k), wt)
+	wt := c.LoadWeight(backend.HostMatrix{Rows: n, Cols: k, F32: w})
+	c.MatMul(backend.Whole(db, m, n), backend.Whole(xb, m, k), wt)
 	got := make([]float32, m*n)
 	if err := c.Download(got, db, 0); err != nil {
 		t.Fatal(err)
@@ -47,7 +48,7 @@ func TestMatMulTiles(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	c.SetContext(ctx)
-	c.MatMul(Whole(db, m, n), Whole(xb, m, k), wt)
+	c.MatMul(backend.Whole(db, m, n), backend.Whole(xb, m, k), wt)
 	if err := c.Download(got, db, 0); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Download after a cancelled product: %v", err)
 	}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/dsfs/dsfs/checkpoint"
+	"github.com/dsfs/dsfs/trace/backend"
 )
 
 // Output is what one decoder layer computed for a batch of sequences, on
@@ -38,7 +39,7 @@ type Output struct {
 // the sequences whose lengths are lens (positions 0.. in each), on b. ctx
 // is checked between matrices, heads and experts, and inside the long
 // operations of a Cancellable backend.
-func (m *Model) Forward(ctx context.Context, b Backend, l int, hidden []float32, lens []int) (*Output, error) {
+func (m *Model) Forward(ctx context.Context, b backend.Backend, l int, hidden []float32, lens []int) (*Output, error) {
 	if l < 0 || l >= len(m.layers) {
 		return nil, fmt.Errorf("layer %d outside [0, %d)", l, len(m.layers))
 	}
@@ -53,7 +54,7 @@ func (m *Model) Forward(ctx context.Context, b Backend, l int, hidden []float32,
 	if len(hidden) != n*m.Config.Hidden {
 		return nil, fmt.Errorf("layer %d: %d hidden values for %d tokens of width %d", l, len(hidden), n, m.Config.Hidden)
 	}
-	if c, ok := b.(Cancellable); ok {
+	if c, ok := b.(backend.Cancellable); ok {
 		c.SetContext(ctx)
 		defer c.SetContext(nil)
 	}
@@ -74,20 +75,21 @@ func (m *Model) Forward(ctx context.Context, b Backend, l int, hidden []float32,
 // forward is the state of one Forward call.
 type forward struct {
 	m    *Model
-	b    Backend
+	b    backend.Backend
 	ctx  context.Context
 	ly   *layer
 	n    int
 	lens []int
 	out  *Output
 
-	bufs []Buffer // freed at the end
+	bufs []backend. // freed at the end
+		Buffer
 }
 
-func (f *forward) alloc(rows, cols int) Mat {
+func (f *forward) alloc(rows, cols int) backend.Mat {
 	buf := f.b.Alloc(rows * cols)
 	f.bufs = append(f.bufs, buf)
-	return Whole(buf, rows, cols)
+	return backend.Whole(buf, rows, cols)
 }
 
 func (f *forward) free() {
@@ -98,7 +100,7 @@ func (f *forward) free() {
 }
 
 // vector uploads a 1-D tensor.
-func (f *forward) vector(t *checkpoint.Tensor) (Buffer, error) {
+func (f *forward) vector(t *checkpoint.Tensor) (backend.Buffer, error) {
 	start := time.Now()
 	v, err := readRowsF32(t, 0, 1)
 	if err != nil {
@@ -112,7 +114,7 @@ func (f *forward) vector(t *checkpoint.Tensor) (Buffer, error) {
 }
 
 // matmul sets dst = x · tᵀ, loading t for the one product.
-func (f *forward) matmul(dst, x Mat, t *checkpoint.Tensor) error {
+func (f *forward) matmul(dst, x backend.Mat, t *checkpoint.Tensor) error {
 	hm, release, err := f.read(t)
 	if err != nil {
 		return err
@@ -126,9 +128,9 @@ func (f *forward) matmul(dst, x Mat, t *checkpoint.Tensor) error {
 
 // read reads and decodes a weight matrix on the host, counting the time
 // and bytes.
-func (f *forward) read(t *checkpoint.Tensor) (HostMatrix, func(), error) {
+func (f *forward) read(t *checkpoint.Tensor) (backend.HostMatrix, func(), error) {
 	if err := f.ctx.Err(); err != nil {
-		return HostMatrix{}, nil, err
+		return backend.HostMatrix{}, nil, err
 	}
 	start := time.Now()
 	hm, release, err := readMatrix(t)
@@ -183,7 +185,7 @@ func (f *forward) run(hidden []float32) error {
 	f.out.HiddenOut = make([]float32, n*d)
 	for _, dl := range []struct {
 		dst []float32
-		m   Mat
+		m   backend.Mat
 	}{{f.out.AttnOut, attn}, {f.out.FFNOut, ffn}, {f.out.HiddenOut, out}} {
 		if err := b.Download(dl.dst, dl.m.Buf, 0); err != nil {
 			return err
@@ -196,13 +198,13 @@ func (f *forward) run(hidden []float32) error {
 // is multiplied into the latent space by kv_b_proj's key half, every head
 // attends over the cached [normalised latent | rotated k_pe] rows, and the
 // result leaves the latent space through kv_b_proj's value half.
-func (f *forward) attention(h Mat) (Mat, error) {
+func (f *forward) attention(h backend.Mat) (backend.Mat, error) {
 	cfg, b, n, ly := f.m.Config, f.b, f.n, f.ly
 	nh, nope, rope, kvl, vd := cfg.Heads, cfg.QKNope, cfg.QKRope, cfg.KVLoRA, cfg.VHead
 	qk := nope + rope
 	norm, err := f.vector(ly.attnNorm)
 	if err != nil {
-		return Mat{}, err
+		return backend.Mat{}, err
 	}
 	x := f.alloc(n, cfg.Hidden)
 	b.RMSNorm(x, h, norm, float32(cfg.RMSNormEps))
@@ -211,29 +213,29 @@ func (f *forward) attention(h Mat) (Mat, error) {
 	if cfg.QLoRA > 0 {
 		qa := f.alloc(n, cfg.QLoRA)
 		if err := f.matmul(qa, x, ly.wqA); err != nil {
-			return Mat{}, err
+			return backend.Mat{}, err
 		}
 		qn, err := f.vector(ly.qNorm)
 		if err != nil {
-			return Mat{}, err
+			return backend.Mat{}, err
 		}
 		b.RMSNorm(qa, qa, qn, LatentNormEps)
 		if err := f.matmul(q, qa, ly.wqB); err != nil {
-			return Mat{}, err
+			return backend.Mat{}, err
 		}
 	} else if err := f.matmul(q, x, ly.wq); err != nil {
-		return Mat{}, err
+		return backend.Mat{}, err
 	}
 
 	kva := f.alloc(n, kvl+rope)
 	if err := f.matmul(kva, x, ly.wkvA); err != nil {
-		return Mat{}, err
+		return backend.Mat{}, err
 	}
 	// The cache row: [kv_a_layernorm(latent) | RoPE(k_pe)].
 	kv := f.alloc(n, kvl+rope)
 	kn, err := f.vector(ly.kvNorm)
 	if err != nil {
-		return Mat{}, err
+		return backend.Mat{}, err
 	}
 	b.RMSNorm(kv.ColRange(0, kvl), kva.ColRange(0, kvl), kn, LatentNormEps)
 	b.Copy(kv.ColRange(kvl, rope), kva.ColRange(kvl, rope))
@@ -249,7 +251,7 @@ func (f *forward) attention(h Mat) (Mat, error) {
 	b.Upload(sin.Buf, 0, sinH)
 	b.RoPE(kv.ColRange(kvl, rope), cos.Buf, sin.Buf, 1)
 	// One row per (token, head) of the query.
-	qHeads := Mat{Buf: q.Buf, Rows: n * nh, Cols: qk, Stride: qk}
+	qHeads := backend.Mat{Buf: q.Buf, Rows: n * nh, Cols: qk, Stride: qk}
 	b.RoPE(qHeads.ColRange(nope, rope), cos.Buf, sin.Buf, nh)
 
 	// kv_b_proj is [heads·(nope + v), kv_lora]: per head, nope key rows
@@ -257,14 +259,14 @@ func (f *forward) attention(h Mat) (Mat, error) {
 	start := time.Now()
 	wkvb, err := readRowsF32(ly.wkvB, 0, int(ly.wkvB.Shape[0]))
 	if err != nil {
-		return Mat{}, err
+		return backend.Mat{}, err
 	}
 	f.out.LoadTime += time.Since(start)
 	f.out.WeightBytes += tensorBytes(ly.wkvB)
 	qc := f.alloc(n*nh, kvl+rope) // [absorbed q_nope | q_pe] per (token, head)
 	for hd := range nh {
 		if err := f.ctx.Err(); err != nil {
-			return Mat{}, err
+			return backend.Mat{}, err
 		}
 		// Absorb: q_nope[t] · W_k[h] (W_k [nope, kv_lora]), written as a
 		// product with W_kᵀ [kv_lora, nope].
@@ -275,9 +277,9 @@ func (f *forward) attention(h Mat) (Mat, error) {
 				wk[c*nope+i] = wkvb[base+i*kvl+c]
 			}
 		}
-		w := b.LoadWeight(HostMatrix{Rows: kvl, Cols: nope, F32: wk})
-		dst := Mat{Buf: qc.Buf, Off: hd * (kvl + rope), Rows: n, Cols: kvl, Stride: nh * (kvl + rope)}
-		src := Mat{Buf: q.Buf, Off: hd * qk, Rows: n, Cols: nope, Stride: nh * qk}
+		w := b.LoadWeight(backend.HostMatrix{Rows: kvl, Cols: nope, F32: wk})
+		dst := backend.Mat{Buf: qc.Buf, Off: hd * (kvl + rope), Rows: n, Cols: kvl, Stride: nh * (kvl + rope)}
+		src := backend.Mat{Buf: q.Buf, Off: hd * qk, Rows: n, Cols: nope, Stride: nh * qk}
 		b.MatMul(dst, src, w)
 		b.FreeWeight(w)
 	}
@@ -286,10 +288,10 @@ func (f *forward) attention(h Mat) (Mat, error) {
 	kvLat := make([]float32, n*(kvl+rope))
 	f.out.KVA = make([]float32, n*(kvl+rope))
 	if err := b.Download(f.out.KVA, kva.Buf, 0); err != nil {
-		return Mat{}, err
+		return backend.Mat{}, err
 	}
 	if err := b.Download(kvLat, kv.Buf, 0); err != nil {
-		return Mat{}, err
+		return backend.Mat{}, err
 	}
 	f.out.KVLatent = make([]float32, n*kvl)
 	f.out.KPE = make([]float32, n*rope)
@@ -303,7 +305,7 @@ func (f *forward) attention(h Mat) (Mat, error) {
 	r0 := 0
 	for _, t := range f.lens {
 		if err := f.ctx.Err(); err != nil {
-			return Mat{}, err
+			return backend.Mat{}, err
 		}
 		b.Attention(ctxLat.RowRange(r0*nh, t*nh), qc.RowRange(r0*nh, t*nh), kv.RowRange(r0, t), nh, scale)
 		r0 += t
@@ -312,25 +314,25 @@ func (f *forward) attention(h Mat) (Mat, error) {
 	o := f.alloc(n, nh*vd)
 	for hd := range nh {
 		if err := f.ctx.Err(); err != nil {
-			return Mat{}, err
+			return backend.Mat{}, err
 		}
 		base := (hd*(nope+vd) + nope) * kvl
-		w := b.LoadWeight(HostMatrix{Rows: vd, Cols: kvl, F32: wkvb[base : base+vd*kvl]})
-		dst := Mat{Buf: o.Buf, Off: hd * vd, Rows: n, Cols: vd, Stride: nh * vd}
-		src := Mat{Buf: ctxLat.Buf, Off: hd * kvl, Rows: n, Cols: kvl, Stride: nh * kvl}
+		w := b.LoadWeight(backend.HostMatrix{Rows: vd, Cols: kvl, F32: wkvb[base : base+vd*kvl]})
+		dst := backend.Mat{Buf: o.Buf, Off: hd * vd, Rows: n, Cols: vd, Stride: nh * vd}
+		src := backend.Mat{Buf: ctxLat.Buf, Off: hd * kvl, Rows: n, Cols: kvl, Stride: nh * kvl}
 		b.MatMul(dst, src, w)
 		b.FreeWeight(w)
 	}
 	attn := f.alloc(n, cfg.Hidden)
 	if err := f.matmul(attn, o, ly.wo); err != nil {
-		return Mat{}, err
+		return backend.Mat{}, err
 	}
 	return attn, nil
 }
 
 // mlp sets dst = w2(silu(w1 x) ⊙ w3 x) for the projections w (w1, w2, w3).
-func (f *forward) mlp(dst, x Mat, w [3]*checkpoint.Tensor) error {
-	var hm [3]HostMatrix
+func (f *forward) mlp(dst, x backend.Mat, w [3]*checkpoint.Tensor) error {
+	var hm [3]backend.HostMatrix
 	for i, t := range w {
 		m, release, err := f.read(t)
 		if err != nil {
@@ -344,13 +346,13 @@ func (f *forward) mlp(dst, x Mat, w [3]*checkpoint.Tensor) error {
 }
 
 // mlpOn is mlp on matrices already read.
-func (f *forward) mlpOn(dst, x Mat, hm [3]HostMatrix) {
+func (f *forward) mlpOn(dst, x backend.Mat, hm [3]backend.HostMatrix) {
 	b := f.b
 	inter := hm[0].Rows
 	g := b.Alloc(x.Rows * inter)
 	u := b.Alloc(x.Rows * inter)
-	gm, um := Whole(g, x.Rows, inter), Whole(u, x.Rows, inter)
-	product := func(dst, x Mat, hm HostMatrix) {
+	gm, um := backend.Whole(g, x.Rows, inter), backend.Whole(u, x.Rows, inter)
+	product := func(dst, x backend.Mat, hm backend.HostMatrix) {
 		w := b.LoadWeight(hm)
 		b.MatMul(dst, x, w)
 		b.FreeWeight(w)
@@ -365,10 +367,10 @@ func (f *forward) mlpOn(dst, x Mat, hm [3]HostMatrix) {
 
 // route chooses every token's experts from the router logits: on the
 // backend when it is a Router, else on the host.
-func (f *forward) route(logits Mat, bias []float32) (Routes, error) {
+func (f *forward) route(logits backend.Mat, bias []float32) (Routes, error) {
 	cfg := f.m.Config
 	if r, ok := f.b.(Router); ok {
-		var bb Buffer
+		var bb backend.Buffer
 		if bias != nil {
 			bb = f.alloc(1, len(bias)).Buf
 			f.b.Upload(bb, 0, bias)
@@ -385,7 +387,7 @@ func (f *forward) route(logits Mat, bias []float32) (Routes, error) {
 // expertLoad is a routed expert's matrices, read ahead of their use.
 type expertLoad struct {
 	e       int
-	m       [3]HostMatrix
+	m       [3]backend.HostMatrix
 	release []func()
 	time    time.Duration
 	bytes   int64
@@ -440,7 +442,7 @@ func (ld *expertLoad) free() {
 // of their outputs plus the shared experts' output. Experts are summed in
 // index order into a zeroed buffer, then the shared output is added, as
 // model.py does.
-func (f *forward) moe(dst, x Mat) error {
+func (f *forward) moe(dst, x backend.Mat) error {
 	cfg, b, n := f.m.Config, f.b, f.n
 	ly := f.ly
 	logits := f.alloc(n, cfg.RoutedExperts)
@@ -500,7 +502,7 @@ func (f *forward) moe(dst, x Mat) error {
 		idx := rows[ld.e]
 		xe := b.Alloc(len(idx) * cfg.Hidden)
 		ye := b.Alloc(len(idx) * cfg.Hidden)
-		xm, ym := Whole(xe, len(idx), cfg.Hidden), Whole(ye, len(idx), cfg.Hidden)
+		xm, ym := backend.Whole(xe, len(idx), cfg.Hidden), backend.Whole(ye, len(idx), cfg.Hidden)
 		b.Gather(xm, x, idx)
 		f.mlpOn(ym, xm, ld.m)
 		b.ScatterAdd(y, ym, idx, weights[ld.e])

@@ -13,6 +13,7 @@ import (
 
 	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/internal/testdata"
+	"github.com/dsfs/dsfs/trace/backend"
 )
 
 // array is a golden.json array.
@@ -180,7 +181,7 @@ func TestGolden(t *testing.T) {
 				}
 				return f, i
 			}
-			b := NewCPU()
+			b := backend.NewCPU()
 			for _, chain := range []bool{false, true} {
 				h := embed
 				for l := range m.Config.Layers {

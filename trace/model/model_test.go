@@ -18,6 +18,7 @@ import (
 	"github.com/dsfs/dsfs/internal/testdata"
 	"github.com/dsfs/dsfs/safetensors"
 	"github.com/dsfs/dsfs/synth"
+	"github.com/dsfs/dsfs/trace/backend"
 )
 
 func readConfig(t *testing.T, name string) map[string]any {
@@ -258,7 +259,7 @@ func TestBadTensors(t *testing.T) {
 			if len(m.Problems(1)) != 0 || len(m.Problems(3)) != 0 {
 				t.Errorf("problems elsewhere: %v, %v", m.Problems(1), m.Problems(3))
 			}
-			if _, err := m.Forward(context.Background(), NewCPU(), 2, make([]float32, m.Config.Hidden), []int{1}); err == nil {
+			if _, err := m.Forward(context.Background(), backend.NewCPU(), 2, make([]float32, m.Config.Hidden), []int{1}); err == nil {
 				t.Error("layer 2 ran")
 			}
 		})
@@ -406,7 +407,7 @@ func TestFlatFP8(t *testing.T) {
 					t.Fatal(err)
 				}
 				for l := range m.Config.Layers {
-					out, err := m.Forward(context.Background(), NewCPU(), l, h, []int{4, 6})
+					out, err := m.Forward(context.Background(), backend.NewCPU(), l, h, []int{4, 6})
 					if err != nil {
 						t.Fatal(err)
 					}

@@ -2,6 +2,7 @@ package model
 
 import (
 	"github.com/dsfs/dsfs/checkpoint"
+	"github.com/dsfs/dsfs/trace/backend"
 	"math"
 	"sort"
 )
@@ -178,4 +179,14 @@ func (c *Config) normalise(w []float32) {
 	for i := range w {
 		w[i] *= scale
 	}
+}
+
+// Router is implemented by backends that choose experts where the logits
+// are, rather than have the model download them and route on the host:
+// scores by cfg's scoring function (plus bias, the correction bias, when
+// not nil), group-limited top-k, margins and normalised, scaled weights,
+// as the host router does. It waits for the queued work and returns the
+// first error since the last Sync.
+type Router interface {
+	Route(logits backend.Mat, bias backend.Buffer, cfg *Config) (Routes, error)
 }

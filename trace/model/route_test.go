@@ -3,6 +3,7 @@ package model
 import (
 	"context"
 	"github.com/dsfs/dsfs/checkpoint"
+	"github.com/dsfs/dsfs/trace/backend"
 	"math"
 	"slices"
 	"testing"
@@ -62,17 +63,18 @@ func TestGroupLimit(t *testing.T) {
 // routingCPU is the CPU backend as a Router: it routes on the host through
 // the same code, counting the calls.
 type routingCPU struct {
-	*CPU
+	*backend.CPU
 	calls int
 }
 
-func (r *routingCPU) Route(logits Mat, bias Buffer, cfg *Config) (Routes, error) {
+func (r *routingCPU) Route(logits backend.Mat, bias backend.Buffer, cfg *Config) (Routes, error) {
 	r.calls++
 	host := make([]float32, logits.Rows*logits.Cols)
 	r.Download(host, logits.Buf, 0)
 	var b []float32
 	if bias != nil {
-		b = vals(bias)
+		b = make([]float32, bias.Len())
+		r.Download(b, bias, 0)
 	}
 	return cfg.route(host, b), nil
 }
@@ -87,9 +89,9 @@ func TestRouterBackend(t *testing.T) {
 		h = append(h, s.Embed.f32...)
 		lens = append(lens, s.Length)
 	}
-	rb := &routingCPU{CPU: NewCPU()}
+	rb := &routingCPU{CPU: backend.NewCPU()}
 	for l := range m.Config.Layers {
-		a, err := m.Forward(context.Background(), NewCPU(), l, h, lens)
+		a, err := m.Forward(context.Background(), backend.NewCPU(), l, h, lens)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/codecs"
 	"github.com/dsfs/dsfs/safetensors"
+	"github.com/dsfs/dsfs/trace/backend"
 )
 
 // littleEndian reports whether the host stores a uint16 low byte first,
@@ -87,9 +88,9 @@ func getFloats(n int) []float32 {
 // multiply it as it is), every other format is decoded to float32.
 // release hands the buffers back for reuse once the matrix is no longer
 // used.
-func readMatrix(t *checkpoint.Tensor) (m HostMatrix, release func(), err error) {
+func readMatrix(t *checkpoint.Tensor) (m backend.HostMatrix, release func(), err error) {
 	rows, cols := int(t.Shape[0]), int(t.Shape[1])
-	m = HostMatrix{Rows: rows, Cols: cols}
+	m = backend.HostMatrix{Rows: rows, Cols: cols}
 	b := getBytes(int(t.Size))
 	if err := readInto(t, b, 0); err != nil {
 		return m, nil, err

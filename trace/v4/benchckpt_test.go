@@ -16,7 +16,7 @@ import (
 	"github.com/dsfs/dsfs/codecs"
 	"github.com/dsfs/dsfs/cuda"
 	"github.com/dsfs/dsfs/safetensors"
-	"github.com/dsfs/dsfs/trace/model"
+	"github.com/dsfs/dsfs/trace/backend"
 )
 
 // benchCheckpoint collects the tensors of a Flash-shaped benchmark
@@ -214,7 +214,7 @@ func benchPrompts(vocab int) (seqs [][]int, ids []int) {
 
 // benchBackend is the backend the environment variable env names: nil
 // for the host ("" or cpu), or a CUDA backend closed at the end of b.
-func benchBackend(b *testing.B, env string) model.Backend {
+func benchBackend(b *testing.B, env string) backend.Backend {
 	switch s := os.Getenv(env); s {
 	case "", "cpu":
 		return nil

@@ -5,64 +5,37 @@ import (
 	"math"
 
 	"github.com/dsfs/dsfs/simd"
-	"github.com/dsfs/dsfs/trace/model"
+	"github.com/dsfs/dsfs/trace/backend"
 )
 
-// DeviceOps are V4's own operations that a model.Backend may run where
-// its buffers are (the cuda backend does); on a backend without them the
-// forward runs them on the host. Each works in place or into out as the
-// host function does (simd.QuantE4M3 and QuantE2M1, simd.Hadamard,
-// sparseAttention).
-type DeviceOps interface {
-	// ActQuant fake-quantises each row of x per block of block values:
-	// to FP8 E4M3, or FP4 E2M1 when fp4, with power-of-two scales.
-	ActQuant(x model.Mat, block int, fp4 bool)
-	// Hadamard applies the Walsh-Hadamard transform to each row of x
-	// (a power-of-two width) and multiplies by scale.
-	Hadamard(x model.Mat, scale float32)
-	// SparseAttention is kernel.py's sparse_attn with the per-head sink:
-	// out and q [T·heads, d], kv [rows, d] (K = V), sink [heads], idx
-	// [T, k] rows of kv (-1 = none).
-	SparseAttention(out, q, kv model.Mat, sink model.Buffer, idx []int32, k, heads int, scale float32)
-}
-
-// DeviceOps41 are the V4.1 operations a backend may run besides
-// DeviceOps; without them the forward runs them on the host.
-type DeviceOps41 interface {
-	// FP4QuantE4M3 is V4.1's fp4_act_quant of the compressed KV, in place
-	// per block of block values of each row: E2M1 values with one E4M3
-	// scale a block (the host function FP4QuantE4M3).
-	FP4QuantE4M3(x model.Mat, block int)
-}
-
 // SetBackend makes the forwards that follow run their matrix products
-// (and, where b implements DeviceOps, V4's own operations) on b; nil, the
+// (and, where b implements backend.V4Ops, V4's own operations) on b; nil, the
 // default, runs everything on the host. Like b, the model then serves
 // one forward at a time.
-func (m *Model) SetBackend(b model.Backend) { m.backend = b }
+func (m *Model) SetBackend(b backend.Backend) { m.backend = b }
 
 // Backend is the backend SetBackend set, nil for the host engine.
-func (m *Model) Backend() model.Backend { return m.backend }
+func (m *Model) Backend() backend.Backend { return m.backend }
 
 // device runs a forward's work on a model.Backend.
 type device struct {
-	b     model.Backend
-	ops   DeviceOps   // nil when b has none
-	ops41 DeviceOps41 // nil when b has none
+	b     backend.Backend
+	ops   backend.V4Ops  // nil when b has none
+	ops41 backend.V41Ops // nil when b has none
 }
 
-func newDevice(b model.Backend) *device {
+func newDevice(b backend.Backend) *device {
 	if b == nil {
 		return nil
 	}
 	d := &device{b: b}
-	d.ops, _ = b.(DeviceOps)
-	d.ops41, _ = b.(DeviceOps41)
+	d.ops, _ = b.(backend.V4Ops)
+	d.ops41, _ = b.(backend.V41Ops)
 	return d
 }
 
 // upload copies v into a new buffer of b.
-func (d *device) upload(v []float32) model.Buffer {
+func (d *device) upload(v []float32) backend.Buffer {
 	buf := d.b.Alloc(len(v))
 	d.b.Upload(buf, 0, v)
 	return buf
@@ -71,8 +44,8 @@ func (d *device) upload(v []float32) model.Buffer {
 // host returns w as the backend loads it: BF16 bits when every value is
 // one exactly (MXFP4 values and FP8 ones with power-of-two scales always
 // are), which halves what crosses to a device, else float32.
-func (w *linear) host() model.HostMatrix {
-	hm := model.HostMatrix{Rows: w.rows, Cols: w.cols}
+func (w *linear) host() backend.HostMatrix {
+	hm := backend.HostMatrix{Rows: w.rows, Cols: w.cols}
 	if w.h != nil {
 		hm.BF16 = w.h
 		return hm
@@ -92,7 +65,7 @@ func (w *linear) host() model.HostMatrix {
 }
 
 // applyOn is apply with the product (and the a8 quantisation of x, where
-// the backend has DeviceOps) on d's backend.
+// the backend has backend.V4Ops) on d's backend.
 func (w *linear) applyOn(ctx context.Context, d *device, x []float32, m int, a8 bool) ([]float32, error) {
 	b := d.b
 	quant := a8 && w.quant
@@ -109,7 +82,7 @@ func (w *linear) applyOn(ctx context.Context, d *device, x []float32, m int, a8 
 	if m == 0 || w.rows == 0 {
 		return out, nil
 	}
-	if c, ok := b.(model.Cancellable); ok {
+	if c, ok := b.(backend.Cancellable); ok {
 		c.SetContext(ctx)
 		defer c.SetContext(nil)
 	}
@@ -117,13 +90,13 @@ func (w *linear) applyOn(ctx context.Context, d *device, x []float32, m int, a8 
 	defer b.FreeWeight(wt)
 	xb := d.upload(in)
 	defer b.Free(xb)
-	xm := model.Whole(xb, m, w.cols)
+	xm := backend.Whole(xb, m, w.cols)
 	if quant && d.ops != nil {
 		d.ops.ActQuant(xm, blk, false)
 	}
 	ob := b.Alloc(m * w.rows)
 	defer b.Free(ob)
-	b.MatMul(model.Whole(ob, m, w.rows), xm, wt)
+	b.MatMul(backend.Whole(ob, m, w.rows), xm, wt)
 	if err := b.Download(out, ob, 0); err != nil {
 		return nil, err
 	}
@@ -143,13 +116,13 @@ func (f *forward) rotateFP4(x []float32, n int, scale float32) error {
 	d := f.dev
 	buf := d.upload(x)
 	defer d.b.Free(buf)
-	xm := model.Whole(buf, len(x)/n, n)
+	xm := backend.Whole(buf, len(x)/n, n)
 	d.ops.Hadamard(xm, scale)
 	d.ops.ActQuant(xm, fp4Block, true)
 	return d.b.Download(x, buf, 0)
 }
 
-// attend runs sparseAttention, on the device where it has DeviceOps.
+// attend runs sparseAttention, on the device where it has backend.V4Ops.
 func (f *forward) attend(o, q, kv, sink []float32, idx []int32, k, heads, hd int, scale float32) error {
 	if f.dev == nil || f.dev.ops == nil || len(idx) == 0 {
 		return sparseAttention(f.ctx, o, q, kv, sink, idx, k, heads, hd, scale)
@@ -159,11 +132,11 @@ func (f *forward) attend(o, q, kv, sink []float32, idx []int32, k, heads, hd int
 	qb, kvb, sb := d.upload(q), d.upload(kv), d.upload(sink)
 	ob := d.b.Alloc(len(o))
 	defer func() {
-		for _, b := range []model.Buffer{qb, kvb, sb, ob} {
+		for _, b := range []backend.Buffer{qb, kvb, sb, ob} {
 			d.b.Free(b)
 		}
 	}()
-	d.ops.SparseAttention(model.Whole(ob, T*heads, hd), model.Whole(qb, T*heads, hd), model.Whole(kvb, len(kv)/hd, hd), sb, idx, k, heads, scale)
+	d.ops.SparseAttention(backend.Whole(ob, T*heads, hd), backend.Whole(qb, T*heads, hd), backend.Whole(kvb, len(kv)/hd, hd), sb, idx, k, heads, scale)
 	if err := d.b.Download(o, ob, 0); err != nil {
 		return err
 	}
@@ -172,7 +145,7 @@ func (f *forward) attend(o, q, kv, sink []float32, idx []int32, k, heads, hd int
 
 // actQuant fake-quantises x per block of block values (to E2M1 when
 // fp4, else E4M3, with power-of-two scales): simd's quantiser on the
-// host, DeviceOps.ActQuant where the backend has it. The blocks lie
+// host, backend.V4Ops.ActQuant where the backend has it. The blocks lie
 // along rows of any width that block divides.
 func (f *forward) actQuant(x []float32, block int, fp4 bool) error {
 	if f.dev == nil || f.dev.ops == nil || len(x) == 0 {
@@ -186,12 +159,12 @@ func (f *forward) actQuant(x []float32, block int, fp4 bool) error {
 	d := f.dev
 	buf := d.upload(x)
 	defer d.b.Free(buf)
-	d.ops.ActQuant(model.Whole(buf, len(x)/block, block), block, fp4)
+	d.ops.ActQuant(backend.Whole(buf, len(x)/block, block), block, fp4)
 	return d.b.Download(x, buf, 0)
 }
 
 // fp4E4M3 is FP4QuantE4M3 of x per block of block values, on the device
-// where the backend has DeviceOps41.
+// where the backend has backend.V41Ops.
 func (f *forward) fp4E4M3(x []float32, block int) error {
 	if f.dev == nil || f.dev.ops41 == nil || len(x) == 0 {
 		FP4QuantE4M3(x, block)
@@ -200,6 +173,6 @@ func (f *forward) fp4E4M3(x []float32, block int) error {
 	d := f.dev
 	buf := d.upload(x)
 	defer d.b.Free(buf)
-	d.ops41.FP4QuantE4M3(model.Whole(buf, len(x)/block, block), block)
+	d.ops41.FP4QuantE4M3(backend.Whole(buf, len(x)/block, block), block)
 	return d.b.Download(x, buf, 0)
 }

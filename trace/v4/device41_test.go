@@ -8,10 +8,10 @@ import (
 	"testing"
 
 	"github.com/dsfs/dsfs/internal/testdata"
-	"github.com/dsfs/dsfs/trace/model"
+	"github.com/dsfs/dsfs/trace/backend"
 )
 
-func (h *hostOps) FP4QuantE4M3(x model.Mat, block int) {
+func (h *hostOps) FP4QuantE4M3(x backend.Mat, block int) {
 	h.calls["FP4QuantE4M3"]++
 	v := h.whole(x)
 	FP4QuantE4M3(v, block)
@@ -20,16 +20,16 @@ func (h *hostOps) FP4QuantE4M3(x model.Mat, block int) {
 
 // TestBackendMatchesHost41 runs every layer of v41-tiny on the golden
 // state entering it, and the logits, in both precisions, through a
-// model.Backend (the CPU one alone, and with DeviceOps and DeviceOps41)
+// backend.Backend (the CPU one alone, and with backend.V4Ops and backend.V41Ops)
 // and on the host engine: every output, every discrete choice and the
 // shared attention state handed on are identical bit for bit.
 func TestBackendMatchesHost41(t *testing.T) {
 	host, g := loadGolden41(t)
-	ops := &hostOps{CPU: model.NewCPU(), calls: map[string]int{}}
+	ops := &hostOps{CPU: backend.NewCPU(), calls: map[string]int{}}
 	for _, tc := range []struct {
 		name string
-		b    model.Backend
-	}{{"cpu", model.NewCPU()}, {"cpu+ops", ops}} {
+		b    backend.Backend
+	}{{"cpu", backend.NewCPU()}, {"cpu+ops", ops}} {
 		dev := open41Dir(t, filepath.Join(testdata.Dir(t), "trace", "v41-tiny"))
 		dev.SetBackend(tc.b)
 		if dev.Backend() != tc.b {
@@ -127,11 +127,11 @@ func sameLayer41(t *testing.T, where string, got, want *LayerOutput41) {
 // TestBackendShortPrompts41 runs a batch of prompts of 0 to 3 tokens
 // (no compressed entry yet in ratio-2 layers, no query at all in one:
 // empty products, quantisers and index sets) through every v41-tiny layer on the CPU backend with
-// DeviceOps and DeviceOps41, bit for bit the host engine's.
+// backend.V4Ops and backend.V41Ops, bit for bit the host engine's.
 func TestBackendShortPrompts41(t *testing.T) {
 	host, _ := loadGolden41(t)
 	dev := open41Dir(t, filepath.Join(testdata.Dir(t), "trace", "v41-tiny"))
-	dev.SetBackend(&hostOps{CPU: model.NewCPU(), calls: map[string]int{}})
+	dev.SetBackend(&hostOps{CPU: backend.NewCPU(), calls: map[string]int{}})
 	seqs := [][]int{{5}, {}, {7, 300}, {9, 10, 11}}
 	var ids []int
 	for _, s := range seqs {

@@ -9,18 +9,18 @@ import (
 
 	"github.com/dsfs/dsfs/internal/testdata"
 	"github.com/dsfs/dsfs/simd"
-	"github.com/dsfs/dsfs/trace/model"
+	"github.com/dsfs/dsfs/trace/backend"
 )
 
-// hostOps is DeviceOps for the CPU backend, through its buffers' public
+// hostOps is backend.V4Ops for the CPU backend, through its buffers' public
 // face (download, the host function, upload back), so that the tests run
 // the forward's device path for V4's own operations.
 type hostOps struct {
-	*model.CPU
+	*backend.CPU
 	calls map[string]int
 }
 
-func (h *hostOps) whole(x model.Mat) []float32 {
+func (h *hostOps) whole(x backend.Mat) []float32 {
 	if x.Off != 0 || x.Stride != x.Cols || x.Buf.Len() != x.Rows*x.Cols {
 		panic(fmt.Sprintf("hostOps: %+v is not a whole buffer", x))
 	}
@@ -31,7 +31,7 @@ func (h *hostOps) whole(x model.Mat) []float32 {
 	return v
 }
 
-func (h *hostOps) ActQuant(x model.Mat, block int, fp4 bool) {
+func (h *hostOps) ActQuant(x backend.Mat, block int, fp4 bool) {
 	h.calls["ActQuant"]++
 	v := h.whole(x)
 	if fp4 {
@@ -42,7 +42,7 @@ func (h *hostOps) ActQuant(x model.Mat, block int, fp4 bool) {
 	h.Upload(x.Buf, 0, v)
 }
 
-func (h *hostOps) Hadamard(x model.Mat, scale float32) {
+func (h *hostOps) Hadamard(x backend.Mat, scale float32) {
 	h.calls["Hadamard"]++
 	v := h.whole(x)
 	for r := range x.Rows {
@@ -51,7 +51,7 @@ func (h *hostOps) Hadamard(x model.Mat, scale float32) {
 	h.Upload(x.Buf, 0, v)
 }
 
-func (h *hostOps) SparseAttention(out, q, kv model.Mat, sink model.Buffer, idx []int32, k, heads int, scale float32) {
+func (h *hostOps) SparseAttention(out, q, kv backend.Mat, sink backend.Buffer, idx []int32, k, heads int, scale float32) {
 	h.calls["SparseAttention"]++
 	if k <= 0 || len(idx) == 0 {
 		panic("hostOps: SparseAttention with nothing to attend (the cuda backend refuses it)")
@@ -69,7 +69,7 @@ func (h *hostOps) SparseAttention(out, q, kv model.Mat, sink model.Buffer, idx [
 
 // TestBackendMatchesHost runs every layer of v4-tiny and its logits, in
 // both precisions, on the golden inputs through a model.Backend (the CPU
-// one, whose products are simd's, alone and with DeviceOps) and on the
+// one, whose products are simd's, alone and with backend.V4Ops) and on the
 // host engine: every output is identical bit for bit, so the device path
 // moves the same data the host path computes on.
 func TestBackendMatchesHost(t *testing.T) {
@@ -77,8 +77,8 @@ func TestBackendMatchesHost(t *testing.T) {
 	s := g.Sequences[0]
 	for _, tc := range []struct {
 		name string
-		b    model.Backend
-	}{{"cpu", model.NewCPU()}, {"cpu+ops", &hostOps{CPU: model.NewCPU(), calls: map[string]int{}}}} {
+		b    backend.Backend
+	}{{"cpu", backend.NewCPU()}, {"cpu+ops", &hostOps{CPU: backend.NewCPU(), calls: map[string]int{}}}} {
 		dev := openDir(t, filepath.Join(testdata.Dir(t), "trace", "v4-tiny"))
 		dev.SetBackend(tc.b)
 		for _, p := range []Precision{A8, FP32} {
@@ -127,7 +127,7 @@ func TestBackendMatchesHost(t *testing.T) {
 		if h, ok := tc.b.(*hostOps); ok {
 			for _, op := range []string{"ActQuant", "Hadamard", "SparseAttention"} {
 				if h.calls[op] == 0 {
-					t.Errorf("DeviceOps.%s never called", op)
+					t.Errorf("backend.V4Ops.%s never called", op)
 				}
 			}
 		}

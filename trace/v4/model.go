@@ -7,7 +7,7 @@ import (
 	"strings"
 
 	"github.com/dsfs/dsfs/checkpoint"
-	"github.com/dsfs/dsfs/trace/model"
+	"github.com/dsfs/dsfs/trace/backend"
 )
 
 // Model is a DeepSeek-V4 checkpoint in DeepSeek's flat layout, checked
@@ -22,7 +22,7 @@ type Model struct {
 	layers            []*layerTensors // nil for a layer with problems
 	problems          [][]string      // per layer
 	headProblems      []string        // the hc head, final norm and head
-	backend           model.Backend   // nil: the host engine
+	backend           backend.Backend // nil: the host engine
 }
 
 // hcTensors are one hyper-connection site's mixing weights: fn [m, hc·D],

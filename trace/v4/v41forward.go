@@ -625,7 +625,7 @@ const (
 const fp4KVBlock = 16
 
 // FP4QuantE4M3 is V4.1's fp4_act_quant with E4M3 scales (of the
-// compressed KV, block 16; the reference of DeviceOps41), in place per
+// compressed KV, block 16; the reference of backend.V41Ops), in place per
 // block: amax = max(|x|, 6·2^-9), s = e4m3(amax / 6) (not a power of
 // two), x <- e2m1(clamp(x/s, ±6))·s.
 func FP4QuantE4M3(x []float32, block int) {

@@ -11,7 +11,7 @@ import (
 	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/safetensors"
 	"github.com/dsfs/dsfs/tokenizer"
-	"github.com/dsfs/dsfs/trace/model"
+	"github.com/dsfs/dsfs/trace/backend"
 )
 
 // Model41 is a DeepSeek-V4.1 checkpoint in DeepSeek's flat layout,
@@ -32,7 +32,7 @@ type Model41 struct {
 	problems     [][]string
 	headProblems []string
 	mtp          []string
-	backend      model.Backend
+	backend      backend.Backend
 }
 
 // engramTensors are one Engram layer's tensors.
@@ -110,13 +110,13 @@ func Open41(cat *checkpoint.Catalog, inference []byte, tok *tokenizer.Tokenizer)
 }
 
 // SetBackend makes the forwards and logits that follow run their matrix
-// products (and the DeviceOps and DeviceOps41 b implements) on b; nil,
+// products (and the backend.V4Ops and backend.V41Ops b implements) on b; nil,
 // the default, runs everything on the host. Like b, the model then
 // serves one forward at a time.
-func (m *Model41) SetBackend(b model.Backend) { m.backend = b }
+func (m *Model41) SetBackend(b backend.Backend) { m.backend = b }
 
 // Backend is the backend SetBackend set, nil for the host engine.
-func (m *Model41) Backend() model.Backend { return m.backend }
+func (m *Model41) Backend() backend.Backend { return m.backend }
 
 // Problems lists what is wrong with the tensors of layer l.
 func (m *Model41) Problems(l int) []string { return m.problems[l] }

@@ -1,4 +1,4 @@
-package model
+package backend
 
 import "context"
 
@@ -110,16 +110,6 @@ type Cancellable interface {
 	// results are then meaningless); Download and Sync report ctx's error.
 	// nil ends it.
 	SetContext(ctx context.Context)
-}
-
-// Router is implemented by backends that choose experts where the logits
-// are, rather than have the model download them and route on the host:
-// scores by cfg's scoring function (plus bias, the correction bias, when
-// not nil), group-limited top-k, margins and normalised, scaled weights,
-// as the host router does. It waits for the queued work and returns the
-// first error since the last Sync.
-type Router interface {
-	Route(logits Mat, bias Buffer, cfg *Config) (Routes, error)
 }
 
 // HostMatrix is a decoded weight in host memory, row-major [Rows, Cols].
