@@ -17,7 +17,7 @@ import (
 	"github.com/dsfs/dsfs/internal/testdata"
 	"github.com/dsfs/dsfs/safetensors"
 	"github.com/dsfs/dsfs/trace/backend"
-	"github.com/dsfs/dsfs/trace/model"
+	"github.com/dsfs/dsfs/trace/deepseek2"
 )
 
 // The tests in this file need a GPU. Without one they skip, unless
@@ -312,7 +312,7 @@ func TestBadCacheRecompiled(t *testing.T) {
 
 // goldenModel opens a reference checkpoint of testdata/trace and
 // its sequences' token ids.
-func goldenModel(t *testing.T, name string) (*model.Model, []int, []int) {
+func goldenModel(t *testing.T, name string) (*deepseek2.Model, []int, []int) {
 	t.Helper()
 	dir, seqs := testdata.TraceSequences(t, name)
 	var ids, lens []int
@@ -325,7 +325,7 @@ func goldenModel(t *testing.T, name string) (*model.Model, []int, []int) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cat.Close() })
-	m, err := model.Open(cat)
+	m, err := deepseek2.Open(cat)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -388,7 +388,7 @@ func TestForwardMatchesCPU(t *testing.T) {
 // sameExperts fails the test for every token whose expert set differs
 // although its reference margin exceeds minMargin, and returns the tokens
 // whose sets differ within the margin.
-func sameExperts(t *testing.T, where string, got, want *model.Routes, minMargin float32) []bool {
+func sameExperts(t *testing.T, where string, got, want *deepseek2.Routes, minMargin float32) []bool {
 	t.Helper()
 	if got == nil {
 		t.Errorf("%s: no routes", where)
@@ -473,7 +473,7 @@ func TestRouteMatchesModel(t *testing.T) {
 				logits := b.Alloc(n * cfg.RoutedExperts)
 				b.MatMul(backend.Whole(logits, n, cfg.RoutedExperts), backend.Whole(x, n, cfg.Hidden), gate)
 				var bias backend.Buffer
-				if cfg.TopKMethod == model.TopKNoAuxTC {
+				if cfg.TopKMethod == deepseek2.TopKNoAuxTC {
 					bias = upload(b, readVector(t, tensor(fmt.Sprintf("layers.%d.ffn.gate.bias", l))))
 				}
 				got, err := b.Route(backend.Whole(logits, n, cfg.RoutedExperts), bias, cfg)

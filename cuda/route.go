@@ -5,7 +5,7 @@ import (
 	"github.com/dsfs/dsfs/checkpoint"
 
 	"github.com/dsfs/dsfs/trace/backend"
-	"github.com/dsfs/dsfs/trace/model"
+	"github.com/dsfs/dsfs/trace/deepseek2"
 )
 
 // Limits of the route kernel's per-token arrays (route.cu).
@@ -33,7 +33,7 @@ const (
 // in the order of DeepSeek's model.py (descending selection score). It
 // waits for the queued work and returns the first error since the last
 // Sync.
-func (b *Backend) Route(logits backend.Mat, bias backend.Buffer, cfg *model.Config) (model.Routes, error) {
+func (b *Backend) Route(logits backend.Mat, bias backend.Buffer, cfg *deepseek2.Config) (deepseek2.Routes, error) {
 	e, k, g := cfg.RoutedExperts, cfg.TopK, max(cfg.Groups, 1)
 	if logits.Cols != e || e > maxExperts || k < 1 || k > e || g > maxGroups || e%g != 0 || g > 1 && (cfg.TopKGroups < 1 || cfg.TopKGroups > g) {
 		panic(fmt.Sprintf("cuda: Route of %d logits per token for %d experts, top %d, %d groups (at most %d experts, %d groups)", logits.Cols, e, k, g, maxExperts, maxGroups))
@@ -46,9 +46,9 @@ func (b *Backend) Route(logits backend.Mat, bias backend.Buffer, cfg *model.Conf
 		biasPtr = devBuffer(bias).ptr
 	}
 	groupMode := groupsNone
-	if g > 1 && cfg.TopKMethod != model.TopKGreedy {
+	if g > 1 && cfg.TopKMethod != deepseek2.TopKGreedy {
 		groupMode = groupsMax
-		if cfg.TopKMethod == model.TopKNoAuxTC {
+		if cfg.TopKMethod == deepseek2.TopKNoAuxTC {
 			groupMode = groupsTop2
 		}
 	}
@@ -62,7 +62,7 @@ func (b *Backend) Route(logits backend.Mat, bias backend.Buffer, cfg *model.Conf
 		rule = ruleHFV3
 	}
 	n := logits.Rows
-	r := model.Routes{K: k, IDs: make([]int32, n*k), Weights: make([]float32, n*k), Margin: make([]float32, n)}
+	r := deepseek2.Routes{K: k, IDs: make([]int32, n*k), Weights: make([]float32, n*k), Margin: make([]float32, n)}
 	lp := at(logits)
 	defer b.enter()()
 	if n == 0 {
@@ -77,16 +77,16 @@ func (b *Backend) Route(logits backend.Mat, bias backend.Buffer, cfg *model.Conf
 	defer b.devFree(dM, msBytes)
 	b.launch(kRoute, (n+routeThreads-1)/routeThreads, routeThreads,
 		lp, logits.Stride, n, biasPtr, e, k, g, cfg.TopKGroups, groupMode,
-		boolInt(cfg.ScoringFunc == model.ScoreSigmoid), rule, boolInt(cfg.NormTopKProb), float32(cfg.RoutedScale),
+		boolInt(cfg.ScoringFunc == deepseek2.ScoreSigmoid), rule, boolInt(cfg.NormTopKProb), float32(cfg.RoutedScale),
 		dIDs, dW, dM)
 	if err := b.download(ids, dIDs, idsBytes); err != nil {
-		return model.Routes{}, err
+		return deepseek2.Routes{}, err
 	}
 	if err := b.download(ws, dW, wsBytes); err != nil {
-		return model.Routes{}, err
+		return deepseek2.Routes{}, err
 	}
 	if err := b.download(ms, dM, msBytes); err != nil {
-		return model.Routes{}, err
+		return deepseek2.Routes{}, err
 	}
 	return r, nil
 }

@@ -8,7 +8,7 @@ import (
 	"strings"
 
 	"github.com/dsfs/dsfs/checkpoint"
-	"github.com/dsfs/dsfs/trace/model"
+	"github.com/dsfs/dsfs/trace/deepseek2"
 )
 
 // planDeepseek2 is the deepseek2 recipe (DeepSeek-V2, V2-Lite, V3, R1)
@@ -23,7 +23,7 @@ func planDeepseek2(mat Type, tok *tokenizers) func(cat *checkpoint.Catalog) (*Mo
 		if cat.ConfigBytes == nil {
 			return nil, fmt.Errorf("config.json: missing")
 		}
-		cfg, err := model.ParseConfig(cat.ConfigBytes)
+		cfg, err := deepseek2.ParseConfig(cat.ConfigBytes)
 		if err != nil {
 			return nil, err // it names config.json
 		}
@@ -33,9 +33,9 @@ func planDeepseek2(mat Type, tok *tokenizers) func(cat *checkpoint.Catalog) (*Mo
 		p := &ds2{cat: cat, cfg: cfg, mat: mat, tok: tok}
 		switch {
 		case cat.Tensor("model.embed_tokens.weight") != nil:
-			p.naming = model.NamingHF
+			p.naming = deepseek2.NamingHF
 		case cat.Tensor("embed.weight") != nil:
-			p.naming = model.NamingFlat
+			p.naming = deepseek2.NamingFlat
 		default:
 			return nil, fmt.Errorf("no embedding table (model.embed_tokens.weight or embed.weight)")
 		}
@@ -53,8 +53,8 @@ func planDeepseek2(mat Type, tok *tokenizers) func(cat *checkpoint.Catalog) (*Mo
 // ds2 is the state of planning one deepseek2 model.
 type ds2 struct {
 	cat    *checkpoint.Catalog
-	cfg    *model.Config
-	naming model.Naming
+	cfg    *deepseek2.Config
+	naming deepseek2.Naming
 	mat    Type
 	tok    *tokenizers
 	out    []Tensor
@@ -63,7 +63,7 @@ type ds2 struct {
 // src finds the source tensor of a flat name.
 func (p *ds2) src(flat string) (*checkpoint.Tensor, error) {
 	name := p.naming.Name(flat)
-	if flat == "head.weight" && p.naming == model.NamingHF {
+	if flat == "head.weight" && p.naming == deepseek2.NamingHF {
 		name = "lm_head.weight"
 	}
 	t := p.cat.Tensor(name)

@@ -25,7 +25,7 @@ import (
 	"github.com/dsfs/dsfs/safetensors"
 	"github.com/dsfs/dsfs/synth"
 	"github.com/dsfs/dsfs/trace/backend"
-	"github.com/dsfs/dsfs/trace/model"
+	"github.com/dsfs/dsfs/trace/deepseek2"
 	"github.com/x448/float16"
 )
 
@@ -163,7 +163,7 @@ func copyFile(t *testing.T, from, to string) {
 // to the first token with a margin below the floor.
 var routeMarginFloor = map[string]float32{"BF16": 0.001, "Q8_0": 0.02, "IQ2_XXS": 0.02}
 
-// traceLogits is dsfs's own forward of the checkpoint (trace/model, the
+// traceLogits is dsfs's own forward of the checkpoint (trace/deepseek2, the
 // engine trace/ runs, checked against DeepSeek's reference in its golden
 // tests) through every layer, then the final RMSNorm and the head in
 // float64. firm[i] is the number of leading positions of prompt i whose
@@ -175,7 +175,7 @@ func traceLogits(t *testing.T, dir string, prompts [][]int, floor float32) (logi
 		t.Fatal(err)
 	}
 	defer cat.Close()
-	m, err := model.Open(cat)
+	m, err := deepseek2.Open(cat)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,7 +14,7 @@ import (
 
 	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/simd"
-	"github.com/dsfs/dsfs/trace/model"
+	"github.com/dsfs/dsfs/trace/deepseek2"
 )
 
 // SchemaVersion is the version of the trace documents' layout.
@@ -223,7 +223,7 @@ func (t *Tracer) TraceJSON(ctx context.Context) ([]byte, error) {
 	return encode(d)
 }
 
-func modelName(cfg *model.Config) string {
+func modelName(cfg *deepseek2.Config) string {
 	s := cfg.ModelType
 	if s == "" {
 		s = "DeepSeek (ModelArgs config)"
@@ -234,7 +234,7 @@ func modelName(cfg *model.Config) string {
 	return s
 }
 
-func provenance(cat *checkpoint.Catalog, naming model.Naming) Provenance {
+func provenance(cat *checkpoint.Catalog, naming deepseek2.Naming) Provenance {
 	p := Provenance{Source: cat.Dir, Naming: naming.String(), SHA256: map[string]string{}, Shards: len(cat.Shards)}
 	hash := func(b []byte) string {
 		s := sha256.Sum256(b)
@@ -274,7 +274,7 @@ func hashFile(path string) (string, error) {
 	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
-func configuration(c *model.Config) Configuration {
+func configuration(c *deepseek2.Config) Configuration {
 	var rope any
 	if y := c.YaRN; y != nil {
 		rope = map[string]any{
@@ -298,7 +298,7 @@ func configuration(c *model.Config) Configuration {
 	}
 }
 
-func cacheAccounting(c *model.Config) CacheAccounting {
+func cacheAccounting(c *deepseek2.Config) CacheAccounting {
 	latent := c.KVLoRA + c.QKRope
 	eager := c.Heads * (c.QKHead() + c.VHead)
 	return CacheAccounting{

@@ -4,7 +4,7 @@ import (
 	"slices"
 
 	"github.com/dsfs/dsfs/tokenizer"
-	"github.com/dsfs/dsfs/trace/model"
+	"github.com/dsfs/dsfs/trace/deepseek2"
 )
 
 // LayerRecord is layers/NN.json: the seed's per-layer record, for a layer
@@ -120,7 +120,7 @@ type PairJaccard struct {
 }
 
 // record builds layer l's record from its input and output.
-func (t *Tracer) record(l int, in []float32, out *model.Output) *LayerRecord {
+func (t *Tracer) record(l int, in []float32, out *deepseek2.Output) *LayerRecord {
 	cfg := t.model.Config
 	d := cfg.Hidden
 	tensors, numel, bytes := t.model.LayerTensors(l)
@@ -162,13 +162,13 @@ func (t *Tracer) record(l int, in []float32, out *model.Output) *LayerRecord {
 }
 
 // routing builds the seed's route trace from the routes of every prompt.
-func (t *Tracer) routing(rt *model.Routes) *RoutingTrace {
+func (t *Tracer) routing(rt *deepseek2.Routes) *RoutingTrace {
 	return routingTrace(t.prompts, t.tok, t.model.Config.RoutedExperts, rt)
 }
 
 // routingTrace builds the route trace of prompts' routes rt over e
 // experts; tz may be nil.
-func routingTrace(prompts []Prompt, tz *tokenizer.Tokenizer, e int, rt *model.Routes) *RoutingTrace {
+func routingTrace(prompts []Prompt, tz *tokenizer.Tokenizer, e int, rt *deepseek2.Routes) *RoutingTrace {
 	k := rt.K
 	agg := make([]int, e)
 	var sums, top12, margins []float64

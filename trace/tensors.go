@@ -7,7 +7,7 @@ import (
 	"math"
 
 	"github.com/dsfs/dsfs/safetensors"
-	"github.com/dsfs/dsfs/trace/model"
+	"github.com/dsfs/dsfs/trace/deepseek2"
 )
 
 // Activation is one tensor of layers/NN.safetensors: an activation of one
@@ -89,7 +89,7 @@ func (t *Tracer) ReadActivation(ctx context.Context, l int, a Activation, r0, r1
 }
 
 // activationValues returns the float32 rows of one kind, every prompt's.
-func activationValues(out *model.Output, kind string) []float32 {
+func activationValues(out *deepseek2.Output, kind string) []float32 {
 	switch kind {
 	case "attn_out":
 		return out.AttnOut

@@ -16,7 +16,7 @@ import (
 	"github.com/dsfs/dsfs/internal/testdata"
 	"github.com/dsfs/dsfs/synth"
 	"github.com/dsfs/dsfs/trace/backend"
-	"github.com/dsfs/dsfs/trace/model"
+	"github.com/dsfs/dsfs/trace/deepseek2"
 )
 
 func TestParsePrompts(t *testing.T) {
@@ -115,7 +115,7 @@ func openTracer(t *testing.T, dir string, prompts []Prompt) *Tracer {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cat.Close() })
-	m, err := model.Open(cat)
+	m, err := deepseek2.Open(cat)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,7 @@ import (
 
 	"github.com/dsfs/dsfs/tokenizer"
 	"github.com/dsfs/dsfs/trace/backend"
-	"github.com/dsfs/dsfs/trace/model"
+	"github.com/dsfs/dsfs/trace/deepseek2"
 )
 
 // recentOutputs is how many layers' full activations a Tracer keeps: the
@@ -24,7 +24,7 @@ const recentOutputs = 2
 // activations of the most recent layers. It is safe for concurrent use;
 // one forward runs at a time.
 type Tracer struct {
-	model   *model.Model
+	model   *deepseek2.Model
 	backend backend.Backend
 	prompts []Prompt
 	tok     *tokenizer.Tokenizer
@@ -39,7 +39,7 @@ type Tracer struct {
 	// embedding.
 	hidden    [][]float32
 	records   []*LayerRecord
-	recent    []*model.Output // most recent last
+	recent    []*deepseek2.Output // most recent last
 	embedTime time.Duration
 
 	forwards atomic.Int64
@@ -48,7 +48,7 @@ type Tracer struct {
 // New returns a tracer of prompts (already encoded, see Encode) through m
 // on b. tok may be nil (token pieces are then null); log receives a line
 // per layer forward.
-func New(m *model.Model, b backend.Backend, prompts []Prompt, tok *tokenizer.Tokenizer, log *slog.Logger) *Tracer {
+func New(m *deepseek2.Model, b backend.Backend, prompts []Prompt, tok *tokenizer.Tokenizer, log *slog.Logger) *Tracer {
 	t := &Tracer{
 		model: m, backend: b, prompts: prompts, tok: tok, log: log,
 		sem:     make(chan struct{}, 1),
@@ -84,7 +84,7 @@ func (t *Tracer) unlock() { <-t.sem }
 // Layer returns layer l's activations and record, running whatever
 // layers up to l have not run yet. If ctx ends first, the layers finished
 // so far stay memoised.
-func (t *Tracer) Layer(ctx context.Context, l int) (*model.Output, *LayerRecord, error) {
+func (t *Tracer) Layer(ctx context.Context, l int) (*deepseek2.Output, *LayerRecord, error) {
 	if l < 0 || l >= t.Layers() {
 		return nil, nil, fmt.Errorf("layer %d is not traceable (layers 0-%d are)", l, t.Layers()-1)
 	}
@@ -107,7 +107,7 @@ func (t *Tracer) Layer(ctx context.Context, l int) (*model.Output, *LayerRecord,
 			return nil, nil, err
 		}
 	}
-	var out *model.Output
+	var out *deepseek2.Output
 	for j := from; j <= l; j++ {
 		var err error
 		if out, err = t.forward(ctx, j); err != nil {
@@ -150,7 +150,7 @@ func (t *Tracer) embed() error {
 }
 
 // forward runs layer j on its memoised input; the caller holds the lock.
-func (t *Tracer) forward(ctx context.Context, j int) (*model.Output, error) {
+func (t *Tracer) forward(ctx context.Context, j int) (*deepseek2.Output, error) {
 	in := t.hidden[j]
 	out, err := t.model.Forward(ctx, t.backend, j, in, t.lens)
 	if err != nil {

@@ -15,7 +15,7 @@ import (
 	"github.com/dsfs/dsfs/simd"
 	"github.com/dsfs/dsfs/tokenizer"
 	"github.com/dsfs/dsfs/trace/backend"
-	"github.com/dsfs/dsfs/trace/model"
+	"github.com/dsfs/dsfs/trace/deepseek2"
 	"github.com/dsfs/dsfs/trace/v4"
 )
 
@@ -508,6 +508,6 @@ func promptIndexer(id string, T int, topk []int32, k int, margin []float32, pick
 }
 
 // routes is a V4 layer's routing as a V2/V3 one's, for routingTrace.
-func routes(r v4.Routes) *model.Routes {
-	return &model.Routes{K: r.K, IDs: r.IDs, Weights: r.Weights, Margin: r.Margin}
+func routes(r v4.Routes) *deepseek2.Routes {
+	return &deepseek2.Routes{K: r.K, IDs: r.IDs, Weights: r.Weights, Margin: r.Margin}
 }

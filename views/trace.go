@@ -14,7 +14,7 @@ import (
 	"github.com/dsfs/dsfs/tokenizer"
 	"github.com/dsfs/dsfs/trace"
 	"github.com/dsfs/dsfs/trace/backend"
-	"github.com/dsfs/dsfs/trace/model"
+	"github.com/dsfs/dsfs/trace/deepseek2"
 	v4 "github.com/dsfs/dsfs/trace/v4"
 	"github.com/dsfs/dsfs/vfile"
 )
@@ -95,8 +95,8 @@ func buildTrace(s *Set, _ string) (Built, error) {
 		}
 		return buildTraceV4(s, prompts, user)
 	}
-	m, err := model.Open(s.Cat)
-	if ue := (*model.UnsupportedError)(nil); errors.As(err, &ue) {
+	m, err := deepseek2.Open(s.Cat)
+	if ue := (*deepseek2.UnsupportedError)(nil); errors.As(err, &ue) {
 		return traceError("cannot run "+ue.What, "cannot run "+ue.What+"; the engine lacks:", ue.Missing...), nil
 	}
 	if err != nil {

@@ -35,7 +35,7 @@ import (
 	"github.com/dsfs/dsfs/cuda"
 	"github.com/dsfs/dsfs/synth"
 	"github.com/dsfs/dsfs/trace/backend"
-	"github.com/dsfs/dsfs/trace/model"
+	"github.com/dsfs/dsfs/trace/deepseek2"
 )
 
 const (
@@ -44,7 +44,7 @@ const (
 )
 
 // v2Lite is one MoE layer of DeepSeek-V2-Lite's shape (the spec of
-// trace/model's BenchmarkV2LiteLayer).
+// trace/deepseek2's BenchmarkV2LiteLayer).
 func v2Lite() synth.MLASpec {
 	return synth.MLASpec{
 		Seed: 9, Hidden: 2048, Vocab: 1024, Layers: 1, DenseLayers: 0, MoEInter: 1408,
@@ -126,7 +126,7 @@ type result struct {
 // although its margin is below minMargin is left out of ffn_out and
 // hidden_out: a near-tie may go either way in bf16, and then that token's
 // output legitimately differs by much more than rounding.
-func (r *result) add(got, want *model.Output) {
+func (r *result) add(got, want *deepseek2.Output) {
 	var skip []bool
 	if want.Routes != nil && got.Routes != nil {
 		k := want.Routes.K
@@ -206,12 +206,12 @@ func relErr(got, want []float32, skip []bool) float64 {
 }
 
 // open opens a checkpoint for the model.
-func open(dir string) (*model.Model, *checkpoint.Catalog, error) {
+func open(dir string) (*deepseek2.Model, *checkpoint.Catalog, error) {
 	cat, err := checkpoint.Open(dir)
 	if err != nil {
 		return nil, nil, err
 	}
-	m, err := model.Open(cat)
+	m, err := deepseek2.Open(cat)
 	if err != nil {
 		cat.Close()
 		return nil, nil, fmt.Errorf("%s: %w", dir, err)
@@ -377,12 +377,12 @@ func (c *checker) v2Lite(work string) error {
 // run runs the layer once to warm up and reps times more, records the
 // median times in ts under name, and returns the last output. The CPU runs
 // once timed: it is the reference, not a contender.
-func (c *checker) run(m *model.Model, b backend.Backend, name string, h []float32, lens []int, ts *timedShape) (*model.Output, error) {
+func (c *checker) run(m *deepseek2.Model, b backend.Backend, name string, h []float32, lens []int, ts *timedShape) (*deepseek2.Output, error) {
 	reps := c.reps
 	if name == "cpu" {
 		reps = 1
 	}
-	var out *model.Output
+	var out *deepseek2.Output
 	var times, loads []time.Duration
 	for i := range reps + 1 {
 		o, err := m.Forward(context.Background(), b, 0, h, lens)

@@ -3,7 +3,7 @@ package v4
 import (
 	"math"
 
-	"github.com/dsfs/dsfs/trace/model"
+	"github.com/dsfs/dsfs/trace/deepseek2"
 )
 
 // InvFreq returns the rotary frequencies of layer l's rope_head_dim/2
@@ -26,7 +26,7 @@ func (c *Config) InvFreq(l int) []float32 {
 	if orig <= 0 {
 		return freqs
 	}
-	low, high := model.YaRNCorrectionRange(c.BetaFast, c.BetaSlow, dim, theta, orig)
+	low, high := deepseek2.YaRNCorrectionRange(c.BetaFast, c.BetaSlow, dim, theta, orig)
 	if low == high {
 		high += 0.001
 	}

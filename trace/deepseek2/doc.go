@@ -1,4 +1,4 @@
-// Package model runs the decoder layers of DeepSeek-V2, V2-Lite, V3 and R1
+// Package deepseek2 runs the decoder layers of DeepSeek-V2, V2-Lite, V3 and R1
 // checkpoints one at a time, as DeepSeek's reference inference code
 // (deepseek-ai/DeepSeek-V3 inference/model.py) does: multi-head latent
 // attention (MLA) with YaRN rotary embeddings in its absorbed form, dense
@@ -21,5 +21,5 @@
 // testdata/README.md at the repository root).
 //
 // The operations run on a Backend, an interface shaped for device memory:
-// CPU (this package, on simd's kernels) now, a GPU backend later.
-package model
+// trace/backend's CPU, or a GPU backend (package cuda).
+package deepseek2

@@ -1,4 +1,4 @@
-package model
+package deepseek2
 
 import "math"
 
