@@ -1,10 +1,6 @@
 package trace
 
-import (
-	"fmt"
-
-	"github.com/dsfs/dsfs/safetensors"
-)
+import "fmt"
 
 // Cost is the memory a trace of a set of prompts holds outside the block
 // cache, in bytes, by what holds it. It is an upper estimate made from the
@@ -68,27 +64,28 @@ const (
 	weightScratch = 512 << 20
 )
 
-// costModel is what a family's trace holds per token and per prompt.
-type costModel struct {
-	layers int // runnable layers: each keeps a state and a record
-	// state is the bytes per token of the state entering a layer;
-	// output those of one layer's outputs (activations and what the
-	// engine keeps beside them); work those of a forward's scratch.
-	state, output, work int64
-	// final is the bytes per token of what the head's run keeps (the
+// CostModel is what a family's trace holds per token and per prompt,
+// from which Cost estimates a set of prompts' cost.
+type CostModel struct {
+	Layers int // runnable layers: each keeps a state and a record
+	// State is the bytes per token of the state entering a layer;
+	// Output those of one layer's outputs (activations and what the
+	// engine keeps beside them); Work those of a forward's scratch.
+	State, Output, Work int64
+	// Final is the bytes per token of what the head's run keeps (the
 	// logits over the vocabulary); 0 where no head runs.
-	final int64
-	// quadratic is the bytes per token² of one prompt that an output and
+	Final int64
+	// Quadratic is the bytes per token² of one prompt that an output and
 	// a forward hold (scores and masks over a prompt's positions).
-	quadratic int64
-	// experts and topK shape the routing records (0: no routed experts).
-	experts, topK int
-	// tensors is the number of tensors per prompt in one layer file.
-	tensors int
+	Quadratic int64
+	// Experts and TopK shape the routing records (0: no routed experts).
+	Experts, TopK int
+	// Tensors is the number of tensors per prompt in one layer file.
+	Tensors int
 }
 
-// cost estimates the memory a trace of prompts of lens tokens holds.
-func (m costModel) cost(lens []int) Cost {
+// Cost estimates the memory a trace of prompts of lens tokens holds.
+func (m CostModel) Cost(lens []int) Cost {
 	var tokens, square, longest int64
 	for _, n := range lens {
 		tokens += int64(n)
@@ -96,16 +93,16 @@ func (m costModel) cost(lens []int) Cost {
 		longest = max(longest, int64(n))
 	}
 	prompts := int64(len(lens))
-	layers := int64(m.layers)
+	layers := int64(m.Layers)
 	c := Cost{
-		States:  (layers + 1) * tokens * m.state,
-		Outputs: recentOutputs*(tokens*m.output+square*m.quadratic) + tokens*m.final,
-		Forward: weightScratch + tokens*m.work + longest*longest*m.quadratic,
-		Layouts: layers * prompts * int64(m.tensors) * layoutPerTensor,
+		States:  (layers + 1) * tokens * m.State,
+		Outputs: recentOutputs*(tokens*m.Output+square*m.Quadratic) + tokens*m.Final,
+		Forward: weightScratch + tokens*m.Work + longest*longest*m.Quadratic,
+		Layouts: layers * prompts * int64(m.Tensors) * layoutPerTensor,
 	}
-	if m.experts > 0 {
-		perLayer := tokens*(recordPerToken+recordPerRoute*int64(m.topK)) +
-			prompts*(recordPerPrompt+recordPerExpert*int64(m.experts)) +
+	if m.Experts > 0 {
+		perLayer := tokens*(recordPerToken+recordPerRoute*int64(m.TopK)) +
+			prompts*(recordPerPrompt+recordPerExpert*int64(m.Experts)) +
 			prompts*(prompts-1)/2*recordPerPair
 		c.Records = recordCopies * layers * perLayer
 	}
@@ -136,55 +133,4 @@ func Within(c Cost, prompts []Prompt, budget int64) error {
 		tokens += len(p.TokenIDs)
 	}
 	return &BudgetError{Prompts: len(prompts), Tokens: tokens, Cost: c, Budget: budget}
-}
-
-// Cost estimates what tracing the prompts through the model holds.
-func (t *Tracer) Cost() Cost {
-	c := t.model.Config
-	latent := int64(c.KVLoRA + c.QKRope)
-	ffn := int64(max(c.Inter, c.TopK*c.MoEInter+c.SharedInter()))
-	return costModel{
-		layers:    t.Layers(),
-		state:     4 * int64(c.Hidden),
-		output:    4 * (3*int64(c.Hidden) + 2*latent + 2*int64(c.TopK)),
-		work:      4 * (int64(c.Heads)*int64(c.QKHead()+c.KVLoRA+c.VHead) + 3*ffn + 4*int64(c.Hidden)),
-		quadratic: 0, // attention runs a query row at a time
-		experts:   c.RoutedExperts,
-		topK:      c.TopK,
-		tensors:   len(kinds),
-	}.cost(t.lens)
-}
-
-// Cost estimates what tracing the prompts through the model holds.
-func (t *v4Core[S, O, R, F]) Cost() Cost {
-	c := t.family.config
-	lens := make([]int, len(t.seqs))
-	longest := 0
-	for i, s := range t.seqs {
-		lens[i] = len(s)
-		longest = max(longest, len(s))
-	}
-	tensors := 0
-	for l := range t.Layers() {
-		n := 5 // stream_out, attn_out, ffn_out, topk_ids, topk_weights
-		t.family.extra(l, int64(longest), func(string, safetensors.DType, ...int64) { n++ })
-		tensors = max(tensors, n)
-	}
-	d, hc := int64(c.Hidden), int64(c.HCMult)
-	return costModel{
-		layers: t.Layers(),
-		// The streams, V4.1's pre_mix, and its compressed KV carried
-		// between layers (at most a row of head_dim a token).
-		state:  4 * (hc*d + hc + int64(c.HeadDim)),
-		output: 4 * 2 * (hc*d + 2*d + 2*int64(c.TopK) + int64(c.IndexTopK) + int64(c.HeadDim)),
-		work: 4 * (3*int64(c.Heads)*int64(c.HeadDim) + int64(c.QLoRA) + int64(c.OGroups)*int64(c.OLoRA) +
-			int64(c.IndexHeads)*int64(c.IndexDim) + 3*int64(c.TopK)*int64(c.MoEInter) + 4*hc*d),
-		// Index scores over compressed positions (ratio 4 at least) and
-		// V4.1's candidate masks: [T, T/ratio] of a prompt.
-		quadratic: 4,
-		final:     4 * (int64(c.Vocab) + hc*d),
-		experts:   c.RoutedExperts,
-		topK:      c.TopK,
-		tensors:   tensors,
-	}.cost(lens)
 }

@@ -4,61 +4,7 @@ import (
 	"slices"
 
 	"github.com/dsfs/dsfs/tokenizer"
-	"github.com/dsfs/dsfs/trace/deepseek2"
 )
-
-// LayerRecord is layers/NN.json: the seed's per-layer record, for a layer
-// run on the CPU or a device by this engine.
-type LayerRecord struct {
-	Layer int    `json:"layer"`
-	FFN   string `json:"ffn"` // dense or moe
-	// The layer's tensors in the checkpoint.
-	StateTensors int   `json:"state_tensors"`
-	StateNumel   int64 `json:"state_numel"`
-	StateBytes   int64 `json:"state_bytes"`
-	// WeightBytesRead is what the forward read: routed experts only where
-	// a token selected them.
-	WeightBytesRead  int64       `json:"weight_bytes_read"`
-	RoutedExpertsRun *int        `json:"routed_experts_run,omitempty"`
-	TimingMS         LayerTiming `json:"timing_ms"`
-	// PeakDeviceAllocatedMiB is null on the CPU backend.
-	PeakDeviceAllocatedMiB *Num          `json:"peak_device_allocated_mib"`
-	HiddenBefore           HiddenStats   `json:"hidden_before"`
-	HiddenAfter            HiddenStats   `json:"hidden_after"`
-	MLA                    MLAStats      `json:"mla"`
-	Routing                *RoutingTrace `json:"routing,omitempty"`
-}
-
-// LayerTiming is where a layer's time went, in the seed's terms.
-type LayerTiming struct {
-	LoadCPU Num `json:"load_cpu"` // reading and decoding weights on the host
-	// TransferToDevice is null on the CPU backend.
-	TransferToDevice *Num `json:"transfer_to_device"`
-	Forward          Num  `json:"forward"` // the whole forward, loading included
-}
-
-// MLAStats describes the attention's compressed KV path.
-type MLAStats struct {
-	// kv_a_proj_with_mqa's raw output [tokens, kv_lora + rope] and its
-	// two parts before kv_a_layernorm and RoPE.
-	CompressedProjectionShape []int `json:"compressed_projection_shape"`
-	LatentShape               []int `json:"latent_shape"`
-	RopeKeyShape              []int `json:"rope_key_shape"`
-	LatentRMS                 Num   `json:"latent_rms"`
-	RopeKeyRMS                Num   `json:"rope_key_rms"`
-	// The latent cache MLA keeps per token (normalised latent + rotated
-	// key), against the expanded per-head K/V that HF's eager attention
-	// keeps ([tokens, heads, dim]), at the checkpoint's BF16 width.
-	LatentCacheShape     []int `json:"latent_cache_shape"`
-	LatentCacheBytes     int64 `json:"latent_cache_bytes"`
-	EagerKeyCacheShape   []int `json:"eager_key_cache_shape"`
-	EagerValueCacheShape []int `json:"eager_value_cache_shape"`
-	EagerCacheBytes      int64 `json:"eager_cache_bytes"`
-}
-
-// cacheDTypeBytes is the width of a cached value in the accounting: BF16,
-// the activation type of the released models.
-const cacheDTypeBytes = 2
 
 // RoutingTrace is the seed's route_trace.
 type RoutingTrace struct {
@@ -119,56 +65,19 @@ type PairJaccard struct {
 	Union   int    `json:"union_experts"`
 }
 
-// record builds layer l's record from its input and output.
-func (t *Tracer) record(l int, in []float32, out *deepseek2.Output) *LayerRecord {
-	cfg := t.model.Config
-	d := cfg.Hidden
-	tensors, numel, bytes := t.model.LayerTensors(l)
-	r := &LayerRecord{
-		Layer:           l,
-		FFN:             "dense",
-		StateTensors:    tensors,
-		StateNumel:      numel,
-		StateBytes:      bytes,
-		WeightBytesRead: out.WeightBytes,
-		TimingMS: LayerTiming{
-			LoadCPU: Num(out.LoadTime.Seconds() * 1000),
-			Forward: Num(out.Time.Seconds() * 1000),
-		},
-		HiddenBefore: hiddenStats(in, d),
-		HiddenAfter:  hiddenStats(out.HiddenOut, d),
-	}
-	n := out.Tokens
-	kvl, rope := cfg.KVLoRA, cfg.QKRope
-	r.MLA = MLAStats{
-		CompressedProjectionShape: []int{n, kvl + rope},
-		LatentShape:               []int{n, kvl},
-		RopeKeyShape:              []int{n, rope},
-		LatentRMS:                 rms(out.KVA, kvl+rope, 0, kvl),
-		RopeKeyRMS:                rms(out.KVA, kvl+rope, kvl, rope),
-		LatentCacheShape:          []int{n, kvl + rope},
-		LatentCacheBytes:          int64(n) * int64(kvl+rope) * cacheDTypeBytes,
-		EagerKeyCacheShape:        []int{n, cfg.Heads, cfg.QKHead()},
-		EagerValueCacheShape:      []int{n, cfg.Heads, cfg.VHead},
-		EagerCacheBytes:           int64(n) * int64(cfg.Heads*(cfg.QKHead()+cfg.VHead)) * cacheDTypeBytes,
-	}
-	if out.Routes != nil {
-		r.FFN = "moe"
-		run := out.ExpertsRun
-		r.RoutedExpertsRun = &run
-		r.Routing = t.routing(out.Routes)
-	}
-	return r
+// Routes are the experts a layer's router chose for each token of every
+// prompt, in prompt order: K a token, their combine weights, and how far
+// each token's choice is from a tie in selection score.
+type Routes struct {
+	K       int
+	IDs     []int32
+	Weights []float32
+	Margin  []float32
 }
 
-// routing builds the seed's route trace from the routes of every prompt.
-func (t *Tracer) routing(rt *deepseek2.Routes) *RoutingTrace {
-	return routingTrace(t.prompts, t.tok, t.model.Config.RoutedExperts, rt)
-}
-
-// routingTrace builds the route trace of prompts' routes rt over e
-// experts; tz may be nil.
-func routingTrace(prompts []Prompt, tz *tokenizer.Tokenizer, e int, rt *deepseek2.Routes) *RoutingTrace {
+// Routing is the seed's route trace of prompts' routes rt over e experts;
+// tz spells the tokens (nil: null).
+func Routing(prompts []Prompt, tz *tokenizer.Tokenizer, e int, rt Routes) *RoutingTrace {
 	k := rt.K
 	agg := make([]int, e)
 	var sums, top12, margins []float64
@@ -239,12 +148,12 @@ func routingTrace(prompts []Prompt, tz *tokenizer.Tokenizer, e int, rt *deepseek
 	tr.AggregateLoad = agg
 	tr.AggregateMetrics = loadMetrics(agg)
 	tr.TopExperts = topExperts(agg, 12)
-	tr.SelectedWeightSum = spread(sums, true)
+	tr.SelectedWeightSum = SpreadOf(sums, true)
 	if k > 1 {
-		s := spread(top12, false)
+		s := SpreadOf(top12, false)
 		tr.Top1Top2Margin = &s
 	}
-	tr.RouteMargin = spread(margins, true)
+	tr.RouteMargin = SpreadOf(margins, true)
 	return tr
 }
 

@@ -8,16 +8,6 @@ import (
 	"github.com/dsfs/dsfs/tokenizer"
 )
 
-// CheckDevice reports whether device is a --device value (auto, cpu or
-// cuda), without starting anything.
-func CheckDevice(device string) error {
-	switch device {
-	case "", "auto", "cpu", "cuda":
-		return nil
-	}
-	return fmt.Errorf("unknown device %q (want auto, cpu or cuda)", device)
-}
-
 // LoadTokenizer loads the checkpoint's tokenizer.json with the special
 // token settings of its tokenizer_config.json. It returns nil and no error
 // when the checkpoint has no tokenizer.json.

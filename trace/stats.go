@@ -59,7 +59,9 @@ type Spread struct {
 	P90  Num  `json:"p90"`
 }
 
-func spread(v []float64, p10 bool) Spread {
+// SpreadOf is the spread of v (which it sorts), with the 10th percentile
+// where p10 is set.
+func SpreadOf(v []float64, p10 bool) Spread {
 	s := Spread{Mean: mean(v)}
 	if p10 {
 		q := quantile(v, 0.1)
@@ -80,8 +82,8 @@ type HiddenStats struct {
 	SHA256FP32 string `json:"sha256_fp32"`
 }
 
-// hiddenStats describes the rows of h, width d.
-func hiddenStats(h []float32, d int) HiddenStats {
+// HiddenOf describes the rows of h, width d.
+func HiddenOf(h []float32, d int) HiddenStats {
 	n := len(h) / d
 	rms := make([]float64, n)
 	l2 := make([]float64, n)
@@ -102,16 +104,16 @@ func hiddenStats(h []float32, d int) HiddenStats {
 	}
 	return HiddenStats{
 		ValidTokens: n,
-		HiddenRMS:   spread(rms, true),
-		L2Norm:      spread(l2, true),
+		HiddenRMS:   SpreadOf(rms, true),
+		L2Norm:      SpreadOf(l2, true),
 		Finite:      finite,
 		SHA256FP32:  hex.EncodeToString(sum.Sum(nil)),
 	}
 }
 
-// rms is the root mean square of the values of columns [c0, c0+w) of the
+// RMS is the root mean square of the values of columns [c0, c0+w) of the
 // rows of m (width d).
-func rms(m []float32, d, c0, w int) Num {
+func RMS(m []float32, d, c0, w int) Num {
 	var ss float64
 	n := 0
 	for r := 0; r+d <= len(m); r += d {
@@ -144,6 +146,7 @@ type LoadMetrics struct {
 	Max              Num `json:"max"`
 }
 
+// loadMetrics describes a load of routes per expert.
 func loadMetrics(load []int) LoadMetrics {
 	n := len(load)
 	v := make([]float64, n)
@@ -194,4 +197,13 @@ func loadMetrics(load []int) LoadMetrics {
 	m.Min, m.Max = Num(sorted[0]), Num(sorted[n-1])
 	m.P50, m.P90 = quantile(sorted, 0.5), quantile(sorted, 0.9)
 	return m
+}
+
+// Float64s widens v.
+func Float64s(v []float32) []float64 {
+	out := make([]float64, len(v))
+	for i, x := range v {
+		out[i] = float64(x)
+	}
+	return out
 }

@@ -146,13 +146,10 @@ type Options struct {
 	// that need a file's derived bytes (q2/'s shard manifests) read them
 	// from it too, so a block read by both is computed once.
 	Cache vfile.Cache
-	// Backend starts the backend trace/ runs layers on for its --device
-	// option (the CLI's, which knows CUDA); note is a line for the log.
-	// Nil runs every device but cuda on the CPU.
-	Backend func(device string) (b backend.Backend, note string, err error)
-	// V4Backend starts what DeepSeek-V4 layers run on for --device: nil
-	// for the host engine. Nil runs them on the host.
-	V4Backend func(device string) (b backend.Backend, note string, err error)
+	// GPU starts the GPU backend views that compute on one (trace/) use
+	// for --device cuda or auto (see backend.Start); nil: the program has
+	// none (the CLI passes CUDA's, which loads at run time).
+	GPU backend.GPU
 	// Values are the views' declared options (View.Options) by name; an
 	// option not given takes its default.
 	Values map[string]string

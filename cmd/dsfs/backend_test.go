@@ -6,36 +6,38 @@ import (
 	"testing"
 
 	"github.com/dsfs/dsfs/cuda"
+	"github.com/dsfs/dsfs/trace/backend"
 )
 
-// TestTraceV4Backend checks where --device sends V4 layers: the host engine
-// for cpu; for cuda and auto the CUDA backend when it starts, else the
-// host with one line saying why; an error only for an unknown device.
-func TestTraceV4Backend(t *testing.T) {
-	if b, note, err := traceV4Backend("cpu"); b != nil || note != "" || err != nil {
-		t.Errorf("cpu: %v, %q, %v; want the host engine", b, note, err)
+// TestDevice checks where --device sends every family's layers through
+// the CLI's CUDA backend: the CPU for cpu; CUDA for cuda when it starts,
+// else an error, since it was asked for; for auto, CUDA when it starts,
+// else the CPU with one line saying why.
+func TestDevice(t *testing.T) {
+	if b, note, err := backend.Start("cpu", gpu); err != nil || note != "" || b.Name() != "cpu" {
+		t.Errorf("cpu: %v, %q, %v", b, note, err)
 	}
-	if _, _, err := traceV4Backend("tpu"); err == nil || !strings.Contains(err.Error(), `unknown device "tpu"`) {
-		t.Errorf("tpu: %v", err)
-	}
-	gpu := cuda.Available()
+	reason := cuda.Available()
 	for _, dev := range []string{"cuda", "auto"} {
-		b, note, err := traceV4Backend(dev)
-		if err != nil {
-			t.Fatalf("%s: %v", dev, err)
-		}
-		if gpu == nil {
-			if b == nil || b.Name() != "cuda" || note != "" {
-				t.Errorf("%s with a GPU: backend %v, note %q", dev, b, note)
+		b, note, err := backend.Start(dev, gpu)
+		if reason == nil {
+			if err != nil || b.Name() != "cuda" || note != "" {
+				t.Errorf("%s with a GPU: %v, %q, %v", dev, b, note, err)
 			}
 			if c, ok := b.(io.Closer); ok {
 				c.Close()
 			}
 			continue
 		}
-		want := "trace: DeepSeek-V4 layers run on the CPU: cuda: " + gpu.Error()
-		if b != nil || note != want || strings.Contains(note, "\n") {
-			t.Errorf("%s without a GPU: backend %v, note %q, want %q", dev, b, note, want)
+		if dev == "cuda" {
+			if err == nil || !strings.Contains(err.Error(), reason.Error()) {
+				t.Errorf("cuda without a GPU: %v, want an error saying %q", err, reason)
+			}
+			continue
+		}
+		want := "trace/ runs layers on the CPU: cuda: " + reason.Error()
+		if err != nil || b.Name() != "cpu" || note != want || strings.Contains(note, "\n") {
+			t.Errorf("auto without a GPU: %v, %q, %v; want the CPU and %q", b, note, err, want)
 		}
 	}
 }

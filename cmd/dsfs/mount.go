@@ -60,8 +60,7 @@ func openSource(dir string, opt views.Options) (*source, error) {
 	}
 	problems := newProblemReport(cat.Problems)
 	problems.log()
-	opt.Backend = traceBackend
-	opt.V4Backend = traceV4Backend
+	opt.GPU = gpu
 	set, err := views.Build(cat, opt)
 	if err != nil {
 		cat.Close()

@@ -4,13 +4,17 @@
 package v4tiny
 
 import (
+	"context"
+	"encoding/binary"
+	"math"
 	"os"
 	"path/filepath"
 	"testing"
 
 	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/tokenizer"
-	"github.com/dsfs/dsfs/trace/v4"
+	"github.com/dsfs/dsfs/trace"
+	v4 "github.com/dsfs/dsfs/trace/v4"
 )
 
 // Open opens the V4 checkpoint in dir with its inference/config.json; its
@@ -53,4 +57,69 @@ func open(tb testing.TB, dir string) (*checkpoint.Catalog, []byte) {
 		tb.Fatal(err)
 	}
 	return cat, inf
+}
+
+// Array is a golden array of testdata/trace: its shape and little-endian
+// values.
+type Array struct {
+	Shape []int  `json:"shape"`
+	Data  []byte `json:"data"`
+}
+
+// TwoPrompts is two golden sequences as prompts s0 and s1 of a vocabulary
+// of vocab ids.
+func TwoPrompts(tb testing.TB, s0, s1 []int, vocab int) []trace.Prompt {
+	tb.Helper()
+	prompts := []trace.Prompt{{ID: "s0", TokenIDs: s0}, {ID: "s1", TokenIDs: s1}}
+	if err := trace.Encode(prompts, nil, vocab); err != nil {
+		tb.Fatal(err)
+	}
+	return prompts
+}
+
+// ReadActivation reads a whole activation of layer l (-1: the logits) as
+// raw little-endian bytes.
+func ReadActivation(tb testing.TB, tr trace.Tracer, l int, a trace.Activation) []byte {
+	tb.Helper()
+	b := make([]byte, int64(a.Rows())*a.RowBytes())
+	if err := tr.ReadActivation(context.Background(), l, a, 0, a.Rows(), b); err != nil {
+		tb.Fatal(err)
+	}
+	return b
+}
+
+// F32s reads little-endian float32 values.
+func F32s(b []byte) []float32 {
+	v := make([]float32, len(b)/4)
+	for i := range v {
+		v[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
+	}
+	return v
+}
+
+// I32s reads little-endian int32 values.
+func I32s(b []byte) []int32 {
+	v := make([]int32, len(b)/4)
+	for i := range v {
+		v[i] = int32(binary.LittleEndian.Uint32(b[4*i:]))
+	}
+	return v
+}
+
+// Within fails tb unless got is want (little-endian float32) to within
+// 1e-5 of want's largest magnitude.
+func Within(tb testing.TB, what string, got []float32, want []byte) {
+	tb.Helper()
+	w := F32s(want)
+	if len(got) != len(w) {
+		tb.Fatalf("%s: %d values, want %d", what, len(got), len(w))
+	}
+	var d, mx float64
+	for i := range w {
+		d = max(d, math.Abs(float64(got[i]-w[i])))
+		mx = max(mx, math.Abs(float64(w[i])))
+	}
+	if d > 1e-5*mx {
+		tb.Errorf("%s: max|Δ|/max %.3g exceeds 1e-5", what, d/mx)
+	}
 }

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/dsfs/dsfs/checkpoint"
+	"github.com/dsfs/dsfs/trace"
 )
 
 // Scoring functions of the router.
@@ -176,18 +177,7 @@ type rawConfig struct {
 	} `json:"quantization_config"`
 }
 
-// UnsupportedError says why a configuration cannot be run: the features
-// the engine lacks, one per line.
-type UnsupportedError struct {
-	What    string   // the model, as config.json names it
-	Missing []string // what the engine would need
-}
-
-func (e *UnsupportedError) Error() string {
-	return fmt.Sprintf("cannot run %s: the engine lacks %s", e.What, strings.Join(e.Missing, "; "))
-}
-
-// ParseConfig reads config.json. It returns an *UnsupportedError for a
+// ParseConfig reads config.json. It returns a *trace.Unsupported for a
 // model whose architecture the engine cannot run, and a plain error for a
 // document that is malformed or lacks a setting.
 func ParseConfig(data []byte) (*Config, error) {
@@ -301,7 +291,7 @@ func (r *rawConfig) rope(c *Config) error {
 			kind = *s.RopeType
 		}
 		if kind != "yarn" {
-			return &UnsupportedError{What: "this model", Missing: []string{fmt.Sprintf("rope_scaling type %q (only yarn is implemented)", kind)}}
+			return &trace.Unsupported{What: "this model", Missing: []string{fmt.Sprintf("rope_scaling type %q (only yarn is implemented)", kind)}}
 		}
 		if s.Factor == nil || s.OrigMaxPos == nil {
 			return errors.New("config.json: rope_scaling: yarn needs factor and original_max_position_embeddings")
@@ -413,7 +403,7 @@ func (r *rawConfig) unsupported(cc *checkpoint.Config) error {
 		what += " (" + strings.Join(r.Architectures, ", ") + ")"
 	}
 	sort.Strings(missing)
-	return &UnsupportedError{What: what, Missing: missing}
+	return &trace.Unsupported{What: what, Missing: missing}
 }
 
 // validate checks the settings against each other.

@@ -41,7 +41,7 @@ type layer struct {
 }
 
 // Open checks that cat holds a model this engine runs. It fails for a
-// configuration it cannot run (an *UnsupportedError says what is missing)
+// configuration it cannot run (an *trace.Unsupported says what is missing)
 // or without an embedding table; problems confined to a layer are reported
 // by Problems, and layers from the first bad one on cannot run.
 func Open(cat *checkpoint.Catalog) (*Model, error) {

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"github.com/dsfs/dsfs/trace"
 	"math"
 	"os"
 	"path/filepath"
@@ -52,7 +53,7 @@ func TestParseConfig(t *testing.T) {
 		edit    func(map[string]any)
 		check   func(*testing.T, *Config)
 		err     string // substring of the error
-		missing string // substring of an UnsupportedError's list
+		missing string // substring of a *trace.Unsupported's list
 	}{
 		{name: "v2lite", cfg: readConfig(t, "v2lite-tiny"), check: func(t *testing.T, c *Config) {
 			if c.QLoRA != 0 || c.TopKMethod != TopKGreedy || c.ScoringFunc != ScoreSoftmax || c.YaRN == nil || c.YaRN.MScaleAllDim != 0.707 {
@@ -116,11 +117,11 @@ func TestParseConfig(t *testing.T) {
 				}
 			}
 			c, err := ParseConfig(data)
-			var ue *UnsupportedError
+			var ue *trace.Unsupported
 			switch {
 			case tt.missing != "":
 				if !errors.As(err, &ue) || !strings.Contains(strings.Join(ue.Missing, "\n"), tt.missing) {
-					t.Fatalf("error %v, want an UnsupportedError listing %q", err, tt.missing)
+					t.Fatalf("error %v, want a *trace.Unsupported listing %q", err, tt.missing)
 				}
 			case tt.err != "":
 				if err == nil || errors.As(err, &ue) || !strings.Contains(err.Error(), tt.err) {
@@ -151,9 +152,9 @@ func TestUnsupportedV41(t *testing.T) {
 	}
 	defer cat.Close()
 	_, err = Open(cat)
-	var ue *UnsupportedError
+	var ue *trace.Unsupported
 	if !errors.As(err, &ue) {
-		t.Fatalf("Open: %v, want an UnsupportedError", err)
+		t.Fatalf("Open: %v, want a *trace.Unsupported", err)
 	}
 	all := strings.Join(ue.Missing, "\n")
 	for _, want := range []string{"hyper-connections", "Engram", "compressed sparse attention", "o_groups", "MXFP4", "sqrtsoftplus"} {

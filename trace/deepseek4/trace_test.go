@@ -1,8 +1,7 @@
-package trace
+package deepseek4
 
 import (
 	"context"
-	"encoding/binary"
 	"encoding/json"
 	"math"
 	"slices"
@@ -11,7 +10,9 @@ import (
 	"github.com/dsfs/dsfs/internal/testdata"
 	"github.com/dsfs/dsfs/internal/v4tiny"
 	"github.com/dsfs/dsfs/safetensors"
-	"github.com/dsfs/dsfs/trace/v4"
+	"github.com/dsfs/dsfs/trace"
+	"github.com/dsfs/dsfs/trace/internal/v4family"
+	v4 "github.com/dsfs/dsfs/trace/v4"
 )
 
 // v4Golden is what these tests read of testdata/trace/v4-tiny/golden.json.
@@ -20,89 +21,34 @@ type v4Golden struct {
 		TokenIDs []int `json:"token_ids"`
 		Modes    map[string]struct {
 			Layers []struct {
-				StreamOut    v4Array  `json:"stream_out"`
-				AttnOut      v4Array  `json:"attn_out"`
-				CompressedKV *v4Array `json:"compressed_kv"`
+				StreamOut    v4tiny.Array  `json:"stream_out"`
+				AttnOut      v4tiny.Array  `json:"attn_out"`
+				CompressedKV *v4tiny.Array `json:"compressed_kv"`
 				Indexer      *struct {
-					TopK v4Array `json:"topk"`
+					TopK v4tiny.Array `json:"topk"`
 				} `json:"indexer"`
 				Route struct {
-					IDs v4Array `json:"ids"`
+					IDs v4tiny.Array `json:"ids"`
 				} `json:"route"`
 			} `json:"layers"`
 			Final struct {
-				Logits v4Array `json:"logits"`
+				Logits v4tiny.Array `json:"logits"`
 			} `json:"final"`
 		} `json:"modes"`
 	} `json:"sequences"`
 }
 
-type v4Array struct {
-	Shape []int  `json:"shape"`
-	Data  []byte `json:"data"`
-}
-
 // v4Tracer traces v4-tiny's two golden sequences as two prompts, run in
 // one batch.
-func v4Tracer(t *testing.T, p v4.Precision) (*V4Tracer, *v4Golden) {
+func v4Tracer(t *testing.T, p v4.Precision) (*core, *v4Golden) {
 	t.Helper()
 	var g v4Golden
 	m := v4tiny.Open(t, testdata.TraceGolden(t, "v4-tiny", &g))
-	return NewV4(m, p, twoPrompts(t, g.Sequences[0].TokenIDs, g.Sequences[1].TokenIDs, m.Config.Vocab), nil, nil), &g
-}
-
-// twoPrompts is two golden sequences as prompts s0 and s1.
-func twoPrompts(t *testing.T, s0, s1 []int, vocab int) []Prompt {
-	t.Helper()
-	prompts := []Prompt{{ID: "s0", TokenIDs: s0}, {ID: "s1", TokenIDs: s1}}
-	if err := Encode(prompts, nil, vocab); err != nil {
+	tr, err := model{m}.Trace(v4tiny.TwoPrompts(t, g.Sequences[0].TokenIDs, g.Sequences[1].TokenIDs, m.Config.Vocab), trace.Options{Precision: string(p)})
+	if err != nil {
 		t.Fatal(err)
 	}
-	return prompts
-}
-
-// readActivation reads a whole activation as raw little-endian bytes.
-func readActivation(t *testing.T, tr interface {
-	ReadActivation(ctx context.Context, l int, a V4Activation, r0, r1 int, dst []byte) error
-}, l int, a V4Activation) []byte {
-	t.Helper()
-	b := make([]byte, int64(a.Rows())*a.RowBytes())
-	if err := tr.ReadActivation(context.Background(), l, a, 0, a.Rows(), b); err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
-
-func f32s(b []byte) []float32 {
-	v := make([]float32, len(b)/4)
-	for i := range v {
-		v[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
-	}
-	return v
-}
-
-func i32s(b []byte) []int32 {
-	v := make([]int32, len(b)/4)
-	for i := range v {
-		v[i] = int32(binary.LittleEndian.Uint32(b[4*i:]))
-	}
-	return v
-}
-
-func within(t *testing.T, what string, got []float32, want []byte) {
-	t.Helper()
-	w := f32s(want)
-	if len(got) != len(w) {
-		t.Fatalf("%s: %d values, want %d", what, len(got), len(w))
-	}
-	var d, mx float64
-	for i := range w {
-		d = max(d, math.Abs(float64(got[i]-w[i])))
-		mx = max(mx, math.Abs(float64(w[i])))
-	}
-	if d > 1e-5*mx {
-		t.Errorf("%s: max|Δ|/max %.3g exceeds 1e-5", what, d/mx)
-	}
+	return tr.(*core), &g
 }
 
 // TestV4TracerGolden reads every layer's activations and the logits of
@@ -115,28 +61,28 @@ func TestV4TracerGolden(t *testing.T) {
 		for l := range 5 {
 			acts := tr.Activations(l)
 			for _, a := range acts {
-				gl := g.Sequences[a.prompt].Modes[string(p)].Layers[l]
-				b := readActivation(t, tr, l, a)
-				switch a.kind {
+				gl := g.Sequences[a.Prompt].Modes[string(p)].Layers[l]
+				b := v4tiny.ReadActivation(t, tr, l, a)
+				switch a.Kind {
 				case "stream_out":
-					within(t, a.Name, f32s(b), gl.StreamOut.Data)
+					v4tiny.Within(t, a.Name, v4tiny.F32s(b), gl.StreamOut.Data)
 				case "attn_out":
-					within(t, a.Name, f32s(b), gl.AttnOut.Data)
+					v4tiny.Within(t, a.Name, v4tiny.F32s(b), gl.AttnOut.Data)
 				case "compressed_kv":
-					within(t, a.Name, f32s(b), gl.CompressedKV.Data)
+					v4tiny.Within(t, a.Name, v4tiny.F32s(b), gl.CompressedKV.Data)
 				case "indexer_topk":
 					// The golden lists picks by score; the file ascending,
 					// -1 last.
-					want := i32s(gl.Indexer.TopK.Data)
+					want := v4tiny.I32s(gl.Indexer.TopK.Data)
 					k := int(a.Shape[1])
 					for r := 0; r < len(want); r += k {
-						copy(want[r:r+k], ascendingPicks(want[r:r+k]))
+						copy(want[r:r+k], v4family.AscendingPicks(want[r:r+k]))
 					}
-					if got := i32s(b); !slices.Equal(got, want) {
+					if got := v4tiny.I32s(b); !slices.Equal(got, want) {
 						t.Errorf("%s layer %d: %v, want %v", a.Name, l, got, want)
 					}
 				case "topk_ids":
-					if got, want := i32s(b), i32s(gl.Route.IDs.Data); !slices.Equal(got, want) {
+					if got, want := v4tiny.I32s(b), v4tiny.I32s(gl.Route.IDs.Data); !slices.Equal(got, want) {
 						t.Errorf("%s layer %d: %v, want %v", a.Name, l, got, want)
 					}
 				}
@@ -146,7 +92,7 @@ func TestV4TracerGolden(t *testing.T) {
 			}
 		}
 		for _, a := range tr.LogitActivations() {
-			within(t, string(p)+" "+a.Name, f32s(readActivation(t, tr, -1, a)), g.Sequences[a.prompt].Modes[string(p)].Final.Logits.Data)
+			v4tiny.Within(t, string(p)+" "+a.Name, v4tiny.F32s(v4tiny.ReadActivation(t, tr, -1, a)), g.Sequences[a.Prompt].Modes[string(p)].Final.Logits.Data)
 		}
 		if n := tr.Forwards(); n != 5 {
 			t.Errorf("%d forwards for 5 layers and the logits", n)
@@ -155,11 +101,11 @@ func TestV4TracerGolden(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var d V4Document
+		var d Document
 		if err := json.Unmarshal(doc, &d); err != nil {
 			t.Fatal(err)
 		}
-		if d.Precision != string(p) || len(d.Layers) != 5 || d.Configuration.HCMult != 4 || d.Reference != V4Reference {
+		if d.Precision != string(p) || len(d.Layers) != 5 || d.Configuration.HCMult != 4 || d.Reference != Reference {
 			t.Errorf("trace.json: precision %q, %d layers, hc_mult %d, reference %q", d.Precision, len(d.Layers), d.Configuration.HCMult, d.Reference)
 		}
 	}
@@ -193,7 +139,7 @@ func TestV4Record(t *testing.T) {
 	if !slices.IsSorted(tok.Picks) || len(tok.Picks) != 4 {
 		t.Errorf("picks of the last token %v", tok.Picks)
 	}
-	if r.Routing == nil || len(r.Routing.PerPrompt) != 2 || r.Routing.RouteMargin.Mean != Num(math.Inf(1)) {
+	if r.Routing == nil || len(r.Routing.PerPrompt) != 2 || r.Routing.RouteMargin.Mean != trace.Num(math.Inf(1)) {
 		t.Errorf("hash layer routing %+v", r.Routing)
 	}
 	if out.ExpertsRun != r.RoutedExpertsRun {
@@ -208,7 +154,7 @@ func TestV4Record(t *testing.T) {
 		if s, ok := want[a.Name]; ok && !slices.Equal(a.Shape, s) {
 			t.Errorf("%s: shape %v, want %v", a.Name, a.Shape, s)
 		}
-		if (a.kind == "topk_ids" || a.kind == "indexer_topk") != (a.DType == safetensors.I32) {
+		if (a.Kind == "topk_ids" || a.Kind == "indexer_topk") != (a.DType == safetensors.I32) {
 			t.Errorf("%s: dtype %s", a.Name, a.DType)
 		}
 		delete(want, a.Name)

@@ -1,4 +1,4 @@
-package trace
+package deepseek41
 
 import (
 	"context"
@@ -7,8 +7,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dsfs/dsfs/trace"
 	"github.com/dsfs/dsfs/trace/backend"
-	"github.com/dsfs/dsfs/trace/v4"
+	v4 "github.com/dsfs/dsfs/trace/v4"
 )
 
 // namedCPU is the CPU backend under a name of its own, so that a test can
@@ -22,8 +23,7 @@ func (namedCPU) Name() string { return "cpu-backend" }
 // host engine's logits bit for bit.
 func TestV41TracerBackend(t *testing.T) {
 	host, _ := v41Tracer(t, v4.A8)
-	dev, _ := v41Tracer(t, v4.A8)
-	dev.model.SetBackend(namedCPU{backend.NewCPU()})
+	dev, _ := v41Tracer(t, v4.A8, namedCPU{backend.NewCPU()})
 	if host.BackendName() != "cpu" || dev.BackendName() != "cpu-backend" {
 		t.Errorf("backend names %q and %q, want cpu and cpu-backend", host.BackendName(), dev.BackendName())
 	}
@@ -43,7 +43,7 @@ func TestV41TracerBackend(t *testing.T) {
 		t.Fatal(err)
 	}
 	var doc struct {
-		Environment Environment `json:"environment"`
+		Environment trace.Environment `json:"environment"`
 	}
 	if err := json.Unmarshal(b, &doc); err != nil {
 		t.Fatal(err)

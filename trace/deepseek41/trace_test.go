@@ -1,4 +1,4 @@
-package trace
+package deepseek41
 
 import (
 	"context"
@@ -9,7 +9,9 @@ import (
 
 	"github.com/dsfs/dsfs/internal/testdata"
 	"github.com/dsfs/dsfs/internal/v4tiny"
-	"github.com/dsfs/dsfs/trace/v4"
+	"github.com/dsfs/dsfs/trace"
+	"github.com/dsfs/dsfs/trace/backend"
+	v4 "github.com/dsfs/dsfs/trace/v4"
 )
 
 // v41Golden is what these tests read of testdata/trace/v41-tiny/golden.json.
@@ -18,36 +20,44 @@ type v41Golden struct {
 		TokenIDs []int `json:"token_ids"`
 		Modes    map[string]struct {
 			Layers []struct {
-				StreamOut    v4Array  `json:"stream_out"`
-				PreMixOut    v4Array  `json:"pre_mix_out"`
-				CompressedKV *v4Array `json:"compressed_kv"`
+				StreamOut    v4tiny.Array  `json:"stream_out"`
+				PreMixOut    v4tiny.Array  `json:"pre_mix_out"`
+				CompressedKV *v4tiny.Array `json:"compressed_kv"`
 				Indexer      *struct {
-					TopK v4Array `json:"topk"`
+					TopK v4tiny.Array `json:"topk"`
 				} `json:"indexer"`
 				Candidates *struct {
-					Mask v4Array `json:"mask"`
+					Mask v4tiny.Array `json:"mask"`
 				} `json:"candidates"`
 				Engram *struct {
-					HashIDs v4Array `json:"hash_ids"`
-					Gate    v4Array `json:"gate"`
+					HashIDs v4tiny.Array `json:"hash_ids"`
+					Gate    v4tiny.Array `json:"gate"`
 				} `json:"engram"`
 				Route struct {
-					IDs v4Array `json:"ids"`
+					IDs v4tiny.Array `json:"ids"`
 				} `json:"route"`
 			} `json:"layers"`
 			Final struct {
-				Logits v4Array `json:"logits"`
+				Logits v4tiny.Array `json:"logits"`
 			} `json:"final"`
 		} `json:"modes"`
 	} `json:"sequences"`
 }
 
 // v41Tracer traces v41-tiny's two golden sequences as two prompts.
-func v41Tracer(t *testing.T, p v4.Precision) (*V41Tracer, *v41Golden) {
+func v41Tracer(t *testing.T, p v4.Precision, b ...backend.Backend) (*core, *v41Golden) {
 	t.Helper()
 	var g v41Golden
 	m := v4tiny.Open41(t, testdata.TraceGolden(t, "v41-tiny", &g))
-	return NewV41(m, p, twoPrompts(t, g.Sequences[0].TokenIDs, g.Sequences[1].TokenIDs, m.Config.Vocab), nil, nil), &g
+	opt := trace.Options{Precision: string(p)}
+	if len(b) > 0 {
+		opt.Backend = b[0]
+	}
+	tr, err := model{m}.Trace(v4tiny.TwoPrompts(t, g.Sequences[0].TokenIDs, g.Sequences[1].TokenIDs, m.Config.Vocab), opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr.(*core), &g
 }
 
 // TestV41TracerActivations reads every activation of every layer, last
@@ -65,37 +75,37 @@ func TestV41TracerActivations(t *testing.T) {
 		}
 		for l := last; l >= 0; l-- {
 			for _, a := range tr.Activations(l) {
-				gl := g.Sequences[a.prompt].Modes[string(p)].Layers[l]
-				b := readActivation(t, tr, l, a)
+				gl := g.Sequences[a.Prompt].Modes[string(p)].Layers[l]
+				b := v4tiny.ReadActivation(t, tr, l, a)
 				what := string(p) + " layer " + a.Name
-				switch a.kind {
+				switch a.Kind {
 				case "stream_out":
-					within(t, what, f32s(b), gl.StreamOut.Data)
+					v4tiny.Within(t, what, v4tiny.F32s(b), gl.StreamOut.Data)
 				case "pre_mix":
-					within(t, what, f32s(b), gl.PreMixOut.Data)
+					v4tiny.Within(t, what, v4tiny.F32s(b), gl.PreMixOut.Data)
 				case "compressed_kv":
-					within(t, what, f32s(b), gl.CompressedKV.Data)
+					v4tiny.Within(t, what, v4tiny.F32s(b), gl.CompressedKV.Data)
 				case "indexer_topk":
-					if !slices.Equal(i32s(b), i32s(gl.Indexer.TopK.Data)) {
+					if !slices.Equal(v4tiny.I32s(b), v4tiny.I32s(gl.Indexer.TopK.Data)) {
 						t.Errorf("%s: picks differ", what)
 					}
 				case "candidates":
 					// Layers after the source carry its mask: the
 					// source's golden record (layer 4) holds it.
-					want := i32s(g.Sequences[a.prompt].Modes[string(p)].Layers[4].Candidates.Mask.Data)
+					want := v4tiny.I32s(g.Sequences[a.Prompt].Modes[string(p)].Layers[4].Candidates.Mask.Data)
 					for i, v := range b {
 						if int32(v) != want[i] {
 							t.Fatalf("%s: mask entry %d is %d, want %d", what, i, v, want[i])
 						}
 					}
 				case "engram_ids":
-					if !slices.Equal(i32s(b), i32s(gl.Engram.HashIDs.Data)) {
+					if !slices.Equal(v4tiny.I32s(b), v4tiny.I32s(gl.Engram.HashIDs.Data)) {
 						t.Errorf("%s: hash ids differ", what)
 					}
 				case "engram_gate":
-					within(t, what, f32s(b), gl.Engram.Gate.Data)
+					v4tiny.Within(t, what, v4tiny.F32s(b), gl.Engram.Gate.Data)
 				case "topk_ids":
-					if got, want := i32s(b), i32s(gl.Route.IDs.Data); !sameRowSets(got, want, len(got)/a.Rows()) {
+					if got, want := v4tiny.I32s(b), v4tiny.I32s(gl.Route.IDs.Data); !sameRowSets(got, want, len(got)/a.Rows()) {
 						t.Errorf("%s: routes differ", what)
 					}
 				}
@@ -105,7 +115,7 @@ func TestV41TracerActivations(t *testing.T) {
 			t.Errorf("%s: %d forwards for %d layers", p, n, last+1)
 		}
 		for _, a := range tr.LogitActivations() {
-			within(t, string(p)+" "+a.Name, f32s(readActivation(t, tr, -1, a)), g.Sequences[a.prompt].Modes[string(p)].Final.Logits.Data)
+			v4tiny.Within(t, string(p)+" "+a.Name, v4tiny.F32s(v4tiny.ReadActivation(t, tr, -1, a)), g.Sequences[a.Prompt].Modes[string(p)].Final.Logits.Data)
 		}
 	}
 }
