@@ -189,7 +189,7 @@ func (n *nvfp4) Rewrite(t *checkpoint.Tensor) ([]tensorfile.Out, bool) {
 // ConfigPatch sets quantization_config.expert_dtype, and the top-level
 // expert_dtype where DeepSeek-V4 writes one, so config.json says one thing.
 func (n *nvfp4) ConfigPatch() map[string]any {
-	p := quantConfigPatch(n.set.Cat.Config, len(n.experts), "expert_dtype", "nvfp4")
+	p := n.set.Cat.Config.QuantPatch(len(n.experts), "expert_dtype", "nvfp4")
 	if _, ok := n.set.Cat.Config.Raw["expert_dtype"]; ok && p != nil {
 		p["expert_dtype"] = "nvfp4"
 	}
@@ -214,20 +214,6 @@ func (n *nvfp4) Files() map[string]*vfile.Node {
 		files["hf_quant_config.json"] = &vfile.Node{File: vfile.NewFile(vfile.Bytes(n.hfQuantConfig()))}
 	}
 	return files
-}
-
-// quantConfigPatch sets quantization_config.KEY to value in config.json
-// when the view converted at least one tensor and config.json has a
-// quantization_config naming its quant_method. Otherwise config.json stays
-// as it is: loaders (transformers' AutoQuantizationConfig, vLLM) dispatch
-// on quant_method, so a quantization_config without one, or one claiming a
-// conversion that did not happen, would break or mislead them.
-func quantConfigPatch(cfg *checkpoint.Config, converted int, key, value string) map[string]any {
-	q, _ := cfg.Raw["quantization_config"].(map[string]any)
-	if method, _ := q["quant_method"].(string); converted == 0 || method == "" {
-		return nil
-	}
-	return map[string]any{"quantization_config." + key: value}
 }
 
 // nvReport is one row of nvfp4/TRANSCODE.json.

@@ -20,6 +20,7 @@ import (
 
 	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/diskcache"
+	"github.com/dsfs/dsfs/engramfp4"
 	"github.com/dsfs/dsfs/sourcefile"
 	"github.com/dsfs/dsfs/tensorfile"
 	"github.com/dsfs/dsfs/trace/model"
@@ -593,7 +594,7 @@ type rewrites struct {
 
 var (
 	nvfp4Rewrites  = rewrites{"nvfp4", nvfp4Rewriter}
-	engramRewrites = rewrites{"engram-fp4", engramRewriter}
+	engramRewrites = rewrites{"engram-fp4", func(s *Set) (Rewriter, error) { return engramfp4.New(s.Cat), nil }}
 )
 
 // safetensorsView returns a view builder that rewrites the checkpoint's

@@ -228,13 +228,21 @@ func TestNVFP4View(t *testing.T) {
 	}
 }
 
+// engramTable reports whether engram-fp4/ transcodes t (FORMATS.md): an
+// E4M3 Engram table with a paired 1x32 E8M0 scale.
+func engramTable(t *checkpoint.Tensor) bool {
+	return t.Role == checkpoint.RoleEngram && t.DType == safetensors.F8E4M3 && len(t.Shape) == 2 &&
+		t.Shape[1]%codecs.MXBlock == 0 && t.Scale != nil && t.Scale.DType == safetensors.F8E8M0 &&
+		t.Block == [2]int64{1, codecs.MXBlock}
+}
+
 func TestEngramView(t *testing.T) {
 	s, cache := tinySet(t)
 	view := s.Root.Child("engram-fp4")
 	files := viewTensors(t, view, cache)
 	tables := 0
 	for _, src := range s.Cat.Tensors {
-		if !isEngramTable(src) {
+		if !engramTable(src) {
 			continue
 		}
 		tables++
@@ -256,7 +264,11 @@ func TestEngramView(t *testing.T) {
 		t.Fatalf("%d Engram tables, want 2", tables)
 	}
 	var rep struct {
-		Tables []engramReport `json:"tables"`
+		Tables []struct {
+			Rows       int64   `json:"rows"`
+			Blocks     int64   `json:"blocks"`
+			MeanCosine float64 `json:"mean_cosine"`
+		} `json:"tables"`
 	}
 	if err := json.Unmarshal(readAll(t, view.Child("TRANSCODE.json"), cache), &rep); err != nil || len(rep.Tables) != 2 {
 		t.Fatalf("TRANSCODE.json: %v, %d tables", err, len(rep.Tables))
