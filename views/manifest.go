@@ -13,11 +13,10 @@ import (
 	"sync"
 
 	"github.com/dsfs/dsfs/checkpoint"
-	"github.com/dsfs/dsfs/codecs"
 	"github.com/dsfs/dsfs/inventory"
+	"github.com/dsfs/dsfs/nvfp4"
 	"github.com/dsfs/dsfs/tensorfile"
 	"github.com/dsfs/dsfs/vfile"
-	"golang.org/x/sync/errgroup"
 )
 
 // manifestOptions are manifest/'s options. The CLI's check of --tp is the
@@ -182,11 +181,9 @@ type tensorDoc struct {
 	Codec        string      `json:"codec"`
 	CodecVersion string      `json:"codec_version,omitempty"`
 	Sources      []sourceDoc `json:"sources"`
-	// GlobalExponent is g of an NVFP4 tensor: weight_scale_2 = 2^g.
-	GlobalExponent *int `json:"global_exponent,omitempty"`
-	// Blocks counts the source 32-blocks of an NVFP4 weight_scale that
-	// were clamped, and of those lossy.
-	Blocks *codecs.NVFP4Counts `json:"blocks,omitempty"`
+	// ScaleFacts, for an NVFP4 weight_scale only, are its group's global
+	// exponent and its clamped and lossy blocks.
+	*nvfp4.ScaleFacts
 
 	expert *checkpoint.Tensor // the weight of an NVFP4 weight_scale, whose blocks are counted
 }
@@ -212,7 +209,7 @@ func (p *provenance) view(ctx context.Context, name string) (*viewDoc, error) {
 		}
 		root = set.Root
 	}
-	doc := &viewDoc{View: name, Codec: codecs.Version, Files: []fileDoc{}}
+	doc := &viewDoc{View: name, Codec: tensorfile.CodecVersion, Files: []fileDoc{}}
 	var pending []*tensorDoc // NVFP4 scales whose block counts read data
 	err := root.Walk(func(path string, n *vfile.Node) error {
 		switch {
@@ -247,7 +244,7 @@ func (p *provenance) view(ctx context.Context, name string) (*viewDoc, error) {
 	}
 	for i := range doc.Files {
 		for j := range doc.Files[i].Tensors {
-			if t := &doc.Files[i].Tensors[j]; t.Codec == "nvfp4_weight_scale" {
+			if t := &doc.Files[i].Tensors[j]; t.Codec == nvfp4.WeightScaleCodec {
 				pending = append(pending, t)
 			}
 		}
@@ -280,7 +277,7 @@ func (p *provenance) unservedView(name string) (*Set, error) {
 	}
 	opt := p.set.Opt
 	opt.Views = []string{name}
-	u := newSet(p.set.Cat, opt, p.set.registry, p.set.nvGroups)
+	u := newSet(p.set.Cat, opt, p.set.registry, p.set.rewritten)
 	b, err := p.set.registry[i].build(u, name)
 	u.keep(name, b)
 	if err != nil {
@@ -323,12 +320,12 @@ func tensors(recs []tensorRecord) ([]tensorDoc, error) {
 		case r.Codec == tensorfile.Literal:
 		default:
 			if r.Codec != tensorfile.Copy {
-				td.CodecVersion = codecs.Version
+				td.CodecVersion = tensorfile.CodecVersion
 			}
 			for _, t := range r.Sources {
 				td.Sources = append(td.Sources, sourceOf(t))
 			}
-			if r.Codec == "nvfp4_weight_scale" {
+			if r.Codec == nvfp4.WeightScaleCodec {
 				td.expert = r.Sources[0].ScaleOf
 			}
 		}
@@ -339,29 +336,23 @@ func tensors(recs []tensorRecord) ([]tensorDoc, error) {
 
 // countBlocks sets the global exponent and block counts of NVFP4 scales.
 func (p *provenance) countBlocks(ctx context.Context, tds []*tensorDoc) error {
-	eg, ctx := errgroup.WithContext(ctx)
-	eg.SetLimit(workers())
-	for _, td := range tds {
-		eg.Go(func() error {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			t := td.expert
-			g, err := (&nvfp4{set: p.set}).group(t).g()
-			if err != nil {
-				return err
-			}
-			sc := make([]byte, t.Scale.Size)
-			if _, err := t.Scale.ReadAt(sc, 0); err != nil {
-				return err
-			}
-			c, err := counts(t, sc, g)
-			if err != nil {
-				return err
-			}
-			td.GlobalExponent, td.Blocks = &g, &c
-			return nil
-		})
+	if len(tds) == 0 {
+		return nil
 	}
-	return eg.Wait()
+	nv, err := p.set.nvfp4Transcoder()
+	if err != nil {
+		return err
+	}
+	experts := make([]*checkpoint.Tensor, len(tds))
+	for i, td := range tds {
+		experts[i] = td.expert
+	}
+	facts, err := nv.Describe(ctx, experts)
+	if err != nil {
+		return err
+	}
+	for i, td := range tds {
+		td.ScaleFacts = &facts[i]
+	}
+	return nil
 }

@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"path"
 	"slices"
 	"sort"
 	"strconv"
@@ -21,6 +20,7 @@ import (
 	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/diskcache"
 	"github.com/dsfs/dsfs/engramfp4"
+	"github.com/dsfs/dsfs/nvfp4"
 	"github.com/dsfs/dsfs/sourcefile"
 	"github.com/dsfs/dsfs/tensorfile"
 	"github.com/dsfs/dsfs/trace/model"
@@ -168,9 +168,9 @@ type Set struct {
 	// describes the others from it. A field, not the package variable,
 	// since the registry holds manifest/'s builder.
 	registry []View
-	nvGroups *nvGroups // NVFP4 global exponents, computed once per mount
-	// rewritten is what each rewriter made of the shards, shared by the
-	// views that apply it.
+	// rewritten is each rewriter and what it made of the shards, made once
+	// per mount: shared by the views that apply it, and by the sets
+	// manifest/ builds to describe views not served.
 	rewritten *rewrittenSet
 	// top is the set whose tree manifest/ describes: the set itself, or
 	// the one a view is being built for (forView).
@@ -193,16 +193,15 @@ type Set struct {
 	working int64
 }
 
-// newSet is an empty set of the views of registry, sharing groups (nil:
-// its own) with the set that describes it.
-func newSet(cat *checkpoint.Catalog, opt Options, registry []View, groups *nvGroups) *Set {
-	if groups == nil {
-		groups = &nvGroups{cat: cat, groups: make(map[string]*nvGroup)}
+// newSet is an empty set of the views of registry, sharing the rewriters
+// of shared (nil: its own) with the set that describes it.
+func newSet(cat *checkpoint.Catalog, opt Options, registry []View, shared *rewrittenSet) *Set {
+	if shared == nil {
+		shared = &rewrittenSet{byName: make(map[string]*rewritten)}
 	}
 	s := &Set{Cat: cat, Opt: opt, registry: registry, files: &openFiles{m: make(map[string]*sourcefile.File)},
-		stats: make(map[string]func() any), shadowed: make(map[string][]string), nvGroups: groups,
-		rewritten: &rewrittenSet{byName: make(map[string]*rewritten)},
-		records:   make(map[*vfile.File][]tensorRecord), laidOut: make(map[*vfile.File]laidOut)}
+		stats: make(map[string]func() any), shadowed: make(map[string][]string), rewritten: shared,
+		records: make(map[*vfile.File][]tensorRecord), laidOut: make(map[*vfile.File]laidOut)}
 	s.top = s
 	return s
 }
@@ -211,7 +210,7 @@ func newSet(cat *checkpoint.Catalog, opt Options, registry []View, groups *nvGro
 // theirs: s's catalog, options, open files and memos, with records and
 // shadowed files of its own, which build merges back in registry order.
 func (s *Set) forView() *Set {
-	return &Set{Cat: s.Cat, Opt: s.Opt, registry: s.registry, nvGroups: s.nvGroups, rewritten: s.rewritten,
+	return &Set{Cat: s.Cat, Opt: s.Opt, registry: s.registry, rewritten: s.rewritten,
 		top: s, files: s.files, shadowed: make(map[string][]string),
 		records: make(map[*vfile.File][]tensorRecord), laidOut: make(map[*vfile.File]laidOut)}
 }
@@ -593,9 +592,20 @@ type rewrites struct {
 }
 
 var (
-	nvfp4Rewrites  = rewrites{"nvfp4", nvfp4Rewriter}
+	nvfp4Rewrites  = rewrites{"nvfp4", func(s *Set) (Rewriter, error) { return nvfp4.New(s.Cat), nil }}
 	engramRewrites = rewrites{"engram-fp4", func(s *Set) (Rewriter, error) { return engramfp4.New(s.Cat), nil }}
 )
+
+// nvfp4Transcoder returns the mount's NVFP4 transcoder, the one nvfp4/ and
+// nvfp4+engram-fp4/ rewrite with, whose memo of each expert group's global
+// exponent manifest/'s descriptions share.
+func (s *Set) nvfp4Transcoder() (*nvfp4.Transcoder, error) {
+	rw, err := s.rewritten.get(s, nvfp4Rewrites)
+	if err != nil {
+		return nil, err
+	}
+	return rw.rw.(*nvfp4.Transcoder), nil
+}
 
 // safetensorsView returns a view builder that rewrites the checkpoint's
 // tensors with the given rewriters, shard by shard, and passes every other
@@ -782,9 +792,6 @@ func jsonText(gen func(ctx context.Context) (any, error)) func(ctx context.Conte
 		return vfile.JSON(v)
 	}
 }
-
-// base strips a tensor name's last component (".weight", ".scale").
-func base(name string) string { return strings.TrimSuffix(name, path.Ext(name)) }
 
 // An InferencePatcher is a Rewriter that also sets top-level string keys
 // of DeepSeek's inference/config.json, which its reference code builds the
