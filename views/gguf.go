@@ -1,7 +1,6 @@
 package views
 
 import (
-	"context"
 	"fmt"
 	"strconv"
 	"strings"
@@ -137,10 +136,7 @@ func ggufBlocks(disk *diskcache.Cache, recipe string, m *gguf.Model) map[string]
 			if p.Q2 || p.Decode == nil && p.Bytes == nil {
 				continue
 			}
-			bs[j] = tensorfile.RowBlocks(fmt.Sprintf("gguf/%s/%s#%d", recipe, t.Name, j), p.Rows, t.RowBytes(),
-				func(ctx context.Context, lo, hi int64, dst []byte) error {
-					return t.FillThrough(ctx, disk, *p, lo, hi, dst)
-				})
+			bs[j] = tensorfile.RowBlocks(fmt.Sprintf("gguf/%s/%s#%d", recipe, t.Name, j), p.Rows, t.RowBytes(), t.Compute(p, disk))
 		}
 		blocks[t.Name] = bs
 	}
