@@ -420,6 +420,21 @@ func PatchConfig(data []byte, path []string, value any) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
+// QuantPatch is the config.json patch (PatchConfig's key path, dotted, and
+// its value) that records a conversion as quantization_config.KEY = value:
+// nil when nothing was converted or config.json has no top-level
+// quantization_config naming its quant_method, and config.json then stays
+// as it is. Loaders (transformers' AutoQuantizationConfig, vLLM) dispatch
+// on quant_method, so a quantization_config without one, or one claiming a
+// conversion that did not happen, would break or mislead them.
+func (c *Config) QuantPatch(converted int, key, value string) map[string]any {
+	q, _ := c.Raw["quantization_config"].(map[string]any)
+	if method, _ := q["quant_method"].(string); converted == 0 || method == "" {
+		return nil
+	}
+	return map[string]any{"quantization_config." + key: value}
+}
+
 // PatchTopLevelString returns the JSON object data with the string value
 // of its top-level key replaced by value, every other byte as it was:
 // DeepSeek's inference/config.json keeps its own layout (lists on one

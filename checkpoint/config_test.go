@@ -3,6 +3,7 @@ package checkpoint
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"reflect"
 	"slices"
 	"strings"
@@ -241,6 +242,30 @@ func TestParseConfigs(t *testing.T) {
 				if !strings.HasPrefix(e.Error(), tt.errs[i]) {
 					t.Errorf("error %q, want %q", e, tt.errs[i])
 				}
+			}
+		})
+	}
+}
+
+func TestQuantPatch(t *testing.T) {
+	for _, tt := range []struct {
+		name      string
+		config    string
+		converted int
+		want      map[string]any
+	}{
+		{"converted", `{"quantization_config": {"quant_method": "fp8"}}`, 3, map[string]any{"quantization_config.expert_dtype": "nvfp4"}},
+		{"nothing converted", `{"quantization_config": {"quant_method": "fp8"}}`, 0, nil},
+		{"no quantization_config", `{"model_type": "deepseek_v2"}`, 3, nil},
+		{"no quant_method", `{"quantization_config": {"weight_block_size": [128, 128]}}`, 3, nil},
+		{"quant_method not a string", `{"quantization_config": {"quant_method": 8}}`, 3, nil},
+		{"quantization_config null", `{"quantization_config": null}`, 3, nil},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg, _ := ParseConfig([]byte(tt.config))
+			got := cfg.QuantPatch(tt.converted, "expert_dtype", "nvfp4")
+			if !maps.Equal(got, tt.want) {
+				t.Errorf("patch = %v, want %v (keys %v)", got, tt.want, slices.Sorted(maps.Keys(got)))
 			}
 		})
 	}

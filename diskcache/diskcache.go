@@ -116,12 +116,15 @@ type Cache struct {
 	sinceScan atomic.Int64 // bytes written since the last scan
 
 	hits, misses, corrupt, writes, writeErrs, bytesRead, bytesWritten, evicted atomic.Int64
+
+	warnPut sync.Once // logs the first store Through fails
 }
 
 // Open opens (creating it if needed) the cache directory dir, capped at
-// capBytes (0 or less: no cap). Corrupt entries are logged on log
-// (slog.Default when nil). Open reads no entries, so it is instant however
-// large the directory; the first write measures it.
+// capBytes (0 or less: no cap). Corrupt entries, and the first entry
+// Through cannot store, are logged on log (slog.Default when nil). Open
+// reads no entries, so it is instant however large the directory; the
+// first write measures it.
 func Open(dir string, capBytes int64, log *slog.Logger) (*Cache, error) {
 	if log == nil {
 		log = slog.Default()
@@ -369,6 +372,33 @@ func (c *Cache) Put(k Key, b []byte) error {
 		c.scan()
 	}
 	return nil
+}
+
+// Through fills dst with the entry of k when the cache holds one, and
+// otherwise with what compute writes there, which it then stores as the
+// entry of k. It reports whether dst came from the cache. It is the one way
+// a computed block goes through the disk (q2/'s experts, gguf/'s costly
+// types), so every caller keys, reads, stores and fails alike; the key is
+// the caller's, since only it knows what the bytes depend on.
+//
+// An error is compute's, returned as it is, and nothing is stored. A failed
+// store is not an error: dst holds the bytes, and the next reader of the
+// block computes them again. It is counted in Stats.WriteErrors, and only
+// the first is logged, since a full or read-only disk would otherwise log
+// every block.
+func (c *Cache) Through(k Key, dst []byte, compute func(dst []byte) error) (hit bool, err error) {
+	if c.Get(k, dst) {
+		return true, nil
+	}
+	if err := compute(dst); err != nil {
+		return false, err
+	}
+	if err := c.Put(k, dst); err != nil {
+		c.warnPut.Do(func() {
+			c.log.Warn("disk cache: cannot store computed blocks; they will be computed again (counted in write_errors)", "err", err)
+		})
+	}
+	return false, nil
 }
 
 // scanEvery is how many bytes may be written between scans: a sixteenth of

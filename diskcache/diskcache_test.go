@@ -306,6 +306,69 @@ func TestWriteFailure(t *testing.T) {
 	}
 }
 
+// TestThrough: a miss computes and stores, a hit computes nothing, a
+// failed computation stores nothing, and a failed store still serves the
+// computed bytes, counted and logged once however often it fails.
+func TestThrough(t *testing.T) {
+	want := []byte("computed")
+	for _, tt := range []struct {
+		name        string
+		stored      bool  // an entry of the key is there before
+		computeErr  error // what compute returns
+		unwritable  bool  // the entry's directory cannot be made
+		wantHit     bool
+		wantCompute bool
+		wantStored  bool // an entry of the key is there after
+	}{
+		{name: "miss", wantCompute: true, wantStored: true},
+		{name: "hit", stored: true, wantHit: true, wantStored: true},
+		{name: "compute fails", computeErr: errors.New("no"), wantCompute: true},
+		{name: "store fails", unwritable: true, wantCompute: true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c, log := open(t, t.TempDir(), 0)
+			k := key(tt.name)
+			if tt.stored {
+				if err := c.Put(k, want); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if tt.unwritable {
+				if err := os.WriteFile(filepath.Dir(c.path(k)), nil, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for range 2 { // a second failed store is counted, not logged
+				computed := false
+				dst := make([]byte, len(want))
+				hit, err := c.Through(k, dst, func(dst []byte) error {
+					computed = true
+					copy(dst, want)
+					return tt.computeErr
+				})
+				if hit != tt.wantHit || computed != tt.wantCompute || !errors.Is(err, tt.computeErr) {
+					t.Fatalf("hit %v, computed %v, err %v; want %v, %v, %v", hit, computed, err, tt.wantHit, tt.wantCompute, tt.computeErr)
+				}
+				if err == nil && !bytes.Equal(dst, want) {
+					t.Fatalf("dst %q, want %q", dst, want)
+				}
+				if tt.wantStored {
+					break // the second call would be a hit
+				}
+			}
+			if _, err := c.Lookup(k); (err == nil) != tt.wantStored {
+				t.Errorf("entry after Through: %v, want stored %v", err, tt.wantStored)
+			}
+			logged := strings.Count(log.String(), "cannot store")
+			if st := c.Stats(); tt.unwritable && (st.WriteErrors != 2 || logged != 1) {
+				t.Errorf("%d write errors, %d logged; want 2, 1:\n%s", st.WriteErrors, logged, log)
+			} else if !tt.unwritable && (st.WriteErrors != 0 || logged != 0) {
+				t.Errorf("%d write errors, %d logged; want none", st.WriteErrors, logged)
+			}
+		})
+	}
+}
+
 func BenchmarkGet(b *testing.B) {
 	c, err := Open(b.TempDir(), 0, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {

@@ -169,10 +169,10 @@ func sameBytes(t *checkpoint.Tensor, typ Type) bool {
 	return false
 }
 
-// SourceBytes returns the source bytes rows [lo, hi) of a part are made
+// sourceBytes returns the source bytes rows [lo, hi) of a part are made
 // from, when they are rows [lo, hi) of Src (and, for FP8, the rows of its
 // scale that cover them): the content a cached block of them is keyed by.
-func (p Part) SourceBytes(lo, hi int64) ([]byte, error) {
+func (p Part) sourceBytes(lo, hi int64) ([]byte, error) {
 	s := p.Src
 	rb := cols(s) * int64(s.DType.Bits()) / 8
 	b := make([]byte, (hi-lo)*rb)
@@ -191,6 +191,6 @@ func (p Part) SourceBytes(lo, hi int64) ([]byte, error) {
 	return b, nil
 }
 
-// Costly reports whether a type's encoder is a real quantisation search,
+// costly reports whether a type's encoder is a real quantisation search,
 // worth keeping in a disk cache, rather than a rounding.
-func (t Type) Costly() bool { return t == IQ2_XXS || t == Q2_K }
+func (t Type) costly() bool { return t == IQ2_XXS || t == Q2_K }

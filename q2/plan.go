@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"log/slog"
 	"path"
 	"path/filepath"
 	"regexp"
@@ -118,7 +117,6 @@ type Plan struct {
 	cache vfile.Cache // may be nil
 
 	blocks, quantised, fromDisk atomic.Int64
-	warnPut                     sync.Once
 }
 
 // Shard is one output file of q2/ and the source shard it comes from.
@@ -269,26 +267,21 @@ func (t *Tensor) computeRows(ctx context.Context, lo, hi int64, dst []byte) erro
 		return err
 	}
 	q := t.q
-	var k diskcache.Key
-	if q.disk != nil {
-		k = t.BlockKey(w, sc)
-		if q.disk.Get(k, dst) {
-			q.fromDisk.Add(1)
-			return nil
+	quantise := func(dst []byte) error {
+		if err := t.Quantise(ctx, w, sc, dst); err != nil {
+			return fmt.Errorf("%s: tensor %s rows %d-%d: %w", t.Source.Shard.Name, t.Name, lo, hi, err)
 		}
+		q.quantised.Add(1)
+		return nil
 	}
-	if err := t.Quantise(ctx, w, sc, dst); err != nil {
-		return fmt.Errorf("%s: tensor %s rows %d-%d: %w", t.Source.Shard.Name, t.Name, lo, hi, err)
+	if q.disk == nil {
+		return quantise(dst)
 	}
-	q.quantised.Add(1)
-	if q.disk != nil {
-		if err := q.disk.Put(k, dst); err != nil {
-			q.warnPut.Do(func() {
-				slog.Warn("disk cache: cannot store blocks; they will be recomputed (counted in write_errors)", "err", err)
-			})
-		}
+	hit, err := q.disk.Through(t.BlockKey(w, sc), dst, quantise)
+	if hit {
+		q.fromDisk.Add(1)
 	}
-	return nil
+	return err
 }
 
 // Quantised lists the quantised tensors of every shard.

@@ -34,6 +34,11 @@ type Out struct {
 	Tail bool
 }
 
+// CodecVersion is the version of the codecs that compute derived tensors
+// (codecs.Version), which every file's header names (dsfs.codec) and the
+// documents describing the files repeat.
+const CodecVersion = codecs.Version
+
 // Codecs of tensors that no transform computes.
 const (
 	Copy    = "copy"    // source bytes unchanged, perhaps under another dtype
@@ -124,7 +129,7 @@ func lay(view, id string, outs []*Out) (*vfile.File, *safetensors.Layout, error)
 
 // metadata is the __metadata__ of a virtual safetensors file of view.
 func metadata(view string) []safetensors.Meta {
-	return []safetensors.Meta{{Key: "format", Value: "pt"}, {Key: "dsfs.view", Value: view}, {Key: "dsfs.codec", Value: codecs.Version}}
+	return []safetensors.Meta{{Key: "format", Value: "pt"}, {Key: "dsfs.view", Value: view}, {Key: "dsfs.codec", Value: CodecVersion}}
 }
 
 // header is the n-byte header of a file of view laid out by lay, computed

@@ -1,14 +1,10 @@
 package views
 
 import (
-	"context"
-	"crypto/sha256"
 	"fmt"
-	"log/slog"
 	"strconv"
 	"strings"
 
-	"github.com/dsfs/dsfs/codecs"
 	"github.com/dsfs/dsfs/diskcache"
 	"github.com/dsfs/dsfs/gguf"
 	"github.com/dsfs/dsfs/q2"
@@ -140,11 +136,7 @@ func ggufBlocks(disk *diskcache.Cache, recipe string, m *gguf.Model) map[string]
 			if p.Q2 || p.Decode == nil && p.Bytes == nil {
 				continue
 			}
-			compute := func(ctx context.Context, lo, hi int64, dst []byte) error { return t.Fill(ctx, *p, lo, hi, dst) }
-			if disk != nil && t.Type.Costly() {
-				compute = diskCached(disk, t, p, compute)
-			}
-			bs[j] = tensorfile.RowBlocks(fmt.Sprintf("gguf/%s/%s#%d", recipe, t.Name, j), p.Rows, t.RowBytes(), compute)
+			bs[j] = tensorfile.RowBlocks(fmt.Sprintf("gguf/%s/%s#%d", recipe, t.Name, j), p.Rows, t.RowBytes(), t.Compute(p, disk))
 		}
 		blocks[t.Name] = bs
 	}
@@ -209,30 +201,4 @@ func ggufFile(blocks map[string][]*vfile.Blocks, shared *q2Shared, gf gguf.File)
 		return nil, fmt.Errorf("file is %d bytes, its layout %d", f.Size(), gf.Layout.Size)
 	}
 	return f, nil
-}
-
-// diskCached keeps the rows compute makes in disk, keyed (as q2/'s blocks)
-// by the SHA-256 of the codec version, the type, the geometry and the
-// source bytes the rows are made from.
-func diskCached(disk *diskcache.Cache, t *gguf.Tensor, p *gguf.Part, compute func(ctx context.Context, lo, hi int64, dst []byte) error) func(ctx context.Context, lo, hi int64, dst []byte) error {
-	return func(ctx context.Context, lo, hi int64, dst []byte) error {
-		src, err := p.SourceBytes(lo, hi)
-		if err != nil {
-			return err
-		}
-		h := sha256.New()
-		fmt.Fprintf(h, "dsfs gguf block\x00codec %s\x00%s\x00%d rows x %d weights\x00%s\x00", codecs.Version, t.Type.Name, hi-lo, t.Ne[0], p.Src.DType)
-		h.Write(src)
-		k := diskcache.Key(h.Sum(nil))
-		if disk.Get(k, dst) {
-			return nil
-		}
-		if err := compute(ctx, lo, hi, dst); err != nil {
-			return err
-		}
-		if err := disk.Put(k, dst); err != nil {
-			slog.Warn("disk cache: cannot store a gguf/ block; it will be recomputed", "err", err)
-		}
-		return nil
-	}
 }

@@ -111,7 +111,11 @@ func TestManifestProvenance(t *testing.T) {
 		// rewriters name their report so), so the figures come from nvfp4/.
 		if tr := s.Root.Child("nvfp4").Child("TRANSCODE.json"); strings.HasPrefix(view, "nvfp4") {
 			var r struct {
-				Tensors []nvReport `json:"tensors"`
+				Tensors []struct {
+					Tensor string `json:"tensor"`
+					G      int    `json:"g"`
+					codecs.NVFP4Counts
+				} `json:"tensors"`
 			}
 			if err := json.Unmarshal(readAll(t, tr, cache), &r); err != nil {
 				t.Fatal(err)
@@ -157,8 +161,8 @@ func TestManifestProvenance(t *testing.T) {
 				case "nvfp4_weight_scale":
 					b := strings.TrimSuffix(td.Name, ".weight_scale")
 					want, ok := report[b]
-					if !ok || td.GlobalExponent == nil || *td.GlobalExponent != want.G || *td.Blocks != want.NVFP4Counts {
-						t.Errorf("%s/%s: g %v blocks %+v, TRANSCODE.json says %+v", view, td.Name, td.GlobalExponent, td.Blocks, want)
+					if !ok || td.ScaleFacts == nil || td.GlobalExponent != want.G || td.Blocks != want.NVFP4Counts {
+						t.Errorf("%s/%s: %+v, TRANSCODE.json says %+v", view, td.Name, td.ScaleFacts, want)
 					}
 					if td.Sources[0].Tensor != b+".scale" {
 						t.Errorf("%s/%s: first source %s", view, td.Name, td.Sources[0].Tensor)

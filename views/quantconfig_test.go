@@ -2,8 +2,6 @@ package views
 
 import (
 	"bytes"
-	"maps"
-	"slices"
 	"testing"
 
 	"github.com/dsfs/dsfs/blockcache"
@@ -54,30 +52,6 @@ func presetSet(t *testing.T, preset string, views ...string) (*checkpoint.Catalo
 	cache := blockcache.New(16<<20, 2)
 	t.Cleanup(func() { cache.Close(); s.Close(); cat.Close() })
 	return cat, s, cache
-}
-
-func TestQuantConfigPatch(t *testing.T) {
-	for _, tt := range []struct {
-		name      string
-		config    string
-		converted int
-		want      map[string]any
-	}{
-		{"converted", `{"quantization_config": {"quant_method": "fp8"}}`, 3, map[string]any{"quantization_config.expert_dtype": "nvfp4"}},
-		{"nothing converted", `{"quantization_config": {"quant_method": "fp8"}}`, 0, nil},
-		{"no quantization_config", `{"model_type": "deepseek_v2"}`, 3, nil},
-		{"no quant_method", `{"quantization_config": {"weight_block_size": [128, 128]}}`, 3, nil},
-		{"quant_method not a string", `{"quantization_config": {"quant_method": 8}}`, 3, nil},
-		{"quantization_config null", `{"quantization_config": null}`, 3, nil},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			cfg, _ := checkpoint.ParseConfig([]byte(tt.config))
-			got := quantConfigPatch(cfg, tt.converted, "expert_dtype", "nvfp4")
-			if !maps.Equal(got, tt.want) {
-				t.Errorf("patch = %v, want %v (keys %v)", got, tt.want, slices.Sorted(maps.Keys(got)))
-			}
-		})
-	}
 }
 
 // TestBothConfigsPatched: nvfp4/ says NVFP4 experts in config.json and in

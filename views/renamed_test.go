@@ -2,7 +2,10 @@ package views
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"fmt"
+	"log"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -14,9 +17,10 @@ import (
 	"github.com/dsfs/dsfs/vfile"
 )
 
-// renamed is a view written the way a new one is: one builder and one
-// registry line. It serves every source shard with each tensor renamed
-// under a prefix its option sets, and counts the tensors it renamed.
+// renamed is a view written the way a new one is: one file with its
+// builder, its option and its stats, and one registry line. It serves
+// every source shard with each tensor renamed under a prefix its option
+// sets, and counts the tensors it renamed.
 var renamed = View{Name: "renamed", About: "every tensor under a prefix", build: buildRenamed,
 	Options: []Option{{Name: "renamed-prefix", Usage: "what renamed/ puts before each tensor name", Default: "renamed."}}}
 
@@ -39,6 +43,55 @@ func buildRenamed(s *Set, name string) (Built, error) {
 		files[sh.Name] = &vfile.Node{File: f, From: s.shardSources(sh)}
 	}
 	return Built{Root: tree("", files), Stats: func() any { return map[string]int64{"tensors_renamed": count.Load()} }}, nil
+}
+
+// Example_newView adds the renamed view to the registry (in the package,
+// its line in registry.go) and builds it beside manifest/, which describes
+// it like any other view.
+func Example_newView() {
+	cat, err := checkpoint.Open(tinyDir)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer cat.Close()
+	s, err := build(cat, Options{Views: []string{"renamed", "manifest"}, Values: map[string]string{"renamed-prefix": "v41.", "no-hash": "true"}},
+		append(All(), renamed))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer s.Close()
+	cache := blockcache.New(64<<20, 2)
+	defer cache.Close()
+	view := s.Root.Child("renamed")
+	fmt.Printf("renamed/: %d files\n", len(view.Children))
+	f := view.Children[0]
+	b := make([]byte, f.File.Size())
+	if _, err := vfile.NewReader(f.File, cache).ReadAt(b, 0); err != nil {
+		log.Fatal(err)
+	}
+	h, err := safetensors.ReadHeader(bytes.NewReader(b), int64(len(b)))
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("renamed/%s holds %s, ...\n", f.Name, h.Tensors[0].Name)
+	desc, err := s.Root.Lookup("manifest/views/renamed.json")
+	if err != nil {
+		log.Fatal(err)
+	}
+	var doc viewDoc
+	if b, err = desc.Doc.Bytes(context.Background()); err != nil {
+		log.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &doc); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("manifest/views/renamed.json describes %d files\n", len(doc.Files))
+	fmt.Println(s.Stats()["renamed"])
+	// Output:
+	// renamed/: 14 files
+	// renamed/model-00001-of-00014.safetensors holds v41.aligner.w1.bias, ...
+	// manifest/views/renamed.json describes 14 files
+	// map[tensors_renamed:760]
 }
 
 func TestNewView(t *testing.T) {

@@ -3,9 +3,12 @@ package views
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"io"
+	"math"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -136,6 +139,16 @@ func sourceBytes(t *testing.T, tt *checkpoint.Tensor) []byte {
 	return b
 }
 
+// nvfp4Expert reports whether nvfp4/ transcodes t (FORMATS.md): a routed
+// or MTP expert matrix in MXFP4 with its scale.
+func nvfp4Expert(t *checkpoint.Tensor) bool {
+	return (t.Role == checkpoint.RoleRoutedExpert || t.Role == checkpoint.RoleMTPExpert) &&
+		t.Format == checkpoint.FormatMXFP4 && t.Scale != nil
+}
+
+// base strips a tensor name's last component (".weight", ".scale").
+func base(name string) string { return strings.TrimSuffix(name, path.Ext(name)) }
+
 func TestNVFP4View(t *testing.T) {
 	s, cache := tinySet(t)
 	view := s.Root.Child("nvfp4")
@@ -143,7 +156,7 @@ func TestNVFP4View(t *testing.T) {
 	experts := 0
 	for _, src := range s.Cat.Tensors {
 		switch {
-		case isNVFP4Expert(src):
+		case nvfp4Expert(src):
 			experts++
 			b := base(src.Name)
 			w, wt, ok := find(files, b+".weight")
@@ -168,14 +181,14 @@ func TestNVFP4View(t *testing.T) {
 				t.Fatalf("%s.weight_scale differs from the codec's output for g=%d", b, g)
 			}
 			var g2want [4]byte
-			putF32(g2want[:], codecs.WeightScale2(g))
+			binary.LittleEndian.PutUint32(g2want[:], math.Float32bits(codecs.WeightScale2(g)))
 			if !bytes.Equal(g2, g2want[:]) {
 				t.Fatalf("%s.weight_scale_2 = %v, want 2^%d", b, g2, g)
 			}
 			if _, _, ok := find(files, src.Scale.Name); ok {
 				t.Fatalf("%s: the source scale was not dropped", src.Scale.Name)
 			}
-		case src.ScaleOf != nil && isNVFP4Expert(src.ScaleOf):
+		case src.ScaleOf != nil && nvfp4Expert(src.ScaleOf):
 		default:
 			got, _, ok := find(files, src.Name)
 			if !ok || !bytes.Equal(got, sourceBytes(t, src)) {
@@ -228,13 +241,21 @@ func TestNVFP4View(t *testing.T) {
 	}
 }
 
+// engramTable reports whether engram-fp4/ transcodes t (FORMATS.md): an
+// E4M3 Engram table with a paired 1x32 E8M0 scale.
+func engramTable(t *checkpoint.Tensor) bool {
+	return t.Role == checkpoint.RoleEngram && t.DType == safetensors.F8E4M3 && len(t.Shape) == 2 &&
+		t.Shape[1]%codecs.MXBlock == 0 && t.Scale != nil && t.Scale.DType == safetensors.F8E8M0 &&
+		t.Block == [2]int64{1, codecs.MXBlock}
+}
+
 func TestEngramView(t *testing.T) {
 	s, cache := tinySet(t)
 	view := s.Root.Child("engram-fp4")
 	files := viewTensors(t, view, cache)
 	tables := 0
 	for _, src := range s.Cat.Tensors {
-		if !isEngramTable(src) {
+		if !engramTable(src) {
 			continue
 		}
 		tables++
@@ -256,7 +277,11 @@ func TestEngramView(t *testing.T) {
 		t.Fatalf("%d Engram tables, want 2", tables)
 	}
 	var rep struct {
-		Tables []engramReport `json:"tables"`
+		Tables []struct {
+			Rows       int64   `json:"rows"`
+			Blocks     int64   `json:"blocks"`
+			MeanCosine float64 `json:"mean_cosine"`
+		} `json:"tables"`
 	}
 	if err := json.Unmarshal(readAll(t, view.Child("TRANSCODE.json"), cache), &rep); err != nil || len(rep.Tables) != 2 {
 		t.Fatalf("TRANSCODE.json: %v, %d tables", err, len(rep.Tables))
@@ -299,42 +324,6 @@ func keys(m map[string]json.RawMessage) []string {
 		k = append(k, n)
 	}
 	return k
-}
-
-// TestNVFP4CountsReadOnlyWhatTheyNeed checks the block counts, which read
-// the codes of clamped blocks only, against counting over whole weights.
-func TestNVFP4CountsReadOnlyWhatTheyNeed(t *testing.T) {
-	s, _ := tinySet(t)
-	rw, err := nvfp4Rewriter(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := rw.(*nvfp4)
-	sparse, whole := 0, 0
-	for _, w := range n.experts {
-		g, err := n.group(w).g()
-		if err != nil {
-			t.Fatal(err)
-		}
-		sc := sourceBytes(t, w.Scale)
-		got, err := counts(w, sc, g)
-		if err != nil {
-			t.Fatal(err)
-		}
-		want := codecs.CountNVFP4(sourceBytes(t, w), sc, g)
-		if got != want {
-			t.Fatalf("%s: counts %+v, want %+v", w.Name, got, want)
-		}
-		if want.Clamped > int64(len(sc)/64) {
-			whole++
-		} else if want.Clamped > 0 {
-			sparse++
-		}
-	}
-	t.Logf("%d experts read block by block, %d whole", sparse, whole)
-	if sparse == 0 {
-		t.Fatal("no expert exercised reading clamped blocks one by one")
-	}
 }
 
 // TestBuildServesExactlyTheListedViews pins --views: the set holds the
@@ -549,22 +538,28 @@ func TestBadShardIsNeverHidden(t *testing.T) {
 }
 
 // TestNVFP4GroupsSharedPerMount: nvfp4/, nvfp4+engram-fp4/ and manifest/'s
-// descriptions (of served and unserved views) use one memo of the global
-// exponents, so each group's scales are read once per mount.
+// descriptions (of served and unserved views) use one NVFP4 transcoder,
+// and so one memo of the global exponents (package nvfp4's tests pin that
+// a transcoder keeps one group per expert pair), so each group's scales
+// are read once per mount.
 func TestNVFP4GroupsSharedPerMount(t *testing.T) {
 	s, _ := tinySet(t)
-	a, _ := nvfp4Rewriter(s)
-	b, _ := nvfp4Rewriter(s)
-	u := newSet(s.Cat, Options{Views: []string{"nvfp4"}}, s.registry, s.nvGroups)
-	c, _ := nvfp4Rewriter(u)
-	experts := a.(*nvfp4).experts
-	if len(experts) == 0 {
-		t.Fatal("v41-tiny has no NVFP4 experts")
-	}
-	for _, e := range experts {
-		ga := a.(*nvfp4).group(e)
-		if ga != b.(*nvfp4).group(e) || ga != c.(*nvfp4).group(e) {
-			t.Fatalf("%s: the rewriters keep separate groups", e.Name)
+	u := newSet(s.Cat, Options{Views: []string{"nvfp4"}}, s.registry, s.rewritten) // as manifest/ builds an unserved view
+	var first Rewriter
+	for _, set := range []*Set{s, s.forView(), s.forView(), u} {
+		rw, err := set.rewritten.get(set, nvfp4Rewrites)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if first == nil {
+			first = rw.rw
+		}
+		nv, err := set.nvfp4Transcoder()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rw.rw != first || nv != first {
+			t.Fatal("the views keep separate NVFP4 transcoders")
 		}
 	}
 }

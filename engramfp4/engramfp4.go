@@ -1,9 +1,34 @@
-package views
+// Package engramfp4 is the engine of the engram-fp4/ view: it transcodes
+// a checkpoint's Engram tables from FP8 to FP4 and reports how close the
+// result stays (FORMATS.md "engram-fp4/").
+//
+// # The transcode
+//
+// An Engram table is E4M3 rows with one E8M0 scale per 32 values (its
+// paired 1x32 ".scale"). Each 32-block is decoded exactly, given the
+// smallest power-of-two scale under which its largest value fits E2M1,
+// and rounded to E2M1 codes, ties to the even code: the table becomes I8
+// rows of packed codes, half the width, and its scale an E8M0 tensor of
+// the same shape as before. Every block is computed from its own source
+// block alone, so any run of rows is computed on its own.
+//
+// # What a view gets
+//
+// Rewrite replaces a table and its scale by the two transcoded tensors,
+// each computed in blocks of whole rows (tensorfile.RowBlocks) when read;
+// ConfigPatch says quantization_config.engram_dtype is "fp4"; Files is
+// TRANSCODE.json, which transcodes every table once more to measure, per
+// table, the mean cosine between the FP8 rows and their FP4 decode.
+// Package views lays it out.
+package engramfp4
 
 import (
 	"context"
 	"fmt"
 	"math"
+	"path"
+	"runtime"
+	"strings"
 
 	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/codecs"
@@ -13,38 +38,43 @@ import (
 	"golang.org/x/sync/errgroup"
 )
 
-// engram transcodes FP8 Engram tables to FP4 with block-32 E8M0 scales
-// (FORMATS.md "engram-fp4/").
-type engram struct {
+// Transcoder transcodes the Engram tables of one catalog to FP4. It is
+// safe for concurrent use.
+type Transcoder struct {
 	config *checkpoint.Config
-	tables []*checkpoint.Tensor
+	tables []*checkpoint.Tensor // the tables it transcodes, in catalog order
 }
 
-func engramRewriter(s *Set) (Rewriter, error) {
-	e := &engram{config: s.Cat.Config}
-	for _, t := range s.Cat.Tensors {
-		if isEngramTable(t) {
+// New returns the transcoder of cat's Engram tables. It reads headers only.
+func New(cat *checkpoint.Catalog) *Transcoder {
+	e := &Transcoder{config: cat.Config}
+	for _, t := range cat.Tensors {
+		if isTable(t) {
 			e.tables = append(e.tables, t)
 		}
 	}
-	return e, nil
+	return e
 }
 
-func (e *engram) String() string { return "engram-fp4" }
-
-// isEngramTable reports whether t is an Engram table this view transcodes:
+// isTable reports whether t is an Engram table the transcoder converts:
 // E4M3 rows with a paired 1x32 E8M0 scale.
-func isEngramTable(t *checkpoint.Tensor) bool {
+func isTable(t *checkpoint.Tensor) bool {
 	return t.Role == checkpoint.RoleEngram && t.DType == safetensors.F8E4M3 && len(t.Shape) == 2 &&
 		t.Shape[1]%codecs.MXBlock == 0 && t.Scale != nil && t.Scale.DType == safetensors.F8E8M0 &&
 		t.Block == [2]int64{1, codecs.MXBlock}
 }
 
-func (e *engram) Rewrite(t *checkpoint.Tensor) ([]tensorfile.Out, bool) {
-	if t.ScaleOf != nil && isEngramTable(t.ScaleOf) {
-		return nil, true // emitted with its table
+// chunkRows is how many rows the scale blocks and the report read at a
+// time.
+const chunkRows = 8192
+
+// Rewrite returns the FP4 tensors of a table and true, nothing and true
+// for its scale (emitted with its table), and false for any other tensor.
+func (e *Transcoder) Rewrite(t *checkpoint.Tensor) ([]tensorfile.Out, bool) {
+	if t.ScaleOf != nil && isTable(t.ScaleOf) {
+		return nil, true
 	}
-	if !isEngramTable(t) {
+	if !isTable(t) {
 		return nil, false
 	}
 	rows, cols := t.Shape[0], t.Shape[1]
@@ -68,7 +98,7 @@ func (e *engram) Rewrite(t *checkpoint.Tensor) ([]tensorfile.Out, bool) {
 		return nil
 	})
 	scale := tensorfile.RowBlocks("engram-fp4/"+b+".scale", rows, nb, func(ctx context.Context, lo, hi int64, dst []byte) error {
-		chunk := min(hi-lo, engramChunkRows)
+		chunk := min(hi-lo, chunkRows)
 		src, sc := make([]byte, chunk*cols), make([]byte, chunk*nb)
 		for r := lo; r < hi; r += chunk {
 			if err := ctx.Err(); err != nil {
@@ -91,16 +121,25 @@ func (e *engram) Rewrite(t *checkpoint.Tensor) ([]tensorfile.Out, bool) {
 	}, true
 }
 
-func (e *engram) ConfigPatch() map[string]any {
-	return quantConfigPatch(e.config, len(e.tables), "engram_dtype", "fp4")
+// ConfigPatch sets quantization_config.engram_dtype when a table was
+// transcoded (checkpoint.Config.QuantPatch says when config.json takes it).
+func (e *Transcoder) ConfigPatch() map[string]any {
+	return e.config.QuantPatch(len(e.tables), "engram_dtype", "fp4")
 }
 
-func (e *engram) Files() map[string]*vfile.Node {
-	return map[string]*vfile.Node{"TRANSCODE.json": jsonDoc(e.report)}
+// Files is the report, TRANSCODE.json.
+func (e *Transcoder) Files() map[string]*vfile.Node {
+	return map[string]*vfile.Node{"TRANSCODE.json": {Doc: vfile.NewDoc(func(ctx context.Context) ([]byte, error) {
+		r, err := e.report(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return vfile.JSON(r)
+	})}}
 }
 
-// engramReport is one row of engram-fp4/TRANSCODE.json.
-type engramReport struct {
+// tableReport is one row of engram-fp4/TRANSCODE.json.
+type tableReport struct {
 	Table      string  `json:"table"`
 	Shard      string  `json:"shard"`
 	Rows       int64   `json:"rows"`
@@ -110,18 +149,21 @@ type engramReport struct {
 	MeanCosine float64 `json:"mean_cosine"`
 }
 
-// engramChunkRows is how many rows the scale blocks and the report read at
-// a time.
-const engramChunkRows = 8192
+// report is engram-fp4/TRANSCODE.json.
+type report struct {
+	View   string        `json:"view"`
+	Codec  string        `json:"codec_version"`
+	Tables []tableReport `json:"tables"`
+}
 
 // report transcodes every table once and measures it against the FP8
 // decode: per-row cosine, averaged over all rows in row order.
-func (e *engram) report(ctx context.Context) (any, error) {
-	out := make([]engramReport, len(e.tables))
+func (e *Transcoder) report(ctx context.Context) (*report, error) {
+	out := make([]tableReport, len(e.tables))
 	for i, t := range e.tables {
 		rows, cols := t.Shape[0], t.Shape[1]
 		nb := cols / codecs.MXBlock
-		chunks := (rows + engramChunkRows - 1) / engramChunkRows
+		chunks := (rows + chunkRows - 1) / chunkRows
 		cos := make([]float64, rows)
 		nan := make([]int64, chunks)
 		eg, ctx := errgroup.WithContext(ctx)
@@ -131,7 +173,7 @@ func (e *engram) report(ctx context.Context) (any, error) {
 				if ctx.Err() != nil {
 					return ctx.Err()
 				}
-				lo, hi := c*engramChunkRows, min(rows, (c+1)*engramChunkRows)
+				lo, hi := c*chunkRows, min(rows, (c+1)*chunkRows)
 				src := make([]byte, (hi-lo)*cols)
 				sc := make([]byte, (hi-lo)*nb)
 				if _, err := t.ReadAt(src, lo*cols); err != nil {
@@ -150,7 +192,7 @@ func (e *engram) report(ctx context.Context) (any, error) {
 		if err := eg.Wait(); err != nil {
 			return nil, fmt.Errorf("engram report: %w", err)
 		}
-		r := engramReport{Table: base(t.Name), Shard: t.Shard.Name, Rows: rows, Blocks: rows * nb}
+		r := tableReport{Table: base(t.Name), Shard: t.Shard.Name, Rows: rows, Blocks: rows * nb}
 		for _, n := range nan {
 			r.NaNBlocks += n
 		}
@@ -170,9 +212,11 @@ func (e *engram) report(ctx context.Context) (any, error) {
 		}
 		out[i] = r
 	}
-	return struct {
-		View   string         `json:"view"`
-		Codec  string         `json:"codec_version"`
-		Tables []engramReport `json:"tables"`
-	}{"engram-fp4", codecs.Version, out}, nil
+	return &report{"engram-fp4", codecs.Version, out}, nil
 }
+
+// base strips a tensor name's last component (".weight", ".scale").
+func base(name string) string { return strings.TrimSuffix(name, path.Ext(name)) }
+
+// workers is how many goroutines a whole-checkpoint pass uses.
+func workers() int { return runtime.GOMAXPROCS(0) }

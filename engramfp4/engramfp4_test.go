@@ -1,0 +1,51 @@
+package engramfp4
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/dsfs/dsfs/checkpoint"
+	"github.com/dsfs/dsfs/internal/tinyckpt"
+	"github.com/dsfs/dsfs/safetensors"
+)
+
+// tinyDir holds a v41-tiny checkpoint written once for the package's tests.
+var tinyDir string
+
+func TestMain(m *testing.M) { tinyckpt.Main(m, "v41-tiny", &tinyDir) }
+
+// TestRewriteClaims: a table becomes the FORMATS.md pair (I8 codes at half
+// the width, an E8M0 scale per 32 values), its scale is claimed and
+// dropped, and every other tensor is left to the next rewriter.
+func TestRewriteClaims(t *testing.T) {
+	cat, err := checkpoint.Open(tinyDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cat.Close()
+	e := New(cat)
+	if len(e.tables) != 2 {
+		t.Fatalf("%d tables, want v41-tiny's 2", len(e.tables))
+	}
+	for _, src := range cat.Tensors {
+		outs, ok := e.Rewrite(src)
+		switch {
+		case slices.Contains(e.tables, src):
+			rows, cols := src.Shape[0], src.Shape[1]
+			if !ok || len(outs) != 2 ||
+				outs[0].Name != src.Name || outs[0].DType != safetensors.I8 || !slices.Equal(outs[0].Shape, []int64{rows, cols / 2}) ||
+				outs[1].Name != src.Scale.Name || outs[1].DType != safetensors.F8E8M0 || !slices.Equal(outs[1].Shape, []int64{rows, cols / 32}) {
+				t.Fatalf("%s: %v %+v", src.Name, ok, outs)
+			}
+			if outs[0].Data.Len() != rows*cols/2 || outs[1].Data.Len() != rows*cols/32 {
+				t.Fatalf("%s: data of %d and %d bytes", src.Name, outs[0].Data.Len(), outs[1].Data.Len())
+			}
+		case src.ScaleOf != nil && slices.Contains(e.tables, src.ScaleOf):
+			if !ok || outs != nil {
+				t.Fatalf("%s: the table's scale is not dropped: %v %+v", src.Name, ok, outs)
+			}
+		case ok:
+			t.Fatalf("%s: claimed, but it is no Engram table", src.Name)
+		}
+	}
+}

@@ -1,0 +1,83 @@
+package nvfp4
+
+import (
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/dsfs/dsfs/checkpoint"
+	"github.com/dsfs/dsfs/codecs"
+)
+
+// group is the set of matrices that share one global exponent: w1 and w3
+// of one expert, or w2 alone.
+type group struct {
+	scales []*checkpoint.Tensor // by name
+
+	once sync.Once
+	ge   int
+	err  error
+}
+
+// g returns the group's global exponent, reading its scales the first time.
+func (g *group) g() (int, error) { return g.from(nil) }
+
+// from returns the group's global exponent, computed from bufs (the
+// scales' bytes, in the order of scales) when it is not known yet; nil
+// bufs are read.
+func (g *group) from(bufs [][]byte) (int, error) {
+	g.once.Do(func() {
+		if bufs == nil {
+			if bufs, g.err = g.read(); g.err != nil {
+				return
+			}
+		}
+		g.ge = codecs.GlobalExponent(bufs...)
+	})
+	return g.ge, g.err
+}
+
+// read returns the bytes of the group's scales.
+func (g *group) read() ([][]byte, error) {
+	bufs := make([][]byte, len(g.scales))
+	for i, sc := range g.scales {
+		bufs[i] = make([]byte, sc.Size)
+		if _, err := sc.ReadAt(bufs[i], 0); err != nil {
+			return nil, err
+		}
+	}
+	return bufs, nil
+}
+
+// groupName names the global-exponent group of an expert weight.
+func groupName(t *checkpoint.Tensor) string {
+	b := base(t.Name)
+	if t.Proj == "w3" {
+		return strings.TrimSuffix(b, "w3") + "w1"
+	}
+	return b
+}
+
+// group returns the memoised global-exponent group of an expert weight.
+func (n *Transcoder) group(t *checkpoint.Tensor) *group {
+	name := groupName(t)
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if g, ok := n.groups[name]; ok {
+		return g
+	}
+	g := &group{scales: []*checkpoint.Tensor{t.Scale}}
+	if t.Proj == "w1" || t.Proj == "w3" {
+		other := "w3"
+		if t.Proj == "w3" {
+			other = "w1"
+		}
+		partner := n.cat.Tensor(strings.TrimSuffix(base(t.Name), t.Proj) + other + ".weight")
+		if partner != nil && isExpert(partner) {
+			g.scales = append(g.scales, partner.Scale)
+		}
+	}
+	sort.Slice(g.scales, func(i, j int) bool { return g.scales[i].Name < g.scales[j].Name })
+	n.groups[name] = g
+	return g
+}
