@@ -3,6 +3,7 @@ package trace
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -69,6 +70,26 @@ type Spec[S, O, R, F any] struct {
 	Document func(ctx context.Context, c *Core[S, O, R, F]) (any, error)
 	// Cost estimates what tracing the prompts holds.
 	Cost func(lens []int, tensors int) Cost
+	// Experts is what a layer's routed experts took in (see ExpertAmax);
+	// nil for a family that records none.
+	Experts func(out *O) (in, mid []float32)
+}
+
+// ExpertAmax is what the routed experts of one layer took in over every
+// prompt: per expert, the largest magnitude of the activations entering
+// its gate and up projections (In) and its down projection (Mid); zero
+// for an expert no token reached. A calibration of the experts' input
+// scales reads it (nvfp4/'s --nvfp4-calibrate).
+type ExpertAmax struct {
+	Layer   int
+	In, Mid []float32
+}
+
+// A Calibrator is a Tracer that records what the routed experts take in.
+type Calibrator interface {
+	// Calibrate runs every layer the tracer can run and returns each
+	// one's ExpertAmax, in layer order.
+	Calibrate(ctx context.Context) ([]ExpertAmax, error)
 }
 
 // Run is what the core reads of one layer forward.
@@ -109,6 +130,7 @@ type Core[S, O, R, F any] struct {
 	sem       chan struct{}
 	states    []*S // states[l] enters layer l (nil until computed); states[Runnable] leaves the last
 	records   []*R
+	experts   []*ExpertAmax // per layer, once run, where the family records them
 	recent    []*O
 	final     *F
 	embedTime time.Duration
@@ -124,6 +146,7 @@ func NewCore[S, O, R, F any](e Engine[S, O, F], spec Spec[S, O, R, F], prompts [
 		sem:     make(chan struct{}, 1),
 		states:  make([]*S, spec.Runnable+1),
 		records: make([]*R, spec.Runnable),
+		experts: make([]*ExpertAmax, spec.Runnable),
 	}
 	for _, p := range prompts {
 		c.seqs = append(c.seqs, p.TokenIDs)
@@ -281,6 +304,10 @@ func (c *Core[S, O, R, F]) forward(ctx context.Context, j int) (*O, error) {
 	if c.records[j] == nil {
 		c.records[j] = c.spec.Record(in, out)
 	}
+	if c.spec.Experts != nil && c.experts[j] == nil {
+		in, mid := c.spec.Experts(out)
+		c.experts[j] = &ExpertAmax{Layer: j, In: in, Mid: mid}
+	}
 	c.recent = append(c.recent, out)
 	if len(c.recent) > recentOutputs {
 		c.recent = c.recent[1:]
@@ -350,6 +377,28 @@ func (c *Core[S, O, R, F]) Records(ctx context.Context) ([]*R, error) {
 	}
 	defer c.unlock()
 	return slices.Clone(c.records), nil
+}
+
+// Calibrate implements Calibrator: it fails for a family whose engine
+// records nothing of its experts.
+func (c *Core[S, O, R, F]) Calibrate(ctx context.Context) ([]ExpertAmax, error) {
+	if c.spec.Experts == nil {
+		return nil, errors.New("this family's engine records no expert activations")
+	}
+	if err := c.RunAll(ctx); err != nil {
+		return nil, err
+	}
+	if err := c.lock(ctx); err != nil {
+		return nil, err
+	}
+	defer c.unlock()
+	out := make([]ExpertAmax, 0, len(c.experts))
+	for _, e := range c.experts {
+		if e != nil { // a dense layer's forward records none
+			out = append(out, *e)
+		}
+	}
+	return out, nil
 }
 
 // LayerTensors counts layer l's tensors in the checkpoint.

@@ -6,6 +6,7 @@ package v4tiny
 import (
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"math"
 	"os"
 	"path/filepath"
@@ -121,5 +122,71 @@ func Within(tb testing.TB, what string, got []float32, want []byte) {
 	}
 	if d > 1e-5*mx {
 		tb.Errorf("%s: max|Δ|/max %.3g exceeds 1e-5", what, d/mx)
+	}
+}
+
+// CheckCalibration compares what tr's Calibrate records of every layer's
+// routed experts with what the golden chain of the reference checkpoint
+// in dir (its sequences traced together, in precision mode) gives: per
+// expert, the largest magnitude of ffn_in over the tokens routed to it
+// (In) and of routed_w2_in over their slots (Mid), to within 1e-4 of the
+// larger.
+func CheckCalibration(tb testing.TB, tr trace.Calibrator, dir, mode string) {
+	tb.Helper()
+	var g struct {
+		Sequences []struct {
+			Modes map[string]struct {
+				Layers []struct {
+					FFNIn      Array `json:"ffn_in"`
+					RoutedW2In Array `json:"routed_w2_in"`
+					Route      struct {
+						IDs Array `json:"ids"`
+					} `json:"route"`
+				} `json:"layers"`
+			} `json:"modes"`
+		} `json:"sequences"`
+	}
+	raw, err := os.ReadFile(filepath.Join(dir, "golden.json"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := json.Unmarshal(raw, &g); err != nil {
+		tb.Fatal(err)
+	}
+	got, err := tr.Calibrate(context.Background())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if len(got) == 0 {
+		tb.Fatal("Calibrate recorded no layer")
+	}
+	for _, e := range got {
+		in, mid := make([]float32, len(e.In)), make([]float32, len(e.Mid))
+		for _, s := range g.Sequences {
+			gl := s.Modes[mode].Layers[e.Layer]
+			x, w2, ids := F32s(gl.FFNIn.Data), F32s(gl.RoutedW2In.Data), I32s(gl.Route.IDs.Data)
+			k, d, inter := gl.Route.IDs.Shape[1], gl.FFNIn.Shape[1], gl.RoutedW2In.Shape[2]
+			for t := range gl.Route.IDs.Shape[0] {
+				for j := range k {
+					ex := ids[t*k+j]
+					for _, v := range x[t*d : (t+1)*d] {
+						in[ex] = max(in[ex], float32(math.Abs(float64(v))))
+					}
+					for _, v := range w2[(t*k+j)*inter : (t*k+j+1)*inter] {
+						mid[ex] = max(mid[ex], float32(math.Abs(float64(v))))
+					}
+				}
+			}
+		}
+		for ex := range in {
+			for _, c := range []struct {
+				what      string
+				got, want float32
+			}{{"in", e.In[ex], in[ex]}, {"mid", e.Mid[ex], mid[ex]}} {
+				if math.Abs(float64(c.got-c.want)) > 1e-4*float64(max(c.got, c.want)) || (c.got == 0) != (c.want == 0) {
+					tb.Errorf("layer %d expert %d: %s amax %g, the golden chain gives %g", e.Layer, ex, c.what, c.got, c.want)
+				}
+			}
+		}
 	}
 }

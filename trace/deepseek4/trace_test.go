@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"math"
+	"path/filepath"
 	"slices"
 	"testing"
 
@@ -179,5 +180,16 @@ func TestV4RecordBytes(t *testing.T) {
 	}
 	if r.WeightBytesRead <= 0 || r.WeightBytesRead > r.StateBytes || r.RoutedExpertsRun == 0 {
 		t.Errorf("read %d of %d bytes with %d experts", r.WeightBytesRead, r.StateBytes, r.RoutedExpertsRun)
+	}
+}
+
+// TestCalibrate checks what the tracer records of the routed experts'
+// inputs, which nvfp4/'s calibration reads, against the golden chain (of
+// a8, the precision calibration runs at; the golden records routed_w2_in
+// of that one).
+func TestCalibrate(t *testing.T) {
+	for _, p := range []v4.Precision{v4.A8} {
+		tr, _ := v4Tracer(t, p)
+		v4tiny.CheckCalibration(t, tr, filepath.Join(testdata.Dir(t), "trace", "v4-tiny"), string(p))
 	}
 }

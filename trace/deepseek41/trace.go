@@ -91,6 +91,7 @@ func (t model) Trace(prompts []trace.Prompt, opt trace.Options) (trace.Tracer, e
 		Logits:   func(f *v4.Final41) []float32 { return f.Logits },
 		Vocab:    cfg.Vocab,
 		Document: tr.document,
+		Experts:  func(o *v4.LayerOutput41) (in, mid []float32) { return o.Experts.In, o.Experts.Mid },
 		Cost: func(lens []int, tensors int) trace.Cost {
 			return v4family.Cost(cfg.Config, t.m.Runnable(), tensors, lens)
 		},

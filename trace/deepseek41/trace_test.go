@@ -3,6 +3,7 @@ package deepseek41
 import (
 	"context"
 	"encoding/json"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -209,5 +210,16 @@ func TestV41TraceJSON(t *testing.T) {
 	}
 	if c := d.Layers[4].Candidates; len(c) != 2 || len(c[0].Tokens[23].Blocks) != 3 {
 		t.Errorf("layer 4 candidate record %+v", c)
+	}
+}
+
+// TestCalibrate checks what the tracer records of the routed experts'
+// inputs, which nvfp4/'s calibration reads, against the golden chain (of
+// a8, the precision calibration runs at; the golden records routed_w2_in
+// of that one).
+func TestCalibrate(t *testing.T) {
+	for _, p := range []v4.Precision{v4.A8} {
+		tr, _ := v41Tracer(t, p)
+		v4tiny.CheckCalibration(t, tr, filepath.Join(testdata.Dir(t), "trace", "v41-tiny"), string(p))
 	}
 }

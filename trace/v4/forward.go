@@ -78,6 +78,19 @@ type LayerOutput struct {
 	GEMMTime    time.Duration
 	WeightBytes int64
 	ExpertsRun  int
+	// Experts are the largest activation magnitudes each routed expert
+	// took in (see ExpertAmax).
+	Experts ExpertAmax
+}
+
+// ExpertAmax is, per routed expert, the largest magnitude of the
+// activations its matrices took in over the tokens routed to it: In
+// entered w1 and w3 (the FFN input rows), Mid entered w2 (the SwiGLU's
+// output, times the routing weight, as model.py applies it before w2).
+// Zero for an expert no token reached. These are what a calibration of
+// the experts' input scales reads (ModelOpt's amax).
+type ExpertAmax struct {
+	In, Mid []float32
 }
 
 // InitialStream is the [tokens, hc, D] stream entering layer 0: each

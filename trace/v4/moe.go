@@ -136,6 +136,7 @@ func (f *forward) moe(x []float32) ([]float32, error) {
 	}
 	f.out.Routes = r
 	y := make([]float32, f.n*d)
+	f.out.Experts = ExpertAmax{In: make([]float32, cfg.RoutedExperts), Mid: make([]float32, cfg.RoutedExperts)}
 	// Each expert's matrices are dead when the next one is read.
 	codes := &arena{}
 	for e := range cfg.RoutedExperts {
@@ -178,7 +179,8 @@ func (f *forward) moe(x []float32) ([]float32, error) {
 		for i, t := range rows {
 			copy(xe[i*d:(i+1)*d], x[t*d:(t+1)*d])
 		}
-		ye, err := f.expert(xe, len(rows), ew, wts)
+		f.out.Experts.In[e] = amax(xe)
+		ye, err := f.expert(xe, len(rows), ew, wts, &f.out.Experts.Mid[e])
 		if err != nil {
 			return nil, err
 		}
@@ -192,7 +194,7 @@ func (f *forward) moe(x []float32) ([]float32, error) {
 			return nil, err
 		}
 	}
-	ys, err := f.expert(x, f.n, w.shared, nil)
+	ys, err := f.expert(x, f.n, w.shared, nil, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -204,8 +206,9 @@ func (f *forward) moe(x []float32) ([]float32, error) {
 
 // expert is model.py's Expert.forward on m rows: the SwiGLU with the up
 // projection clamped to ±swiglu_limit and the gate clamped from above,
-// times the routing weight (routed experts) before w2.
-func (f *forward) expert(x []float32, m int, w [3]*linear, weights []float32) ([]float32, error) {
+// times the routing weight (routed experts) before w2. When midAmax is
+// not nil it receives the largest magnitude entering w2.
+func (f *forward) expert(x []float32, m int, w [3]*linear, weights []float32, midAmax *float32) ([]float32, error) {
 	g, err := f.mm(w[0], x, m, f.a8)
 	if err != nil {
 		return nil, err
@@ -228,5 +231,19 @@ func (f *forward) expert(x []float32, m int, w [3]*linear, weights []float32) ([
 		}
 		g[i] = a
 	}
+	if midAmax != nil {
+		*midAmax = amax(g)
+	}
 	return f.mm(w[1], g, m, f.a8)
+}
+
+// amax is the largest magnitude in v (NaN if v holds one).
+func amax(v []float32) float32 {
+	var m float32
+	for _, x := range v {
+		if a := float32(math.Abs(float64(x))); a > m || a != a {
+			m = a
+		}
+	}
+	return m
 }

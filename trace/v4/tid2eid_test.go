@@ -191,7 +191,7 @@ func TestTid2eidRepeatedExpert(t *testing.T) {
 				if ld.err != nil {
 					t.Fatal(ld.err)
 				}
-				ye, err := f.expert(x, 1, ew, []float32{wt})
+				ye, err := f.expert(x, 1, ew, []float32{wt}, nil)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -199,7 +199,7 @@ func TestTid2eidRepeatedExpert(t *testing.T) {
 					want[c] += v
 				}
 			}
-			ys, err := f.expert(x, 1, w.shared, nil)
+			ys, err := f.expert(x, 1, w.shared, nil, nil)
 			if err != nil {
 				t.Fatal(err)
 			}

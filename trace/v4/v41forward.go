@@ -114,6 +114,7 @@ type LayerOutput41 struct {
 	LoadTime, Time, GEMMTime time.Duration
 	WeightBytes              int64
 	ExpertsRun               int
+	Experts                  ExpertAmax
 }
 
 // Forward runs V4.1 layer l on state in for the sequences seqs (token
@@ -152,6 +153,7 @@ func (m *Model41) Forward(ctx context.Context, l int, in *State41, seqs [][]int,
 	out.GEMMTime = f.out.GEMMTime
 	out.WeightBytes = w.bytes + f.out.WeightBytes
 	out.ExpertsRun = f.out.ExpertsRun
+	out.Experts = f.out.Experts
 	return out, nil
 }
 
