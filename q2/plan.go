@@ -75,7 +75,7 @@ const (
 const chunkWeights = 64 << 10
 
 // slots bounds q2/'s nested parallelism once: the block cache runs up to
-// 4 x NumCPU block computations at once (blockcache.New), manifest hashes
+// 4 x NumCPU block computations at once (blockcache.New), shard digests
 // add their own, and each computation fans out over chunks of
 // chunkWeights weights; whatever that product, at most one chunk per core
 // (GOMAXPROCS) is quantised at a time. Waiting chunks take slots in
@@ -127,8 +127,9 @@ type Shard struct {
 	Tensors []*Tensor            // in data order
 	Dropped []*checkpoint.Tensor // scales of this source shard that are dropped
 
-	// Manifest is the shard's manifest document, generated on first read.
-	Manifest *vfile.Doc
+	// Digests is the shard's digests (NAME.manifest.json), generated on
+	// first read.
+	Digests *vfile.Doc
 }
 
 // Header is the output file's safetensors header, length prefix included.
@@ -411,7 +412,7 @@ func New(cat *checkpoint.Catalog, opt Options) (*Plan, error) {
 			qt.Offset, qt.Size = l.DataStart()+lt.Begin, lt.Len()
 			out.Tensors = append(out.Tensors, qt)
 		}
-		out.Manifest = vfile.NewDoc(func(ctx context.Context) ([]byte, error) { return q.shardManifest(ctx, out) })
+		out.Digests = vfile.NewDoc(func(ctx context.Context) ([]byte, error) { return q.shardDigests(ctx, out) })
 		q.Shards = append(q.Shards, out)
 	}
 	return q, nil
@@ -485,7 +486,7 @@ func sha256Tensor(ctx context.Context, t *checkpoint.Tensor) (string, error) {
 
 // sha256Blocks hashes the derived bytes of a quantised tensor, block by
 // block through the block cache the files are read through (so a shard
-// read before or after its manifest is quantised once), or computing them
+// read before or after its digests is quantised once), or computing them
 // when there is none; computing goes through the disk cache when there is
 // one.
 func (q *Plan) sha256Blocks(ctx context.Context, b *vfile.Blocks) (string, error) {

@@ -68,8 +68,8 @@ type block struct {
 
 // Verify recomputes sample blocks of q's quantised tensors (all of them
 // when sample is 0), chosen at random from seed, and compares them with
-// dir: an exported q2 directory (then the digests recorded in its shard
-// manifests are checked too: for the tensors holding a sampled block, or
+// dir: an exported q2 directory (then the digests its NAME.manifest.json
+// files record are checked too: for the tensors holding a sampled block, or
 // every tensor when sample is 0) or a disk cache directory (then each
 // sampled block's entry is looked up by its key and checked). q must be
 // planned without a disk cache, so that every block is recomputed.
@@ -218,12 +218,12 @@ func verifyExport(ctx context.Context, r *VerifyReport, q *q2.Plan, dir string, 
 		}
 	}
 	for sh, f := range files {
-		m, err := readManifest(filepath.Join(dir, filepath.FromSlash(sh.Name)+".manifest.json"))
+		m, err := readShardDigests(filepath.Join(dir, filepath.FromSlash(sh.Name)+".manifest.json"))
 		if err != nil {
 			r.fail("%s: %v", sh.Name, err)
 			continue
 		}
-		recorded := make(map[string]q2.ManifestTensor, len(m.Tensors))
+		recorded := make(map[string]q2.TensorDigest, len(m.Tensors))
 		for _, mt := range m.Tensors {
 			recorded[mt.Name] = mt
 		}
@@ -253,12 +253,12 @@ func verifyExport(ctx context.Context, r *VerifyReport, q *q2.Plan, dir string, 
 	return nil
 }
 
-func readManifest(p string) (*q2.ShardManifest, error) {
+func readShardDigests(p string) (*q2.ShardDigests, error) {
 	b, err := os.ReadFile(p)
 	if err != nil {
 		return nil, err
 	}
-	var m q2.ShardManifest
+	var m q2.ShardDigests
 	if err := json.Unmarshal(b, &m); err != nil {
 		return nil, fmt.Errorf("%s: %w", p, err)
 	}

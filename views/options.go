@@ -51,7 +51,7 @@ type Options struct {
 	// inspect and diff share it without building views.
 	DiskCache *diskcache.Cache
 	// Cache, when set, is the block cache files are read through; documents
-	// that need a file's derived bytes (q2/'s shard manifests) read them
+	// that need a file's derived bytes (q2/'s shard digests) read them
 	// from it too, so a block read by both is computed once.
 	Cache vfile.Cache
 	// GPU starts the GPU backend views that compute on one (trace/) use

@@ -11,7 +11,7 @@ import (
 )
 
 // buildQ2 is the q2/ view: one quant-*.safetensors per source shard, its
-// manifest, the index, plan.json, manifest.json and README.md. The engine
+// digests (NAME.manifest.json), the index, plan.json, manifest.json and README.md. The engine
 // (package q2) plans and computes; this lays its files out.
 func buildQ2(s *Set, _ string) (Built, error) {
 	q, err := q2.New(s.Cat, q2Options(s.Opt))
@@ -24,7 +24,7 @@ func buildQ2(s *Set, _ string) (Built, error) {
 	for _, sh := range q.Shards {
 		s.records[sh.File] = q2Records(sh)
 		files[sh.Name] = &vfile.Node{File: sh.File, From: s.shardSources(sh.Source)}
-		files[sh.Name+".manifest.json"] = &vfile.Node{Doc: sh.Manifest, From: s.shardSources(sh.Source)}
+		files[sh.Name+".manifest.json"] = &vfile.Node{Doc: sh.Digests, From: s.shardSources(sh.Source)}
 		for _, t := range sh.Tensors {
 			weightMap[t.Name] = sh.Name
 			total += t.Size
@@ -38,7 +38,7 @@ func buildQ2(s *Set, _ string) (Built, error) {
 		files["model.safetensors.index.json"] = &vfile.Node{File: indexFile("q2/model.safetensors.index.json", total, weightMap)}
 	}
 	files["plan.json"] = &vfile.Node{Doc: vfile.NewStreamedDoc(func(_ context.Context, w io.Writer) error { return q.WritePlan(w) })}
-	files["manifest.json"] = jsonDoc(func(ctx context.Context) (any, error) { return q.Manifest(ctx) })
+	files["manifest.json"] = jsonDoc(func(ctx context.Context) (any, error) { return q.Digests(ctx) })
 	files["README.md"] = &vfile.Node{Doc: vfile.NewHeaderDoc(func(context.Context) ([]byte, error) { return q.README(), nil })}
 	return Built{Root: tree("", files), Stats: func() any { return q.Stats() }}, nil
 }

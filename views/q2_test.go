@@ -160,9 +160,9 @@ func TestQ2View(t *testing.T) {
 		}
 	}
 
-	m := readDoc[q2.Manifest](t, view.Child("manifest.json"))
+	m := readDoc[q2.DigestsDoc](t, view.Child("manifest.json"))
 	if m.Totals.Totals != tot || m.Totals.ShardsProduced != len(plan.Shards) || m.DroppedExpertScales != dropped ||
-		m.Totals.OutputBytesFromManifests != tot.OutputBytes || m.Totals.BytesByRole[q2.RoleQuantised].Bytes != tot.QuantisedBytes {
+		m.Totals.OutputBytesFromShardDigests != tot.OutputBytes || m.Totals.BytesByRole[q2.RoleQuantised].Bytes != tot.QuantisedBytes {
 		t.Fatalf("manifest.json totals %+v disagree with the plan %+v", m.Totals, tot)
 	}
 	for _, e := range m.ExternalNative {
@@ -172,7 +172,7 @@ func TestQ2View(t *testing.T) {
 		}
 	}
 	for _, sh := range plan.Shards {
-		sm := readDoc[q2.ShardManifest](t, view.Child(sh.OutputShard+".manifest.json"))
+		sm := readDoc[q2.ShardDigests](t, view.Child(sh.OutputShard+".manifest.json"))
 		p := files[sh.OutputShard]
 		for _, mt := range sm.Tensors {
 			b, _, _ := p.tensor(mt.Name)

@@ -24,11 +24,13 @@ import (
 	"github.com/dsfs/dsfs/vfile"
 )
 
-// The documents of q2/ follow the seed's field names (FORMATS.md "q2/").
+// The documents of q2/ follow the seed's field names and file names
+// (FORMATS.md "q2/"): the seed calls q2's digests manifests, so a shard's
+// digests are NAME.manifest.json and every shard's are manifest.json.
 // plan.json and README.md come from the headers alone and are instant; a
-// shard manifest needs the shard's output digests, so reading one quantises
-// the whole shard (through the disk cache, which also keeps the finished
-// manifest); manifest.json aggregates every shard manifest and hashes the
+// shard's digests need its quantised bytes, so reading them quantises the
+// whole shard (through the disk cache, which also keeps the finished
+// document); manifest.json aggregates every shard's digests and hashes the
 // external Engram tables. No document holds a wall-clock time, so a mount
 // and an export of one source agree byte for byte.
 
@@ -125,8 +127,9 @@ type PlanDoc struct {
 	Skipped        []Skip            `json:"skipped"`
 }
 
-// ManifestTensor is one tensor of a shard manifest.
-type ManifestTensor struct {
+// TensorDigest is one tensor's line of ShardDigests: its output and source
+// SHA-256.
+type TensorDigest struct {
 	Name         string  `json:"name"`
 	GGMLType     string  `json:"ggml_type,omitempty"`
 	OutputDType  string  `json:"output_dtype"`
@@ -142,14 +145,15 @@ type SourceDigest struct {
 	SourceSHA256 string `json:"source_sha256"`
 }
 
-// ShardManifest is quant-*.safetensors.manifest.json.
-type ShardManifest struct {
-	OutputShard  string           `json:"output_shard"`
-	SourceShard  string           `json:"source_shard"`
-	FileBytes    int64            `json:"file_bytes"`
-	CodecVersion string           `json:"codec_version"`
-	Tensors      []ManifestTensor `json:"tensors"`
-	Dropped      []SourceDigest   `json:"dropped"`
+// ShardDigests is quant-*.safetensors.manifest.json: the digests of one
+// output shard's tensors and of the source tensors it drops.
+type ShardDigests struct {
+	OutputShard  string         `json:"output_shard"`
+	SourceShard  string         `json:"source_shard"`
+	FileBytes    int64          `json:"file_bytes"`
+	CodecVersion string         `json:"codec_version"`
+	Tensors      []TensorDigest `json:"tensors"`
+	Dropped      []SourceDigest `json:"dropped"`
 }
 
 // RoleFigures counts tensors and bytes of one role or type.
@@ -158,8 +162,9 @@ type RoleFigures struct {
 	Bytes   int64 `json:"bytes"`
 }
 
-// ShardDigest is one shard's line of manifest.json.
-type ShardDigest struct {
+// DigestsShard is one shard's line of DigestsDoc: its figures and the
+// digest of its tensors' digests.
+type DigestsShard struct {
 	OutputShard          string `json:"output_shard"`
 	SourceShard          string `json:"source_shard"`
 	Tensors              int    `json:"tensors"`
@@ -168,17 +173,17 @@ type ShardDigest struct {
 	DigestOfShardDigests string `json:"digest_of_shard_digests"`
 }
 
-// ManifestTotals are manifest.json's totals: the plan's, and what the
-// shard manifests say.
-type ManifestTotals struct {
+// DigestsTotals are DigestsDoc's totals: the plan's, and what the shards'
+// digests say.
+type DigestsTotals struct {
 	Totals
-	ShardsPlanned            int                    `json:"shards_planned"`
-	ShardsProduced           int                    `json:"shards_produced"`
-	MissingShards            []string               `json:"missing_shards"`
-	UnexpectedShards         []string               `json:"unexpected_shards"`
-	BytesByRole              map[string]RoleFigures `json:"bytes_by_role"`
-	QuantisedBytesByType     map[string]RoleFigures `json:"quantised_bytes_by_type"`
-	OutputBytesFromManifests int64                  `json:"output_bytes_from_manifests"`
+	ShardsPlanned               int                    `json:"shards_planned"`
+	ShardsProduced              int                    `json:"shards_produced"`
+	MissingShards               []string               `json:"missing_shards"`
+	UnexpectedShards            []string               `json:"unexpected_shards"`
+	BytesByRole                 map[string]RoleFigures `json:"bytes_by_role"`
+	QuantisedBytesByType        map[string]RoleFigures `json:"quantised_bytes_by_type"`
+	OutputBytesFromShardDigests int64                  `json:"output_bytes_from_manifests"`
 }
 
 // SourceInfo names the source in manifest.json.
@@ -188,18 +193,19 @@ type SourceInfo struct {
 	Tensors  int    `json:"tensors"`
 }
 
-// Manifest is manifest.json.
-type Manifest struct {
+// DigestsDoc is q2/manifest.json: every shard's digests summed up against
+// the plan, and the digests of the external tensors.
+type DigestsDoc struct {
 	Artifact            string            `json:"artifact"`
 	Source              SourceInfo        `json:"source"`
 	Recipe              map[string]Recipe `json:"recipe"`
 	Importance          Importance        `json:"importance"`
 	Quantiser           string            `json:"quantiser"`
-	Totals              ManifestTotals    `json:"totals"`
+	Totals              DigestsTotals     `json:"totals"`
 	Environment         map[string]string `json:"environment"`
 	ExternalNative      []SourceRef       `json:"external_native"`
 	DroppedExpertScales int               `json:"dropped_expert_scales"`
-	Shards              []ShardDigest     `json:"shards"`
+	Shards              []DigestsShard    `json:"shards"`
 }
 
 func recipe() map[string]Recipe {
@@ -316,14 +322,14 @@ func (q *Plan) totals() Totals {
 	return tt
 }
 
-// shardManifest computes a shard's manifest: the source digest of every
+// shardDigests computes a shard's digests: the source digest of every
 // tensor it holds or drops, and the output digest of every tensor (a
 // native tensor's is its source digest; a quantised one's needs all its
 // blocks). The finished document is kept in the disk cache under a key
 // made of the layout and the source digests.
-func (q *Plan) shardManifest(ctx context.Context, sh *Shard) ([]byte, error) {
-	m := ShardManifest{OutputShard: sh.Name, SourceShard: sh.Source.Name, FileBytes: sh.File.Size(),
-		CodecVersion: codecs.Version, Tensors: make([]ManifestTensor, len(sh.Tensors)),
+func (q *Plan) shardDigests(ctx context.Context, sh *Shard) ([]byte, error) {
+	m := ShardDigests{OutputShard: sh.Name, SourceShard: sh.Source.Name, FileBytes: sh.File.Size(),
+		CodecVersion: codecs.Version, Tensors: make([]TensorDigest, len(sh.Tensors)),
 		Dropped: make([]SourceDigest, len(sh.Dropped))}
 	sources := make([]*checkpoint.Tensor, 0, len(sh.Tensors)+len(sh.Dropped))
 	for _, t := range sh.Tensors {
@@ -352,7 +358,7 @@ func (q *Plan) shardManifest(ctx context.Context, sh *Shard) ([]byte, error) {
 		}
 	}
 	for i, t := range sh.Tensors {
-		m.Tensors[i] = ManifestTensor{Name: t.Name, OutputDType: string(t.DType), OutputShape: t.Shape,
+		m.Tensors[i] = TensorDigest{Name: t.Name, OutputDType: string(t.DType), OutputShape: t.Shape,
 			OutputBytes: t.Size, OutputSHA256: digests[i], SourceSHA256: digests[i]}
 		if t.Type != nil {
 			m.Tensors[i].GGMLType = t.Type.Name
@@ -382,24 +388,24 @@ func (q *Plan) shardManifest(ctx context.Context, sh *Shard) ([]byte, error) {
 	return b, nil
 }
 
-// ShardManifest returns the manifest of output shard sh, computing it on
+// ShardDigests returns the digests of output shard sh, computing them on
 // first use.
-func (q *Plan) ShardManifest(ctx context.Context, sh *Shard) (*ShardManifest, error) {
-	b, err := sh.Manifest.Bytes(ctx)
+func (q *Plan) ShardDigests(ctx context.Context, sh *Shard) (*ShardDigests, error) {
+	b, err := sh.Digests.Bytes(ctx)
 	if err != nil {
 		return nil, err
 	}
-	var m ShardManifest
+	var m ShardDigests
 	if err := json.Unmarshal(b, &m); err != nil {
 		return nil, fmt.Errorf("%s.manifest.json: %w", sh.Name, err)
 	}
 	return &m, nil
 }
 
-// Manifest returns manifest.json: the seed's aggregation over the shard
-// manifests (which it computes, quantising every shard not yet done) plus
+// Digests returns manifest.json: the seed's aggregation over every shard's
+// digests (which it computes, quantising every shard not yet done) plus
 // the digests of the external Engram tables.
-func (q *Plan) Manifest(ctx context.Context) (*Manifest, error) {
+func (q *Plan) Digests(ctx context.Context) (*DigestsDoc, error) {
 	plan := q.planDoc()
 	role := make(map[string]string)
 	ggml := make(map[string]string)
@@ -411,24 +417,24 @@ func (q *Plan) Manifest(ctx context.Context) (*Manifest, error) {
 			}
 		}
 	}
-	m := &Manifest{
+	m := &DigestsDoc{
 		Artifact: plan.Artifact,
 		Source:   SourceInfo{Repo: q.Repo, Revision: q.Revision, Tensors: plan.Totals.SourceTensors},
 		Recipe:   plan.Recipe, Importance: plan.Importance, Quantiser: Quantiser,
-		Totals: ManifestTotals{Totals: plan.Totals, ShardsPlanned: len(plan.Shards),
+		Totals: DigestsTotals{Totals: plan.Totals, ShardsPlanned: len(plan.Shards),
 			MissingShards: []string{}, UnexpectedShards: []string{},
 			BytesByRole: map[string]RoleFigures{}, QuantisedBytesByType: map[string]RoleFigures{}},
 		Environment:         environment(),
 		ExternalNative:      plan.External,
 		DroppedExpertScales: len(plan.Dropped),
-		Shards:              []ShardDigest{},
+		Shards:              []DigestsShard{},
 	}
 	for _, sh := range q.Shards {
-		sm, err := q.ShardManifest(ctx, sh)
+		sm, err := q.ShardDigests(ctx, sh)
 		if err != nil {
 			return nil, err
 		}
-		tensors := append([]ManifestTensor(nil), sm.Tensors...)
+		tensors := append([]TensorDigest(nil), sm.Tensors...)
 		sort.Slice(tensors, func(i, j int) bool { return tensors[i].Name < tensors[j].Name })
 		h := sha256.New()
 		var data int64
@@ -451,9 +457,9 @@ func (q *Plan) Manifest(ctx context.Context) (*Manifest, error) {
 			h.Write([]byte(t.Name))
 			h.Write([]byte(t.OutputSHA256))
 		}
-		m.Totals.OutputBytesFromManifests += data
+		m.Totals.OutputBytesFromShardDigests += data
 		m.Totals.ShardsProduced++
-		m.Shards = append(m.Shards, ShardDigest{OutputShard: sm.OutputShard, SourceShard: sm.SourceShard,
+		m.Shards = append(m.Shards, DigestsShard{OutputShard: sm.OutputShard, SourceShard: sm.SourceShard,
 			Tensors: len(sm.Tensors), FileBytes: sm.FileBytes, DataBytes: data,
 			DigestOfShardDigests: fmt.Sprintf("%x", h.Sum(nil))})
 	}
