@@ -11,7 +11,8 @@
 // seed's tp2 is tp), and Summarize computes the seed's summary. Where this
 // package departs from the seed it says so at the field.
 //
-// An Inventory computes records shard by shard on first use and keeps them;
+// An Inventory computes records shard by shard on first use and keeps them,
+// and Manifest reports them (manifest/'s manifest.json and shards/NAME.json);
 // a Cache keeps them on disk across runs, keyed by each shard's path, size
 // and modification time, and Progress counts the bytes hashed so a status
 // file or a progress bar can show how far it got.

@@ -14,13 +14,14 @@ import (
 	"github.com/dsfs/dsfs/codecs"
 )
 
-// Schema names the layout of a Manifest document.
+// Schema names the layout of a Manifest.
 const Schema = "dsfs-manifest/1"
 
-// Manifest is the inventory document (manifest.json, or one shard's
-// shards/NAME.json): the seed's top level with dsfs's provenance in place of
-// the seed's fetch receipt. Only GeneratedUTC and Seconds vary between runs
-// over the same bytes.
+// Manifest is the inventory's report of a checkpoint, one Record per
+// tensor: manifest/'s manifest.json or one shard's shards/NAME.json, what
+// `dsfs inspect --json` writes and what `dsfs diff` reads. It is the seed's
+// top level with dsfs's provenance in place of the seed's fetch receipt.
+// Only GeneratedUTC and Seconds vary between runs over the same bytes.
 type Manifest struct {
 	Schema       string      `json:"schema"`
 	Root         string      `json:"root"` // the checkpoint directory
@@ -45,7 +46,7 @@ type ShardInfo struct {
 	Tensors int    `json:"tensors"`
 }
 
-// Manifest returns the document of the named shards (every shard when none
+// Manifest returns the manifest of the named shards (every shard when none
 // is named), reading what has not been read yet as Records does.
 func (inv *Inventory) Manifest(ctx context.Context, shards ...string) (*Manifest, error) {
 	start := time.Now()
@@ -81,7 +82,7 @@ func (inv *Inventory) Manifest(ctx context.Context, shards ...string) (*Manifest
 }
 
 // WriteJSON writes m as compact JSON with one tensor record per line, so
-// that the document is both one JSON value and greppable.
+// that the file is both one JSON value and greppable.
 func (m *Manifest) WriteJSON(w io.Writer) error {
 	head := *m
 	head.Tensors = nil
@@ -119,7 +120,7 @@ func (m *Manifest) JSON() ([]byte, error) {
 	return b.Bytes(), err
 }
 
-// ReadManifest reads a manifest document: dsfs's, or any JSON object with
+// ReadManifest reads a manifest: dsfs's, or any JSON object with
 // a "tensors" list of records in the seed's field names (the seed's own
 // NATIVE_MANIFEST.json included).
 func ReadManifest(r io.Reader) (*Manifest, error) {
