@@ -65,9 +65,10 @@ type Spec[S, O, R, F any] struct {
 	Logits func(f *F) []float32
 	// Vocab is the logits' width.
 	Vocab int
-	// Document is trace.json, made from the core once every layer has
-	// run.
-	Document func(ctx context.Context, c *Core[S, O, R, F]) (any, error)
+	// Report is trace.json, the family's report of the whole trace (what
+	// ran, on what, and every layer's record), made from the core once
+	// every layer has run.
+	Report func(ctx context.Context, c *Core[S, O, R, F]) (any, error)
 	// Cost estimates what tracing the prompts holds.
 	Cost func(lens []int, tensors int) Cost
 	// Experts is what a layer's routed experts took in (see ExpertAmax);
@@ -420,10 +421,10 @@ func (c *Core[S, O, R, F]) LayerJSON(ctx context.Context, l int) ([]byte, error)
 	return encode(r)
 }
 
-// TraceJSON is trace.json: the family's document of every layer's
-// record.
+// TraceJSON is trace.json: the family's Report of the whole trace, every
+// layer's record included.
 func (c *Core[S, O, R, F]) TraceJSON(ctx context.Context) ([]byte, error) {
-	d, err := c.spec.Document(ctx, c)
+	d, err := c.spec.Report(ctx, c)
 	if err != nil {
 		return nil, err
 	}

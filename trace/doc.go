@@ -21,7 +21,8 @@
 // records of a layer and which activations it serves.
 //
 // What a trace serves is the same for every family (Files): prompts.json,
-// trace.json, a record (layers/NN.json) and a safetensors file of raw
+// trace.json (the family's report of the whole trace, Spec.Report), a
+// record (layers/NN.json) and a safetensors file of raw
 // activations (layers/NN.safetensors) per runnable layer, the logits where
 // the family runs its head, and ERROR.txt listing what cannot run. Sizes
 // follow from the config and the prompts alone, so a view can lay the

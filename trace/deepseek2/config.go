@@ -36,7 +36,7 @@ type Config struct {
 	// Family is checkpoint's reading of the config: V2 or V3 (whose
 	// Hugging Face files weight routes differently) or a ModelArgs config.
 	Family        checkpoint.Family
-	ModelType     string // model_type as config.json writes it, for the documents
+	ModelType     string // model_type as config.json writes it, for trace.json
 	Architectures []string
 
 	Hidden, Vocab, Layers int
@@ -179,7 +179,7 @@ type rawConfig struct {
 
 // ParseConfig reads config.json. It returns a *trace.Unsupported for a
 // model whose architecture the engine cannot run, and a plain error for a
-// document that is malformed or lacks a setting.
+// config.json that is malformed or lacks a setting.
 func ParseConfig(data []byte) (*Config, error) {
 	var r rawConfig
 	if err := json.Unmarshal(data, &r); err != nil {

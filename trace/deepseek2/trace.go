@@ -72,11 +72,11 @@ func (t traced) Trace(prompts []trace.Prompt, opt trace.Options) (trace.Tracer, 
 			return trace.Run[[]float32]{Layer: o.Layer, Next: o.HiddenOut, Load: o.LoadTime, Total: o.Time,
 				Note: []any{"weight_mib", o.WeightBytes >> 20}}
 		},
-		Record:   func(in []float32, o *Output) *LayerRecord { return tr.record(o.Layer, in, o) },
-		Tensors:  tr.tensors,
-		Rows:     rows,
-		Document: tr.document,
-		Cost:     tr.cost,
+		Record:  func(in []float32, o *Output) *LayerRecord { return tr.record(o.Layer, in, o) },
+		Tensors: tr.tensors,
+		Rows:    rows,
+		Report:  tr.report,
+		Cost:    tr.cost,
 	}, prompts, opt.Tokenizer, opt.Log)
 	return tr.core, nil
 }
@@ -268,8 +268,9 @@ func (tr *tracer) record(l int, in []float32, out *Output) *LayerRecord {
 	return r
 }
 
-// Document is trace.json, the whole trace as the seed writes it.
-type Document struct {
+// Report is trace.json, the report of the whole trace as the seed writes
+// it.
+type Report struct {
 	SchemaVersion    int               `json:"schema_version"`
 	CapturedAtUTC    string            `json:"captured_at_utc"`
 	EvidenceIdentity string            `json:"evidence_identity"`
@@ -359,8 +360,8 @@ type CacheAccounting struct {
 	Components                   map[string]int `json:"components"`
 }
 
-// document is trace.json: every traceable layer run on every prompt.
-func (tr *tracer) document(ctx context.Context, c *trace.Core[[]float32, Output, LayerRecord, struct{}]) (any, error) {
+// report is trace.json: every traceable layer run on every prompt.
+func (tr *tracer) report(ctx context.Context, c *trace.Core[[]float32, Output, LayerRecord, struct{}]) (any, error) {
 	if err := c.RunAll(ctx); err != nil {
 		return nil, err
 	}
@@ -383,7 +384,7 @@ func (tr *tracer) document(ctx context.Context, c *trace.Core[[]float32, Output,
 		problems = append(problems, tr.m.Problems(l)...)
 	}
 	env := trace.HostEnvironment(tr.b.Name(), tr.b.Device())
-	return Document{
+	return Report{
 		SchemaVersion:    trace.SchemaVersion,
 		CapturedAtUTC:    trace.CapturedAt(),
 		EvidenceIdentity: "dsfs trace / checkpoint weights and tokenizer, per-layer forward in float32",

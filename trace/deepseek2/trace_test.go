@@ -187,7 +187,7 @@ func TestDocuments(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var doc Document
+	var doc Report
 	if err := json.Unmarshal(b, &doc); err != nil {
 		t.Fatal(err)
 	}

@@ -100,13 +100,13 @@ func (t model) Trace(prompts []trace.Prompt, opt trace.Options) (trace.Tracer, e
 		Run: func(o *v4.LayerOutput) trace.Run[[]float32] {
 			return trace.Run[[]float32]{Layer: o.Layer, Next: o.StreamOut, Load: o.LoadTime, Total: o.Time, Note: []any{"precision", string(p)}}
 		},
-		Record:   tr.record,
-		Tensors:  tr.tensors,
-		Rows:     rows,
-		Logits:   func(f *v4.Final) []float32 { return f.Logits },
-		Vocab:    cfg.Vocab,
-		Document: tr.document,
-		Experts:  func(o *v4.LayerOutput) (in, mid []float32) { return o.Experts.In, o.Experts.Mid },
+		Record:  tr.record,
+		Tensors: tr.tensors,
+		Rows:    rows,
+		Logits:  func(f *v4.Final) []float32 { return f.Logits },
+		Vocab:   cfg.Vocab,
+		Report:  tr.report,
+		Experts: func(o *v4.LayerOutput) (in, mid []float32) { return o.Experts.In, o.Experts.Mid },
 		Cost: func(lens []int, tensors int) trace.Cost {
 			return v4family.Cost(cfg, t.m.Runnable(), tensors, lens)
 		},
@@ -214,8 +214,8 @@ func rows(out *v4.LayerOutput, a trace.Activation) (trace.ActivationRows, error)
 	return trace.ActivationRows{}, fmt.Errorf("%s: unknown activation", a.Name)
 }
 
-// Document is trace.json of a V4 trace.
-type Document struct {
+// Report is trace.json, the report of a whole V4 trace.
+type Report struct {
 	SchemaVersion int               `json:"schema_version"`
 	CapturedAtUTC string            `json:"captured_at_utc"`
 	Model         string            `json:"model"`
@@ -230,13 +230,13 @@ type Document struct {
 	Problems      []string       `json:"problems,omitempty"`
 }
 
-// document is trace.json: every layer's record, running every layer.
-func (t *tracer) document(ctx context.Context, c *core) (any, error) {
+// report is trace.json: every layer's record, running every layer.
+func (t *tracer) report(ctx context.Context, c *core) (any, error) {
 	if err := c.RunAll(ctx); err != nil {
 		return nil, err
 	}
 	cfg := t.m.Config
-	d := Document{
+	d := Report{
 		SchemaVersion: trace.SchemaVersion,
 		CapturedAtUTC: trace.CapturedAt(),
 		Model:         cfg.ModelType,

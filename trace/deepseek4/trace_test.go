@@ -102,7 +102,7 @@ func TestV4TracerGolden(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var d Document
+		var d Report
 		if err := json.Unmarshal(doc, &d); err != nil {
 			t.Fatal(err)
 		}
