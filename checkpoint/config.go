@@ -11,13 +11,13 @@ import (
 	"strings"
 )
 
-// Config is what the views need from config.json, with the whole document
+// Config is what the views need from config.json, with the whole object
 // in Raw. Each typed field is read from the top level, else from
 // text_config (where multimodal checkpoints nest the language model's
 // settings), else from DeepSeek's inference/config.json (ModelArgs'
 // spellings: dim, n_layers, ...); a field that is absent stays zero.
 type Config struct {
-	// Raw is the whole document with numbers as json.Number, so that
+	// Raw is the whole object with numbers as json.Number, so that
 	// re-encoding keeps their text. Nil when config.json is absent or is
 	// not a JSON object.
 	Raw map[string]any
@@ -49,7 +49,7 @@ type QuantConfig struct {
 	ExpertDType string
 }
 
-// ParseConfig parses config.json. A document that is not a JSON object
+// ParseConfig parses config.json. A file that is not a JSON object
 // gives an empty Config and an error; a field of the wrong type is left
 // zero, the others are read, and the error (errors.Join of one error per
 // field) says which.

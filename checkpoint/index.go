@@ -21,7 +21,7 @@ type index struct {
 	problems  []Problem      // refused entries
 }
 
-// parseIndex parses an index. It fails when the document is unusable as a
+// parseIndex parses an index. It fails when the index is unusable as a
 // whole (not JSON, no weight_map); a bad entry is a problem and is dropped.
 // A shard entry must be a relative, slash-separated path without ".."
 // components: it is refused, never opened, otherwise.

@@ -95,7 +95,7 @@ func TestManifestFiles(t *testing.T) {
 func TestManifestProvenance(t *testing.T) {
 	s, cache := manifestSet(t)
 	for _, view := range []string{"nvfp4", "engram-fp4", "nvfp4+engram-fp4"} {
-		var doc viewDoc
+		var doc viewDescription
 		if err := json.Unmarshal(readAll(t, s.Root.Child("manifest").Child("views").Child(view+".json"), cache), &doc); err != nil {
 			t.Fatal(err)
 		}

@@ -82,40 +82,41 @@ type provenance struct {
 	unserved map[string]*Set
 }
 
-// viewDoc is views/VIEW.json.
-type viewDoc struct {
-	View  string    `json:"view"`
-	Codec string    `json:"codec_version"`
-	Files []fileDoc `json:"files"`
+// viewDescription is manifest/views/VIEW.json: where each file and tensor
+// of a view comes from.
+type viewDescription struct {
+	View  string            `json:"view"`
+	Codec string            `json:"codec_version"`
+	Files []fileDescription `json:"files"`
 }
 
-// fileDoc is one file of a view. Kind is "safetensors" (a virtual
+// fileDescription is one file of a view. Kind is "safetensors" (a virtual
 // safetensors file, with its tensors), "source" (a checkpoint file served
 // unchanged), "generated" (bytes made at mount: a patched config, an index),
-// "document" (a report computed when first read) or "unreadable" (a bad
-// source shard, whose reads fail).
-type fileDoc struct {
-	File    string      `json:"file"`
-	Kind    string      `json:"kind"`
-	Source  string      `json:"source,omitempty"`
-	Bytes   *int64      `json:"bytes,omitempty"`
-	Tensors []tensorDoc `json:"tensors,omitempty"`
+// "document" (a file generated whole when first read, a vfile.Doc) or
+// "unreadable" (a bad source shard, whose reads fail).
+type fileDescription struct {
+	File    string              `json:"file"`
+	Kind    string              `json:"kind"`
+	Source  string              `json:"source,omitempty"`
+	Bytes   *int64              `json:"bytes,omitempty"`
+	Tensors []tensorDescription `json:"tensors,omitempty"`
 }
 
-// tensorDoc is one tensor of a virtual safetensors file and where its bytes
-// come from. Codec is "copy" (source bytes unchanged, perhaps under another
-// dtype), "literal" (bytes made at mount), "nvfp4_weight_scale",
-// "nvfp4_weight_scale_2", "engram_fp4", or the name another view gives its
-// blocks (q2), computed by codecs at CodecVersion.
-type tensorDoc struct {
-	Name         string      `json:"name"`
-	DType        string      `json:"dtype"`
-	Shape        []int64     `json:"shape"`
-	Bytes        int64       `json:"bytes"`
-	ByteRange    [2]int64    `json:"byte_range"` // in the virtual file
-	Codec        string      `json:"codec"`
-	CodecVersion string      `json:"codec_version,omitempty"`
-	Sources      []sourceDoc `json:"sources"`
+// tensorDescription is one tensor of a virtual safetensors file and where
+// its bytes come from. Codec is "copy" (source bytes unchanged, perhaps
+// under another dtype), "literal" (bytes made at mount),
+// "nvfp4_weight_scale", "nvfp4_weight_scale_2", "engram_fp4", or the name
+// another view gives its blocks (q2), computed by codecs at CodecVersion.
+type tensorDescription struct {
+	Name         string              `json:"name"`
+	DType        string              `json:"dtype"`
+	Shape        []int64             `json:"shape"`
+	Bytes        int64               `json:"bytes"`
+	ByteRange    [2]int64            `json:"byte_range"` // in the virtual file
+	Codec        string              `json:"codec"`
+	CodecVersion string              `json:"codec_version,omitempty"`
+	Sources      []sourceDescription `json:"sources"`
 	// ScaleFacts, for an NVFP4 weight_scale only, are its group's global
 	// exponent and its clamped and lossy blocks.
 	*nvfp4.ScaleFacts
@@ -123,19 +124,20 @@ type tensorDoc struct {
 	expert *checkpoint.Tensor // the weight of an NVFP4 weight_scale, whose blocks are counted
 }
 
-// sourceDoc is a byte range of a source tensor an output is made from.
-type sourceDoc struct {
+// sourceDescription is a byte range of a source tensor an output is made
+// from.
+type sourceDescription struct {
 	Tensor    string   `json:"tensor"`
 	File      string   `json:"file"`
 	ByteRange [2]int64 `json:"byte_range"` // absolute in File
 }
 
-func sourceOf(t *checkpoint.Tensor) sourceDoc {
-	return sourceDoc{Tensor: t.Name, File: t.Shard.Name, ByteRange: [2]int64{t.Offset, t.Offset + t.Size}}
+func sourceOf(t *checkpoint.Tensor) sourceDescription {
+	return sourceDescription{Tensor: t.Name, File: t.Shard.Name, ByteRange: [2]int64{t.Offset, t.Offset + t.Size}}
 }
 
 // view walks the tree of view name.
-func (p *provenance) view(ctx context.Context, name string) (*viewDoc, error) {
+func (p *provenance) view(ctx context.Context, name string) (*viewDescription, error) {
 	set, root := p.set, p.set.Root.Child(name)
 	if root == nil {
 		var err error
@@ -144,18 +146,18 @@ func (p *provenance) view(ctx context.Context, name string) (*viewDoc, error) {
 		}
 		root = set.Root
 	}
-	doc := &viewDoc{View: name, Codec: tensorfile.CodecVersion, Files: []fileDoc{}}
-	var pending []*tensorDoc // NVFP4 scales whose block counts read data
+	d := &viewDescription{View: name, Codec: tensorfile.CodecVersion, Files: []fileDescription{}}
+	var pending []*tensorDescription // NVFP4 scales whose block counts read data
 	err := root.Walk(func(path string, n *vfile.Node) error {
 		switch {
 		case n.IsDir():
 			return nil
 		case n.Doc != nil:
-			doc.Files = append(doc.Files, fileDoc{File: path, Kind: "document"})
+			d.Files = append(d.Files, fileDescription{File: path, Kind: "document"})
 			return nil
 		}
 		size := n.File.Size()
-		fd := fileDoc{File: path, Kind: "generated", Bytes: &size}
+		fd := fileDescription{File: path, Kind: "generated", Bytes: &size}
 		switch {
 		case n.File.Source != "":
 			fd.Kind = "source"
@@ -171,20 +173,20 @@ func (p *provenance) view(ctx context.Context, name string) (*viewDoc, error) {
 			}
 			fd.Kind, fd.Tensors = "safetensors", ts
 		}
-		doc.Files = append(doc.Files, fd)
+		d.Files = append(d.Files, fd)
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	for i := range doc.Files {
-		for j := range doc.Files[i].Tensors {
-			if t := &doc.Files[i].Tensors[j]; t.Codec == nvfp4.WeightScaleCodec {
+	for i := range d.Files {
+		for j := range d.Files[i].Tensors {
+			if t := &d.Files[i].Tensors[j]; t.Codec == nvfp4.WeightScaleCodec {
 				pending = append(pending, t)
 			}
 		}
 	}
-	return doc, p.countBlocks(ctx, pending)
+	return d, p.countBlocks(ctx, pending)
 }
 
 // isUnreadable reports whether f stands for a bad source shard.
@@ -238,15 +240,15 @@ func (p *provenance) Close() error {
 
 // tensors describes the tensors of a virtual safetensors file from what
 // their makers recorded, in data order.
-func tensors(recs []tensorRecord) ([]tensorDoc, error) {
+func tensors(recs []tensorRecord) ([]tensorDescription, error) {
 	if recs == nil {
 		return nil, fmt.Errorf("no record of its tensors")
 	}
-	out := make([]tensorDoc, len(recs))
+	out := make([]tensorDescription, len(recs))
 	for i, r := range recs {
 		n := r.Data.Len()
-		td := tensorDoc{Name: r.Name, DType: string(r.DType), Shape: r.Shape, Bytes: n,
-			ByteRange: [2]int64{r.Offset, r.Offset + n}, Codec: r.Codec, Sources: []sourceDoc{}}
+		td := tensorDescription{Name: r.Name, DType: string(r.DType), Shape: r.Shape, Bytes: n,
+			ByteRange: [2]int64{r.Offset, r.Offset + n}, Codec: r.Codec, Sources: []sourceDescription{}}
 		switch {
 		case r.Codec == "":
 			return nil, fmt.Errorf("tensor %s: its maker recorded no codec", r.Name)
@@ -270,7 +272,7 @@ func tensors(recs []tensorRecord) ([]tensorDoc, error) {
 }
 
 // countBlocks sets the global exponent and block counts of NVFP4 scales.
-func (p *provenance) countBlocks(ctx context.Context, tds []*tensorDoc) error {
+func (p *provenance) countBlocks(ctx context.Context, tds []*tensorDescription) error {
 	if len(tds) == 0 {
 		return nil
 	}

@@ -78,7 +78,7 @@ func Example_newView() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	var doc viewDoc
+	var doc viewDescription
 	if b, err = desc.Doc.Bytes(context.Background()); err != nil {
 		log.Fatal(err)
 	}
@@ -144,7 +144,7 @@ func TestNewView(t *testing.T) {
 				t.Errorf("stats %v, want %d tensors renamed", s.Stats()["renamed"], len(cat.Tensors))
 			}
 			// manifest/ describes the new view like any other.
-			var doc viewDoc
+			var doc viewDescription
 			if err := json.Unmarshal(readAll(t, s.Root.Child("manifest").Child("views").Child("renamed.json"), cache), &doc); err != nil {
 				t.Fatal(err)
 			}

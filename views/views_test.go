@@ -377,11 +377,11 @@ func TestBuildServesExactlyTheListedViews(t *testing.T) {
 			}
 			// A view described but not served is built for its description
 			// only: it appears neither in the tree nor in the stats.
-			var doc viewDoc
+			var doc viewDescription
 			if err := json.Unmarshal(readAll(t, m.Child("views").Child("q2.json"), nil), &doc); err != nil {
 				t.Fatal(err)
 			}
-			if doc.View != "q2" || !slices.ContainsFunc(doc.Files, func(f fileDoc) bool { return f.Kind == "safetensors" && len(f.Tensors) > 0 }) {
+			if doc.View != "q2" || !slices.ContainsFunc(doc.Files, func(f fileDescription) bool { return f.Kind == "safetensors" && len(f.Tensors) > 0 }) {
 				t.Fatalf("views/q2.json describes no q2 shard: %+v", doc)
 			}
 			if _, ok := s.Stats()["q2"]; ok != slices.Contains(tt.views, "q2") {
