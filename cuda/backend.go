@@ -93,12 +93,12 @@ const (
 	maxKernelArgs   = 20
 )
 
-// Backend runs model's operations on one CUDA device. Buffers are device
+// Backend runs backend.Backend's operations on one CUDA device. Buffers are device
 // memory; operations are queued on one stream and their errors reported by
 // the next Sync or Download (the first error since the last Sync; later
 // operations are skipped until then). A view outside its buffer or
 // mismatched shapes panic, as with the CPU backend. Like every
-// model.Backend, it serves one caller at a time.
+// backend.Backend, it serves one caller at a time.
 type Backend struct {
 	rt     *runtimeLibs
 	opt    Options
@@ -326,10 +326,10 @@ func (b *Backend) Close() error {
 	return errors.Join(errs...)
 }
 
-// Name implements model.Backend.
+// Name implements backend.Backend.
 func (b *Backend) Name() string { return "cuda" }
 
-// Device implements model.Backend: the GPU, its driver and libraries, and
+// Device implements backend.Backend: the GPU, its driver and libraries, and
 // the precision of the matrix products.
 func (b *Backend) Device() string { return b.desc }
 
@@ -359,7 +359,7 @@ func (b *Backend) takeErr() error {
 	return err
 }
 
-// Sync implements model.Backend.
+// Sync implements backend.Backend.
 func (b *Backend) Sync() error {
 	defer b.enter()()
 	if b.err == nil {

@@ -7,7 +7,7 @@ import (
 	"github.com/dsfs/dsfs/trace/backend"
 )
 
-// Alloc implements model.Backend.
+// Alloc implements backend.Backend.
 func (b *Backend) Alloc(n int) backend.Buffer {
 	defer b.enter()()
 	buf := &buffer{n: n}
@@ -17,14 +17,14 @@ func (b *Backend) Alloc(n int) backend.Buffer {
 	return buf
 }
 
-// Free implements model.Backend.
+// Free implements backend.Backend.
 func (b *Backend) Free(x backend.Buffer) {
 	buf := devBuffer(x)
 	b.devFree(buf.ptr, 4*uint64(buf.n))
 	buf.ptr, buf.n = 0, 0
 }
 
-// Upload implements model.Backend.
+// Upload implements backend.Backend.
 func (b *Backend) Upload(x backend.Buffer, off int, src []float32) {
 	buf := devBuffer(x)
 	if off < 0 || off+len(src) > buf.n {
@@ -35,7 +35,7 @@ func (b *Backend) Upload(x backend.Buffer, off int, src []float32) {
 	b.upload(buf.ptr+4*uint64(off), p, n)
 }
 
-// Download implements model.Backend.
+// Download implements backend.Backend.
 func (b *Backend) Download(dst []float32, x backend.Buffer, off int) error {
 	buf := devBuffer(x)
 	if off < 0 || off+len(dst) > buf.n {
@@ -46,7 +46,7 @@ func (b *Backend) Download(dst []float32, x backend.Buffer, off int) error {
 	return b.download(p, buf.ptr+4*uint64(off), n)
 }
 
-// LoadWeight implements model.Backend. It copies the matrix to the device
+// LoadWeight implements backend.Backend. It copies the matrix to the device
 // as it comes (BF16 bits or float32, whichever is smaller to send) and
 // converts it there to the precision of the products.
 func (b *Backend) LoadWeight(m backend.HostMatrix) backend.Weight {
@@ -78,7 +78,7 @@ func (b *Backend) LoadWeight(m backend.HostMatrix) backend.Weight {
 	return w
 }
 
-// FreeWeight implements model.Backend.
+// FreeWeight implements backend.Backend.
 func (b *Backend) FreeWeight(x backend.Weight) {
 	w := devWeight(x)
 	b.devFree(w.ptr, w.bytes())
@@ -139,7 +139,7 @@ func (b *Backend) narrow(x operand, rows, cols int) operand {
 	return operand{ptr: p, ld: cols, bf16: true}
 }
 
-// MatMul implements model.Backend. Row-major dst = x·wᵀ is, column-major,
+// MatMul implements backend.Backend. Row-major dst = x·wᵀ is, column-major,
 // dstᵀ = w·xᵀ, where w's rows stored row-major are the columns of a
 // column-major [cols, rows] matrix, hence transposed.
 func (b *Backend) MatMul(dst, x backend.Mat, w backend.Weight) {
@@ -153,7 +153,7 @@ func (b *Backend) MatMul(dst, x backend.Mat, w backend.Weight) {
 		operand{ptr: cw.ptr, ld: cw.cols, bf16: cw.bf16}, operand{ptr: xp, ld: x.Stride}, d, dst.Stride)
 }
 
-// RMSNorm implements model.Backend.
+// RMSNorm implements backend.Backend.
 func (b *Backend) RMSNorm(dst, x backend.Mat, w backend.Buffer, eps float32) {
 	sameShape("RMSNorm", dst, x)
 	if devBuffer(w).n < x.Cols {
@@ -166,7 +166,7 @@ func (b *Backend) RMSNorm(dst, x backend.Mat, w backend.Buffer, eps float32) {
 	}
 }
 
-// RoPE implements model.Backend.
+// RoPE implements backend.Backend.
 func (b *Backend) RoPE(x backend.Mat, cos, sin backend.Buffer, group int) {
 	half := x.Cols / 2
 	need := (x.Rows + group - 1) / group * half
@@ -178,7 +178,7 @@ func (b *Backend) RoPE(x backend.Mat, cos, sin backend.Buffer, group int) {
 	b.each(kRoPE, x.Rows*half, xp, x.Stride, x.Rows, half, devBuffer(cos).ptr, devBuffer(sin).ptr, group)
 }
 
-// Attention implements model.Backend: per chunk of query tokens, the
+// Attention implements backend.Backend: per chunk of query tokens, the
 // scores of every (token, head) row against the keys the chunk's last
 // token sees (one product), their causal softmax in place, and the
 // weighted sum of the values (a second product).
@@ -210,7 +210,7 @@ func (b *Backend) Attention(out, q, kv backend.Mat, heads int, scale float32) {
 	}
 }
 
-// SiLUMul implements model.Backend.
+// SiLUMul implements backend.Backend.
 func (b *Backend) SiLUMul(dst, gate, up backend.Mat) {
 	sameShape("SiLUMul", dst, gate)
 	sameShape("SiLUMul", dst, up)
@@ -219,7 +219,7 @@ func (b *Backend) SiLUMul(dst, gate, up backend.Mat) {
 	b.each(kSiLUMul, dst.Rows*dst.Cols, d, dst.Stride, g, gate.Stride, u, up.Stride, dst.Rows, dst.Cols)
 }
 
-// Add implements model.Backend.
+// Add implements backend.Backend.
 func (b *Backend) Add(dst, x, y backend.Mat) {
 	sameShape("Add", dst, x)
 	sameShape("Add", dst, y)
@@ -228,7 +228,7 @@ func (b *Backend) Add(dst, x, y backend.Mat) {
 	b.each(kAdd, dst.Rows*dst.Cols, d, dst.Stride, xp, x.Stride, yp, y.Stride, dst.Rows, dst.Cols)
 }
 
-// Copy implements model.Backend.
+// Copy implements backend.Backend.
 func (b *Backend) Copy(dst, src backend.Mat) {
 	sameShape("Copy", dst, src)
 	d, s := at(dst), at(src)
@@ -246,7 +246,7 @@ func checkRows(op string, idx []int32, m backend.Mat) {
 	}
 }
 
-// Gather implements model.Backend.
+// Gather implements backend.Backend.
 func (b *Backend) Gather(dst, src backend.Mat, rows []int32) {
 	if len(rows) > dst.Rows || dst.Cols != src.Cols {
 		panic(fmt.Sprintf("cuda: Gather of %d rows of %dx%d into %dx%d", len(rows), src.Rows, src.Cols, dst.Rows, dst.Cols))
@@ -260,7 +260,7 @@ func (b *Backend) Gather(dst, src backend.Mat, rows []int32) {
 	b.devFree(idx, n)
 }
 
-// ScatterAdd implements model.Backend.
+// ScatterAdd implements backend.Backend.
 func (b *Backend) ScatterAdd(dst, src backend.Mat, rows []int32, scale []float32) {
 	if len(rows) > src.Rows || len(scale) != len(rows) || dst.Cols != src.Cols {
 		panic(fmt.Sprintf("cuda: ScatterAdd of %d rows (%d scales) of %dx%d into %dx%d", len(rows), len(scale), src.Rows, src.Cols, dst.Rows, dst.Cols))

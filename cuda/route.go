@@ -27,7 +27,7 @@ const (
 )
 
 // Route chooses the experts of every row of logits [tokens, experts] on
-// the device, as model's router does on the host: scores by cfg's scoring
+// the device, as deepseek2's router does on the host: scores by cfg's scoring
 // function (plus bias, the correction bias, when not nil), group-limited
 // top-k, the margin of each decision and the normalised, scaled weights,
 // in the order of DeepSeek's model.py (descending selection score). It

@@ -17,7 +17,7 @@ func (m *Model) SetBackend(b backend.Backend) { m.backend = b }
 // Backend is the backend SetBackend set, nil for the host engine.
 func (m *Model) Backend() backend.Backend { return m.backend }
 
-// device runs a forward's work on a model.Backend.
+// device runs a forward's work on a backend.Backend.
 type device struct {
 	b     backend.Backend
 	ops   backend.V4Ops  // nil when b has none

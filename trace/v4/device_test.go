@@ -68,7 +68,7 @@ func (h *hostOps) SparseAttention(out, q, kv backend.Mat, sink backend.Buffer, i
 }
 
 // TestBackendMatchesHost runs every layer of v4-tiny and its logits, in
-// both precisions, on the golden inputs through a model.Backend (the CPU
+// both precisions, on the golden inputs through a backend.Backend (the CPU
 // one, whose products are simd's, alone and with backend.V4Ops) and on the
 // host engine: every output is identical bit for bit, so the device path
 // moves the same data the host path computes on.

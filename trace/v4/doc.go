@@ -41,5 +41,5 @@
 // Arithmetic is float32 on the host: the matrix products run on simd's
 // kernels, the rest in plain Go. Model.SetBackend and Model41.SetBackend
 // move the products, and the operations a backend offers as backend.V4Ops
-// and backend.V41Ops, to a model.Backend (the cuda one).
+// and backend.V41Ops, to a backend.Backend (the cuda one).
 package v4
