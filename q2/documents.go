@@ -347,6 +347,7 @@ func (q *Plan) shardDigests(ctx context.Context, sh *Shard) ([]byte, error) {
 	var key diskcache.Key
 	if q.disk != nil {
 		h := sha256.New()
+		// The text is FORMATS.md's; another would orphan every stored entry.
 		fmt.Fprintf(h, "dsfs q2 shard manifest\x00codec %s\x00%s\x00%s\x00", codecs.Version, sh.Name, sh.Source.Name)
 		h.Write(sh.Header())
 		for i, t := range sources {

@@ -115,7 +115,7 @@ func flip(t *testing.T, p string, off int64) {
 
 func TestVerifyExport(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
-	out := exportQ2(t, t.TempDir()) // the cache spares the manifests a second quantisation
+	out := exportQ2(t, t.TempDir()) // the cache spares the shards' digests a second quantisation
 	q := plan(t, q2.Options{})
 	r, err := Verify(context.Background(), q, out, 0, seed, nil)
 	if err != nil {

@@ -92,7 +92,7 @@ func TestQ2View(t *testing.T) {
 			t.Errorf("%s: name or metadata %v", name, p.h.Metadata)
 		}
 		if view.Child(name+".manifest.json") == nil {
-			t.Errorf("%s has no manifest", name)
+			t.Errorf("%s has no digests (.manifest.json)", name)
 		}
 	}
 	var quantised, dropped, external, native int
@@ -262,8 +262,8 @@ func TestQ2SkippedAndEmptyShards(t *testing.T) {
 }
 
 // TestQ2DiskCache reads q2/ twice through two plans sharing a disk cache:
-// the second computes nothing and serves the same bytes, shard manifests
-// included; a corrupt entry is recomputed, never served.
+// the second computes nothing and serves the same bytes, the shards'
+// digests included; a corrupt entry is recomputed, never served.
 func TestQ2DiskCache(t *testing.T) {
 	dir := t.TempDir()
 	open := func() (*Set, *blockcache.Cache, *diskcache.Cache) {
@@ -281,10 +281,11 @@ func TestQ2DiskCache(t *testing.T) {
 	if st1.Quantised == 0 || st1.FromDiskCache != 0 {
 		t.Fatalf("first read: %+v", st1)
 	}
-	// The manifest needs every block of the shard again: the disk has them.
+	// The shard's digests need every block of the shard again: the disk
+	// has them.
 	man1 := readAll(t, s1.Root.Child("q2").Child(shard+".manifest.json"), c1)
 	if st := s1.Stats()["q2"].(q2.Stats); st.Quantised != st1.Quantised || st.FromDiskCache != st1.Quantised {
-		t.Fatalf("manifest after the shard: %+v", st)
+		t.Fatalf("digests after the shard: %+v", st)
 	}
 
 	s2, c2, dc2 := open()
