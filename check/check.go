@@ -129,7 +129,8 @@ func hashFile(p string) (string, error) {
 
 // NVFP4Result summarises an NVFP4 check.
 type NVFP4Result struct {
-	Experts int
+	Experts int   // experts the view holds as NVFP4
+	Kept    int   // MTP experts the view keeps as MXFP4 (without --nvfp4-mtp)
 	Blocks  int64 // source 32-blocks compared
 	Differ  int64 // blocks whose NVFP4 decode differs from the MXFP4 decode
 	Lossy   int64 // blocks the view's TRANSCODE.json counts as lossy
@@ -137,7 +138,9 @@ type NVFP4Result struct {
 
 // NVFP4 decodes every expert of the source (MXFP4) and of the nvfp4 view
 // and counts the 32-blocks whose float32 values differ in any bit; a correct
-// view differs exactly in the blocks its report counts as lossy.
+// view differs exactly in the blocks its report counts as lossy. Every
+// routed expert must be NVFP4 with its input_scale; an MTP expert is
+// either NVFP4 too or kept byte for byte as the source's MXFP4.
 func NVFP4(srcDir, viewDir string) (NVFP4Result, error) {
 	var r NVFP4Result
 	src, view, err := openPair(srcDir, viewDir)
@@ -155,6 +158,20 @@ func NVFP4(srcDir, viewDir string) (NVFP4Result, error) {
 		w, sc, err := readPair(t, t.Scale)
 		if err != nil {
 			return r, err
+		}
+		if t.Role == checkpoint.RoleMTPExpert && view.Tensor(b+".weight_scale") == nil {
+			vw, vsc, err := readPair(view.Tensor(t.Name), view.Tensor(t.Scale.Name))
+			if err != nil {
+				return r, fmt.Errorf("nvfp4 view: MTP expert %s kept as MXFP4: %w", b, err)
+			}
+			if !bytes.Equal(w, vw) || !bytes.Equal(sc, vsc) {
+				return r, fmt.Errorf("nvfp4 view: MTP expert %s kept as MXFP4: bytes differ from the source", b)
+			}
+			r.Kept++
+			continue
+		}
+		if in, err := read(view.Tensor(b + ".input_scale")); err != nil || len(in) != 4 {
+			return r, fmt.Errorf("nvfp4 view: %s.input_scale: %v", b, err)
 		}
 		vw, vs, err := readPair(view.Tensor(b+".weight"), view.Tensor(b+".weight_scale"))
 		if err != nil {

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"slices"
 	"strconv"
 	"strings"
 )
@@ -433,44 +432,4 @@ func (c *Config) QuantPatch(converted int, key, value string) map[string]any {
 		return nil
 	}
 	return map[string]any{"quantization_config." + key: value}
-}
-
-// PatchTopLevelString returns the JSON object data with the string value
-// of its top-level key replaced by value, every other byte as it was:
-// DeepSeek's inference/config.json keeps its own layout (lists on one
-// line) for the people who read it. A key that is absent, or whose value
-// is not a string, is an error.
-func PatchTopLevelString(data []byte, key, value string) ([]byte, error) {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
-		return nil, errors.New("not a JSON object")
-	}
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return nil, err
-		}
-		k, _ := tok.(string)
-		keyEnd := dec.InputOffset()
-		if k != key {
-			var skip json.RawMessage
-			if err := dec.Decode(&skip); err != nil {
-				return nil, err
-			}
-			continue
-		}
-		v, err := dec.Token()
-		if _, ok := v.(string); err != nil || !ok {
-			return nil, fmt.Errorf("%s is not a string", key)
-		}
-		end := dec.InputOffset()
-		// The value starts at its opening quote after the colon.
-		start := keyEnd + int64(bytes.IndexByte(data[keyEnd:end], '"'))
-		enc, err := json.Marshal(value)
-		if err != nil {
-			return nil, err
-		}
-		return slices.Concat(data[:start], enc, data[end:]), nil
-	}
-	return nil, fmt.Errorf("no key %s", key)
 }

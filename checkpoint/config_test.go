@@ -271,20 +271,6 @@ func TestQuantPatch(t *testing.T) {
 	}
 }
 
-func TestPatchTopLevelString(t *testing.T) {
-	in := "{\n    \"n_layers\": 40,\n    \"lists\": [1, 2],\n    \"nested\": {\"expert_dtype\": \"x\"},\n    \"expert_dtype\" :  \"fp4\",\n    \"dtype\": \"fp8\"\n}\n"
-	got, err := PatchTopLevelString([]byte(in), "expert_dtype", "nvfp4")
-	want := strings.Replace(in, `:  "fp4"`, `:  "nvfp4"`, 1)
-	if err != nil || string(got) != want {
-		t.Errorf("got %q, %v\nwant %q", got, err, want)
-	}
-	for _, key := range []string{"n_layers", "missing"} {
-		if _, err := PatchTopLevelString([]byte(in), key, "v"); err == nil {
-			t.Errorf("%s: no error", key)
-		}
-	}
-}
-
 func TestFamily(t *testing.T) {
 	for _, tt := range []struct {
 		name, config string

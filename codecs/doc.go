@@ -13,4 +13,8 @@ package codecs
 //
 // 2: nvfp4/'s weight_scale_2 scalars moved after every other tensor of a
 // shard, so that opening a shard no longer computes every global scale.
-const Version = "2"
+// 3: nvfp4/ is the loader contract of NVIDIA's NVFP4 builds: an
+// input_scale scalar per expert matrix (after the others, with the
+// weight_scale_2 scalars), MTP experts left MXFP4 unless asked, and the
+// MIXED_PRECISION quantisation configs.
+const Version = "3"

@@ -73,7 +73,7 @@ func (n *Transcoder) group(t *checkpoint.Tensor) *group {
 			other = "w1"
 		}
 		partner := n.cat.Tensor(strings.TrimSuffix(base(t.Name), t.Proj) + other + ".weight")
-		if partner != nil && isExpert(partner) {
+		if partner != nil && n.converts(partner) {
 			g.scales = append(g.scales, partner.Scale)
 		}
 	}

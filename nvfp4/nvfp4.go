@@ -45,9 +45,11 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/codecs"
+	"github.com/dsfs/dsfs/diskcache"
 	"github.com/dsfs/dsfs/safetensors"
 	"github.com/dsfs/dsfs/tensorfile"
 	"github.com/dsfs/dsfs/vfile"
@@ -62,26 +64,56 @@ const WeightScaleCodec = "nvfp4_weight_scale"
 // safe for concurrent use.
 type Transcoder struct {
 	cat     *checkpoint.Catalog
+	opt     Options
 	experts []*checkpoint.Tensor // the weights it transcodes, in catalog order
+	cal     *calibration         // nil: every input_scale is 1.0
 
 	mu     sync.Mutex
 	groups map[string]*group // by group name
+
+	blocks, clamped atomic.Int64 // weight_scale blocks computed so far, and of those clamped
+}
+
+// Options are how a Transcoder transcodes.
+type Options struct {
+	// MTP converts the experts of the MTP blocks too. By default they stay
+	// MXFP4, their .weight and .scale served byte for byte, as NVIDIA's
+	// NVFP4 build leaves them and as SGLang's and vLLM's draft models read
+	// them; the quantisation configs then list mtp.* as not NVFP4.
+	MTP bool
+	// Calibration gives the experts' input scales; nil: 1.0 everywhere.
+	Calibration *Calibration
+	// Disk keeps a calibration's result across mounts; nil: none.
+	Disk *diskcache.Cache
+	// Producer names the program and its version in the quantisation
+	// configs.
+	Producer Producer
+}
+
+// Producer is the "producer" entry of the quantisation configs.
+type Producer struct {
+	Name    string `json:"name"`
+	Version string `json:"version"`
 }
 
 // New returns the transcoder of cat's experts. It reads headers only.
-func New(cat *checkpoint.Catalog) *Transcoder {
-	n := &Transcoder{cat: cat, groups: make(map[string]*group)}
+func New(cat *checkpoint.Catalog, opt Options) *Transcoder {
+	n := &Transcoder{cat: cat, opt: opt, groups: make(map[string]*group)}
 	for _, t := range cat.Tensors {
-		if isExpert(t) {
+		if n.converts(t) {
 			n.experts = append(n.experts, t)
 		}
+	}
+	if opt.Calibration != nil {
+		n.cal = &calibration{Calibration: opt.Calibration, n: n}
 	}
 	return n
 }
 
-// isExpert reports whether t is an expert weight the transcoder converts.
-func isExpert(t *checkpoint.Tensor) bool {
-	return (t.Role == checkpoint.RoleRoutedExpert || t.Role == checkpoint.RoleMTPExpert) &&
+// converts reports whether t is an expert weight the transcoder converts:
+// an MXFP4 routed expert, or an MTP block's with Options.MTP.
+func (n *Transcoder) converts(t *checkpoint.Tensor) bool {
+	return (t.Role == checkpoint.RoleRoutedExpert || n.opt.MTP && t.Role == checkpoint.RoleMTPExpert) &&
 		t.Format == checkpoint.FormatMXFP4 && t.Scale != nil
 }
 
@@ -89,10 +121,10 @@ func isExpert(t *checkpoint.Tensor) bool {
 // and true for its scale (replaced by the weight's tensors), and false for
 // any other tensor.
 func (n *Transcoder) Rewrite(t *checkpoint.Tensor) ([]tensorfile.Out, bool) {
-	if t.ScaleOf != nil && isExpert(t.ScaleOf) {
+	if t.ScaleOf != nil && n.converts(t.ScaleOf) {
 		return nil, true
 	}
-	if !isExpert(t) {
+	if !n.converts(t) {
 		return nil, false
 	}
 	rows := t.Shape[0] // [out, in/2] bytes
@@ -114,6 +146,7 @@ func (n *Transcoder) Rewrite(t *checkpoint.Tensor) ([]tensorfile.Out, bool) {
 			return err
 		}
 		codecs.NVFP4WeightScale(dst, src, ge)
+		n.count(src, ge)
 		return nil
 	})
 	// g is memoised per mount: the scalar needs no block of its own.
@@ -124,6 +157,15 @@ func (n *Transcoder) Rewrite(t *checkpoint.Tensor) ([]tensorfile.Out, bool) {
 				return err
 			}
 			binary.LittleEndian.PutUint32(dst, math.Float32bits(codecs.WeightScale2(ge)))
+			return nil
+		}}
+	input := vfile.Small{ID: id2[:len(id2)-len("weight_scale_2")] + "input_scale", N: 4,
+		Compute: func(ctx context.Context, dst []byte) error {
+			v, err := n.inputScale(ctx, t)
+			if err != nil {
+				return err
+			}
+			binary.LittleEndian.PutUint32(dst, math.Float32bits(v))
 			return nil
 		}}
 	// weight_scale reads its own scale and, for g, the group's others.
@@ -144,29 +186,26 @@ func (n *Transcoder) Rewrite(t *checkpoint.Tensor) ([]tensorfile.Out, bool) {
 		{Name: id[view:], DType: safetensors.F8E4M3, Shape: []int64{rows, 2 * scaleRow}, Data: scale,
 			Codec: WeightScaleCodec, Sources: scaleSources},
 		// Last in the file: g takes every scale of the group to compute,
-		// and a reader of the header must not wait for it.
+		// and a calibrated input scale the trace of every layer, and a
+		// reader of the header must not wait for them.
+		{Name: input.ID[view:], DType: safetensors.F32, Shape: []int64{}, Data: input,
+			Codec: "nvfp4_input_scale", Tail: true},
 		{Name: id2[view:], DType: safetensors.F32, Shape: []int64{}, Data: global,
 			Codec: "nvfp4_weight_scale_2", Sources: g.scales, Tail: true},
 	}, true
 }
 
-// ConfigPatch sets quantization_config.expert_dtype, and the top-level
-// expert_dtype where DeepSeek-V4 writes one, so config.json says one thing.
-func (n *Transcoder) ConfigPatch() map[string]any {
-	p := n.cat.Config.QuantPatch(len(n.experts), "expert_dtype", "nvfp4")
-	if _, ok := n.cat.Config.Raw["expert_dtype"]; ok && p != nil {
-		p["expert_dtype"] = "nvfp4"
+// count adds a run of source scales, converted under global exponent g,
+// to the blocks computed and clamped so far.
+func (n *Transcoder) count(scales []byte, g int) {
+	clamped := 0
+	for _, b := range scales {
+		if k := int(b) - 127 - g; b != codecs.E8M0NaN && (k < codecs.E4M3MinPow2 || k > codecs.E4M3MaxPow2) {
+			clamped++
+		}
 	}
-	return p
-}
-
-// InferencePatch says the experts are NVFP4 in inference/config.json too,
-// whenever config.json says so.
-func (n *Transcoder) InferencePatch() map[string]string {
-	if n.ConfigPatch() == nil {
-		return nil
-	}
-	return map[string]string{"expert_dtype": "nvfp4"}
+	n.blocks.Add(int64(len(scales)))
+	n.clamped.Add(int64(clamped))
 }
 
 // Files are the report and, when the view holds NVFP4 experts, their

@@ -22,7 +22,7 @@ func tiny(t *testing.T) *Transcoder {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cat.Close() })
-	n := New(cat)
+	n := New(cat, Options{MTP: true})
 	if len(n.experts) == 0 {
 		t.Fatal("v41-tiny has no MXFP4 experts")
 	}

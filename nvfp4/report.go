@@ -3,12 +3,9 @@ package nvfp4
 import (
 	"context"
 	"slices"
-	"sort"
-	"strings"
 
 	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/codecs"
-	"github.com/dsfs/dsfs/vfile"
 	"golang.org/x/sync/errgroup"
 )
 
@@ -159,34 +156,4 @@ func (n *Transcoder) Describe(ctx context.Context, experts []*checkpoint.Tensor)
 		return nil, err
 	}
 	return facts, nil
-}
-
-// hfQuantConfig is the ModelOpt description of the view: W4A16 NVFP4
-// experts (no activation calibration exists, so no input_scale), every
-// other module excluded.
-func (n *Transcoder) hfQuantConfig() []byte {
-	quant := make(map[string]bool, len(n.experts))
-	for _, t := range n.experts {
-		quant[base(t.Name)] = true
-	}
-	exclude := []string{}
-	seen := make(map[string]bool)
-	for _, t := range n.cat.Tensors {
-		m := base(t.Name)
-		if quant[m] || (t.ScaleOf != nil && quant[base(t.ScaleOf.Name)]) || seen[m] || !strings.HasSuffix(t.Name, ".weight") {
-			continue
-		}
-		seen[m] = true
-		exclude = append(exclude, m)
-	}
-	sort.Strings(exclude)
-	return vfile.MustJSON(map[string]any{
-		"producer": map[string]any{"name": "dsfs", "version": codecs.Version},
-		"quantization": map[string]any{
-			"quant_algo":          "W4A16_NVFP4",
-			"kv_cache_quant_algo": nil,
-			"group_size":          16,
-			"exclude_modules":     exclude,
-		},
-	})
 }

@@ -167,6 +167,10 @@ func TestManifestProvenance(t *testing.T) {
 					if td.Sources[0].Tensor != b+".scale" {
 						t.Errorf("%s/%s: first source %s", view, td.Name, td.Sources[0].Tensor)
 					}
+				case "nvfp4_input_scale":
+					if len(out) != 4 || td.CodecVersion != codecs.Version {
+						t.Errorf("%s/%s: input_scale of %d bytes, version %q", view, td.Name, len(out), td.CodecVersion)
+					}
 				case "nvfp4_weight_scale_2", "engram_fp4":
 					if len(td.Sources) == 0 || td.CodecVersion != codecs.Version {
 						t.Errorf("%s/%s: %s with sources %v version %q", view, td.Name, td.Codec, td.Sources, td.CodecVersion)

@@ -15,9 +15,12 @@ import (
 // layout and checks that the first MiB of every shard (the header and what a
 // loader reads with it) is header and source bytes only, so opening a shard
 // or listing its tensors computes nothing but the header, which is made
-// from the layout alone (tensorfile.Lay); the weight_scale_2 scalars, whose
-// global exponent takes every scale of an expert group to compute, are the
-// last tensors of each shard.
+// from the layout alone (tensorfile.Lay); the weight_scale_2 and
+// input_scale scalars, whose global exponent takes every scale of an
+// expert group to compute and whose calibration the trace of every layer,
+// are the last tensors of each shard. It also counts the loader contract
+// on the released layout: 46,080 routed expert matrices with both
+// scalars, 1,152 MTP expert matrices left MXFP4 (.weight and .scale).
 func TestNVFP4OpenIsCheap(t *testing.T) {
 	dir := t.TempDir()
 	if err := synth.Write("v41-full-sparse", dir); err != nil {
@@ -35,7 +38,7 @@ func TestNVFP4OpenIsCheap(t *testing.T) {
 	t.Cleanup(func() { s.Close() })
 	cache := blockcache.New(64<<20, 2)
 	t.Cleanup(cache.Close)
-	scalars := 0
+	scalars, inputs, mtpScales := 0, 0, 0
 	for _, sh := range cat.Shards {
 		f := s.Root.Child("nvfp4").Child(sh.Name).File
 		hdr, ok := f.Segments()[0].(vfile.Small)
@@ -64,17 +67,24 @@ func TestNVFP4OpenIsCheap(t *testing.T) {
 		}
 		tail := false
 		for _, tt := range h.Tensors {
-			last := strings.HasSuffix(tt.Name, ".weight_scale_2")
-			if tail && !last {
-				t.Fatalf("%s: %s after a weight_scale_2", sh.Name, tt.Name)
+			scalar := strings.HasSuffix(tt.Name, ".weight_scale_2") || strings.HasSuffix(tt.Name, ".input_scale")
+			if tail && !scalar {
+				t.Fatalf("%s: %s after the scalars", sh.Name, tt.Name)
 			}
-			if last {
+			switch {
+			case strings.HasSuffix(tt.Name, ".weight_scale_2"):
 				tail = true
 				scalars++
+			case strings.HasSuffix(tt.Name, ".input_scale"):
+				tail = true
+				inputs++
+			case strings.HasPrefix(tt.Name, "mtp.") && strings.Contains(tt.Name, ".ffn.experts.") && strings.HasSuffix(tt.Name, ".scale"):
+				mtpScales++
 			}
 		}
 	}
-	if scalars != 40*384*3+3*128*3 {
-		t.Errorf("%d weight_scale_2 scalars, want %d", scalars, 40*384*3+3*128*3)
+	const routed, mtp = 40 * 384 * 3, 3 * 128 * 3
+	if scalars != routed || inputs != routed || mtpScales != mtp {
+		t.Errorf("%d weight_scale_2 and %d input_scale scalars, %d MTP expert scales; want %d, %d and %d", scalars, inputs, mtpScales, routed, routed, mtp)
 	}
 }

@@ -3,7 +3,7 @@ package views
 // registry lists every view; a new view is one file plus one line here.
 var registry = []View{
 	{Name: "source", About: "the checkpoint as it is, served unchanged", build: buildSource},
-	{Name: "nvfp4", About: "routed and MTP experts MXFP4 -> NVFP4 (lossless), everything else as is", build: safetensorsView(nvfp4Rewrites)},
+	{Name: "nvfp4", About: "routed experts MXFP4 -> NVFP4 (lossless) as vLLM, SGLang and TensorRT-LLM load NVIDIA's build; everything else as is", Options: nvfp4Options, build: safetensorsView(nvfp4Rewrites)},
 	{Name: "engram-fp4", About: "Engram tables FP8 -> FP4 with block-32 E8M0 scales, everything else as is", build: safetensorsView(engramRewrites)},
 	{Name: "nvfp4+engram-fp4", About: "both transcodes at once (the seed script's default output)", build: safetensorsView(nvfp4Rewrites, engramRewrites)},
 	{Name: "trace", About: "DeepSeek MLA + MoE decoder-layer forwards on prompts, run when read: activations, routes, statistics", Options: traceOptions, Transient: true, build: buildTrace},

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -25,13 +26,6 @@ type Rewriter interface {
 	Files() map[string]*vfile.Node
 }
 
-// An InferencePatcher is a Rewriter that also sets top-level string keys
-// of DeepSeek's inference/config.json, which its reference code builds the
-// model from, so that the two config files agree.
-type InferencePatcher interface {
-	InferencePatch() map[string]string
-}
-
 // rewrites names a way of making a Rewriter. Views applying rewrites of
 // one name share what it makes of each tensor (rewrittenSet), so a name
 // must stand for one rewriter.
@@ -46,15 +40,25 @@ type rewrites struct {
 func safetensorsView(makers ...rewrites) builder {
 	return func(s *Set, name string) (Built, error) {
 		var rws []*rewritten
+		var b Built
 		for _, m := range makers {
 			rw, err := s.rewritten.get(s, m)
+			var p *viewProblem
+			if errors.As(err, &p) {
+				return Built{Root: tree("", map[string]*vfile.Node{"ERROR.txt": {File: vfile.NewFile(vfile.Bytes(name + "/: " + p.Error() + "\n"))}}),
+					Warnings: []string{name + "/ " + p.summary + "; details in " + name + "/ERROR.txt"}}, nil
+			}
 			if err != nil {
 				return Built{}, err
 			}
 			rws = append(rws, rw)
+			if st, ok := rw.rw.(interface{ Stats() any }); ok && b.Stats == nil {
+				b.Stats = st.Stats
+			}
 		}
 		root, err := s.rewrite(name, rws)
-		return Built{Root: root}, err
+		b.Root = root
+		return b, err
 	}
 }
 
@@ -115,18 +119,12 @@ func (s *Set) rewrite(view string, rws []*rewritten) (*vfile.Node, error) {
 			files[name] = n
 		}
 	}
-	inference, err := patchInference(s.Cat, rws)
-	if err != nil {
-		return nil, err
-	}
 	for _, f := range s.Cat.Files {
 		switch {
 		case f.Name == "model.safetensors.index.json":
 			continue
 		case f.Name == "config.json" && !bytes.Equal(config, s.Cat.ConfigBytes):
 			files[f.Name] = &vfile.Node{File: vfile.NewFile(vfile.Bytes(config)), From: []string{f.Path}}
-		case f.Name == checkpoint.InferenceConfigName && !bytes.Equal(inference, s.Cat.InferenceConfigBytes):
-			files[f.Name] = &vfile.Node{File: vfile.NewFile(vfile.Bytes(inference)), From: []string{f.Path}}
 		case files[f.Name] != nil:
 			s.shadowed[f.Name] = append(s.shadowed[f.Name], view)
 		default:
@@ -208,28 +206,4 @@ func mergeReports(a, b *vfile.Node) *vfile.Node {
 		}
 		return merged, nil
 	})
-}
-
-// patchInference returns inference/config.json as the rewriters patch it
-// (only keys it already has, each value replaced in place: ModelArgs takes
-// no unknown key).
-func patchInference(cat *checkpoint.Catalog, rws []*rewritten) ([]byte, error) {
-	b := cat.InferenceConfigBytes
-	for _, rw := range rws {
-		ip, ok := rw.rw.(InferencePatcher)
-		if !ok || b == nil {
-			continue
-		}
-		for k, v := range ip.InferencePatch() {
-			if _, has := cat.Config.Inference[k]; !has {
-				continue
-			}
-			p, err := checkpoint.PatchTopLevelString(b, k, v)
-			if err != nil {
-				return nil, fmt.Errorf("%s: %w", checkpoint.InferenceConfigName, err)
-			}
-			b = p
-		}
-	}
-	return b, nil
 }

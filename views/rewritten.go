@@ -14,6 +14,7 @@ import (
 type rewrittenSet struct {
 	mu     sync.Mutex
 	byName map[string]*rewritten
+	errs   map[string]error // why a rewriter could not be made
 }
 
 // rewritten is one rewriter and what it made of the shards so far.
@@ -40,10 +41,11 @@ func (m *rewrittenSet) get(s *Set, r rewrites) (*rewritten, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if rw, ok := m.byName[r.name]; ok {
-		return rw, nil
+		return rw, m.errs[r.name]
 	}
 	rw, err := r.make(s)
 	if err != nil {
+		m.byName[r.name], m.errs[r.name] = nil, err // made once, failed or not
 		return nil, err
 	}
 	x := &rewritten{rw: rw, shards: make([]shardClaims, len(s.Cat.Shards))}

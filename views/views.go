@@ -104,7 +104,7 @@ type Set struct {
 // of shared (nil: its own) with the set that describes it.
 func newSet(cat *checkpoint.Catalog, opt Options, registry []View, shared *rewrittenSet) *Set {
 	if shared == nil {
-		shared = &rewrittenSet{byName: make(map[string]*rewritten)}
+		shared = &rewrittenSet{byName: make(map[string]*rewritten), errs: make(map[string]error)}
 	}
 	s := &Set{Cat: cat, Opt: opt, registry: registry, files: &openFiles{m: make(map[string]*sourcefile.File)},
 		stats: make(map[string]func() any), shadowed: make(map[string][]string), rewritten: shared,

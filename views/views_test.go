@@ -142,8 +142,7 @@ func sourceBytes(t *testing.T, tt *checkpoint.Tensor) []byte {
 // nvfp4Expert reports whether nvfp4/ transcodes t (FORMATS.md): a routed
 // or MTP expert matrix in MXFP4 with its scale.
 func nvfp4Expert(t *checkpoint.Tensor) bool {
-	return (t.Role == checkpoint.RoleRoutedExpert || t.Role == checkpoint.RoleMTPExpert) &&
-		t.Format == checkpoint.FormatMXFP4 && t.Scale != nil
+	return t.Role == checkpoint.RoleRoutedExpert && t.Format == checkpoint.FormatMXFP4 && t.Scale != nil
 }
 
 // base strips a tensor name's last component (".weight", ".scale").
@@ -185,6 +184,9 @@ func TestNVFP4View(t *testing.T) {
 			if !bytes.Equal(g2, g2want[:]) {
 				t.Fatalf("%s.weight_scale_2 = %v, want 2^%d", b, g2, g)
 			}
+			if in, it, _ := find(files, b+".input_scale"); it.DType != safetensors.F32 || len(it.Shape) != 0 || math.Float32frombits(binary.LittleEndian.Uint32(in)) != 1 {
+				t.Fatalf("%s.input_scale %v %v = %v, want F32 1.0 (no calibration)", b, it.DType, it.Shape, in)
+			}
 			if _, _, ok := find(files, src.Scale.Name); ok {
 				t.Fatalf("%s: the source scale was not dropped", src.Scale.Name)
 			}
@@ -209,27 +211,29 @@ func TestNVFP4View(t *testing.T) {
 	var cfg struct {
 		Q map[string]any `json:"quantization_config"`
 	}
-	if err := json.Unmarshal(readAll(t, view.Child("config.json"), cache), &cfg); err != nil || cfg.Q["expert_dtype"] != "nvfp4" {
+	if err := json.Unmarshal(readAll(t, view.Child("config.json"), cache), &cfg); err != nil || cfg.Q["expert_dtype"] != "fp4" ||
+		cfg.Q["quant_algo"] != "MIXED_PRECISION" || cfg.Q["moe_quant_algo"] != "NVFP4" {
 		t.Fatalf("config.json quantization_config = %v (%v)", cfg.Q, err)
 	}
 	var hq struct {
 		Quantization struct {
-			Algo    string   `json:"quant_algo"`
-			KV      *string  `json:"kv_cache_quant_algo"`
-			Group   int      `json:"group_size"`
-			Exclude []string `json:"exclude_modules"`
+			Algo    string         `json:"quant_algo"`
+			KV      *string        `json:"kv_cache_quant_algo"`
+			Group   int            `json:"group_size"`
+			Layers  map[string]any `json:"quantized_layers"`
+			Exclude []string       `json:"exclude_modules"`
 		} `json:"quantization"`
 	}
 	if err := json.Unmarshal(readAll(t, view.Child("hf_quant_config.json"), cache), &hq); err != nil {
 		t.Fatal(err)
 	}
 	q := hq.Quantization
-	if q.Algo != "W4A16_NVFP4" || q.KV != nil || q.Group != 16 || len(q.Exclude) == 0 {
+	if q.Algo != "MIXED_PRECISION" || q.KV != nil || q.Group != 16 || len(q.Exclude) == 0 || q.Layers["layers.1.ffn.experts"] == nil {
 		t.Fatalf("hf_quant_config.json %+v", q)
 	}
 	for _, m := range q.Exclude {
-		if strings.Contains(m, ".experts.") {
-			t.Fatalf("expert module %s excluded", m)
+		if ok, _ := path.Match(m, "layers.1.ffn.experts.0.w1"); ok {
+			t.Fatalf("pattern %s excludes an NVFP4 expert", m)
 		}
 	}
 	var rep struct {

@@ -170,8 +170,8 @@ func demoCheck(src, mnt, tmp string) error {
 	if err != nil {
 		return err
 	}
-	fmt.Printf("check nvfp4/ decode == mxfp4 decode: %d experts, %d blocks, %d differ (%d lossy expected)\n",
-		r.Experts, r.Blocks, r.Differ, r.Lossy)
+	fmt.Printf("check nvfp4/ decode == mxfp4 decode: %d experts, %d blocks, %d differ (%d lossy expected); %d MTP experts kept as MXFP4\n",
+		r.Experts, r.Blocks, r.Differ, r.Lossy, r.Kept)
 	if r.Experts > 0 && r.Differ != r.Lossy {
 		failed = append(failed, fmt.Sprintf("nvfp4: %d blocks decode differently, %d counted lossy", r.Differ, r.Lossy))
 	}

@@ -46,11 +46,11 @@ var commands []command
 
 func init() {
 	commands = []command{
-		{"mount", "[--cache-mb N] [--cache-dir DIR] [--cache-dir-gb N] [--revision REV] [--views LIST] [--device auto|cpu|cuda] [--trace-prompts FILE] [--trace-precision a8|fp32] [--trace-memory-mb N] [--tp N] [--no-hash] [--gguf-split-mb N] [--allow-other] [--debug] [--background] [-o OPTS] SRC MNT", "mount SRC at MNT (foreground unless --background; Ctrl-C, SIGTERM or SIGHUP unmounts)", runMount, 1},
+		{"mount", "[--cache-mb N] [--cache-dir DIR] [--cache-dir-gb N] [--revision REV] [--views LIST] [--nvfp4-mtp] [--nvfp4-calibrate FILE] [--device auto|cpu|cuda] [--trace-prompts FILE] [--trace-precision a8|fp32] [--trace-memory-mb N] [--tp N] [--no-hash] [--gguf-split-mb N] [--allow-other] [--debug] [--background] [-o OPTS] SRC MNT", "mount SRC at MNT (foreground unless --background; Ctrl-C, SIGTERM or SIGHUP unmounts)", runMount, 1},
 		{"umount", "[--lazy|-z] MNT", "unmount a dsfs mount", runUmount, 1},
 		{"demo", "[--check] [--preset NAME] [MNT]", "synthesise a small checkpoint, mount it and show it; --check verifies the views and exits", runDemo, 1},
 		{"synth", "[--force] --preset NAME OUT", "write a synthetic checkpoint (presets: see --help)", runSynth, 1},
-		{"export", "[--cache-mb N] [--cache-dir DIR] [--cache-dir-gb N] [--revision REV] [--device auto|cpu|cuda] [--trace-prompts FILE] [--trace-precision a8|fp32] [--trace-memory-mb N] [--tp N] [--no-hash] [--gguf-split-mb N] VIEW SRC OUT", "write a view as ordinary files, through the same code as the mount; a rerun completes an interrupted export", runExport, 1},
+		{"export", "[--cache-mb N] [--cache-dir DIR] [--cache-dir-gb N] [--revision REV] [--nvfp4-mtp] [--nvfp4-calibrate FILE] [--device auto|cpu|cuda] [--trace-prompts FILE] [--trace-precision a8|fp32] [--trace-memory-mb N] [--tp N] [--no-hash] [--gguf-split-mb N] VIEW SRC OUT", "write a view as ordinary files, through the same code as the mount; a rerun completes an interrupted export", runExport, 1},
 		{"verify", "q2 SRC --against DIR [--sample N] [--seed S] [--json F]", "recompute sampled q2/ blocks and check them against an exported q2 directory or a --cache-dir, and the recorded digests", runVerify, 1},
 		{"audit", "q2 SRC [--json F] [--sample N] [--cache-dir DIR] [--cache-dir-gb N] [--revision REV]", "cosine similarity and relative RMS error of the q2/ blocks against the exact MXFP4 decode, per projection", runAudit, 1},
 		{"inspect", "[--json F] [--shard NAME] [--tp N] [--no-hash] [--cache-dir DIR] SRC", "the manifest summary and problems of a checkpoint, hashing and checking every tensor (progress bar on a terminal); exits 1 when it finds problems", runInspect, 2},
