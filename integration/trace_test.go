@@ -33,6 +33,14 @@ func (a *goldenArray) f32() []float32 {
 	return v
 }
 
+func (a *goldenArray) i32() []int32 {
+	v := make([]int32, len(a.Data)/4)
+	for i := range v {
+		v[i] = int32(binary.LittleEndian.Uint32(a.Data[4*i:]))
+	}
+	return v
+}
+
 type goldenSeq struct {
 	TokenIDs []int                        `json:"token_ids"`
 	Layers   []map[string]json.RawMessage `json:"layers"`
