@@ -35,10 +35,10 @@ func TestReleasedLayouts(t *testing.T) {
 		visionTensors int
 		engramLayers  []int
 	}{
-		{"v41-full-sparse", 48, 96_085, 510_286_023_000, 40*384*3 + 3*128*3,
+		{"v41-full-sparse", 48, 96_085, 510_286_023_000, 40 * 384 * 3,
 			[]string{"model-00047-of-00048.safetensors", "model-00048-of-00048.safetensors"},
 			[]int{128, 128, 128}, 259 + 4 + 3, []int{1, 14}},
-		{"v4-full-sparse", 46, 69_187, 159_609_485_896, 43*256*3 + 256*3, nil, []int{256}, 0, []int{}},
+		{"v4-full-sparse", 46, 69_187, 159_609_485_896, 43 * 256 * 3, nil, []int{256}, 0, []int{}},
 	} {
 		t.Run(tc.preset, func(t *testing.T) {
 			src := t.TempDir()
@@ -73,19 +73,30 @@ func TestReleasedLayouts(t *testing.T) {
 				t.Errorf("model facts %+v", o.Model)
 			}
 
-			// nvfp4/: one weight_scale_2 per converted expert matrix.
+			// nvfp4/: a weight_scale_2 and an input_scale per converted
+			// (routed) expert matrix; the MTP experts keep their MXFP4 .scale.
 			var ix struct {
 				WeightMap map[string]string `json:"weight_map"`
 			}
 			catJSON(t, m.path("nvfp4", "model.safetensors.index.json"), &ix)
-			converted := 0
+			converted, inputScales, mtpKept := 0, 0, 0
 			for name := range ix.WeightMap {
-				if strings.HasSuffix(name, ".weight_scale_2") {
+				switch {
+				case strings.HasSuffix(name, ".weight_scale_2"):
 					converted++
+				case strings.HasSuffix(name, ".input_scale"):
+					inputScales++
+				case strings.HasPrefix(name, "mtp.") && strings.Contains(name, ".ffn.experts.") && strings.HasSuffix(name, ".scale"):
+					mtpKept++
 				}
 			}
-			if converted != tc.nvfp4Matrices {
-				t.Errorf("nvfp4/ converts %d expert matrices, want %d", converted, tc.nvfp4Matrices)
+			mtpMatrices := 0
+			for _, n := range tc.mtpPerBlock {
+				mtpMatrices += 3 * n
+			}
+			if converted != tc.nvfp4Matrices || inputScales != converted || mtpKept != mtpMatrices {
+				t.Errorf("nvfp4/ converts %d expert matrices (%d input scales), keeps %d MTP matrices MXFP4; want %d, %d",
+					converted, inputScales, mtpKept, tc.nvfp4Matrices, mtpMatrices)
 			}
 
 			// engram-fp4/: the tables become packed E2M1, wkv stays FP8.

@@ -52,7 +52,7 @@ func TestGeneratedNameCollision(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := startMount(t, src, "--views", "source,nvfp4")
-	if b, err := os.ReadFile(m.path("nvfp4", "hf_quant_config.json")); err != nil || !strings.Contains(string(b), "W4A16_NVFP4") {
+	if b, err := os.ReadFile(m.path("nvfp4", "hf_quant_config.json")); err != nil || !strings.Contains(string(b), "MIXED_PRECISION") {
 		t.Errorf("nvfp4/hf_quant_config.json is not the view's own: %v %s", err, b)
 	}
 	run(t, "cmp", m.path("source", "hf_quant_config.json"), filepath.Join(src, "hf_quant_config.json"))

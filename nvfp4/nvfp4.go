@@ -94,6 +94,7 @@ type Options struct {
 type Producer struct {
 	Name    string `json:"name"`
 	Version string `json:"version"`
+	Codec   string `json:"codec"` // codecs.Version: what decides the bytes
 }
 
 // New returns the transcoder of cat's experts. It reads headers only.

@@ -21,6 +21,7 @@ import (
 	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/codecs"
 	"github.com/dsfs/dsfs/diskcache"
+	"github.com/dsfs/dsfs/internal/build"
 	"github.com/dsfs/dsfs/vfile"
 )
 
@@ -254,7 +255,7 @@ func (q *Plan) WritePlan(w io.Writer) error { return vfile.WriteJSON(w, q.planDo
 // planDoc is plan.json.
 func (q *Plan) planDoc() *PlanDoc {
 	p := &PlanDoc{
-		Artifact: q.artifact(), DSFSVersion: dsfsVersion(), CodecVersion: codecs.Version, Quantiser: Quantiser,
+		Artifact: q.artifact(), DSFSVersion: build.Version(), CodecVersion: codecs.Version, Quantiser: Quantiser,
 		SourceRepo: q.Repo, SourceRevision: q.Revision, Recipe: recipe(), Importance: importance(), Totals: q.totals(),
 		Shards:   make([]PlanShard, 0, len(q.Shards)),
 		External: make([]SourceRef, 0, len(q.External)), Dropped: make([]SourceRef, 0, len(q.Dropped)),
@@ -479,7 +480,7 @@ func (q *Plan) Digests(ctx context.Context) (*DigestsDoc, error) {
 // not depend on it (see README.md "Reproducibility").
 func environment() map[string]string {
 	return map[string]string{
-		"dsfs":      dsfsVersion(),
+		"dsfs":      build.Version(),
 		"codec":     codecs.Version,
 		"go":        runtime.Version(),
 		"platform":  runtime.GOOS + "/" + runtime.GOARCH,
@@ -583,7 +584,7 @@ func (q *Plan) README() []byte {
 // readmeFigures gathers README.md's figures from the plan, without
 // building plan.json's tensor list.
 func (q *Plan) readmeFigures() readmeFigures {
-	f := readmeFigures{Title: q.title(), Repo: q.Repo, Revision: q.Revision, DSFS: dsfsVersion(), Quantiser: Quantiser,
+	f := readmeFigures{Title: q.title(), Repo: q.Repo, Revision: q.Revision, DSFS: build.Version(), Quantiser: Quantiser,
 		GateUp: typeFigures{GGMLType: IQ2XXS}, Down: typeFigures{GGMLType: Q2K},
 		T: q.totals(), Environment: environment()}
 	for _, sh := range q.Shards {

@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
-	"runtime/debug"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -451,32 +450,6 @@ func sourceRevision(dir, revision string) (repo, rev string) {
 		rev = revision
 	}
 	return repo, rev
-}
-
-// dsfsVersion is the version of this binary: its module version and, when
-// built from a checkout, the commit.
-func dsfsVersion() string {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "unknown"
-	}
-	v := bi.Main.Version
-	var rev, dirty string
-	for _, s := range bi.Settings {
-		switch {
-		case s.Key == "vcs.revision":
-			rev = s.Value[:min(12, len(s.Value))]
-		case s.Key == "vcs.modified" && s.Value == "true":
-			dirty = "+dirty"
-		}
-	}
-	if rev != "" {
-		v += " " + rev + dirty
-	}
-	if v == "" {
-		return "unknown"
-	}
-	return v
 }
 
 // sha256Tensor hashes a source tensor's bytes.

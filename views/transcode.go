@@ -12,6 +12,7 @@ import (
 
 	"github.com/dsfs/dsfs/codecs"
 	"github.com/dsfs/dsfs/engramfp4"
+	dsfsbuild "github.com/dsfs/dsfs/internal/build"
 	"github.com/dsfs/dsfs/nvfp4"
 	"github.com/dsfs/dsfs/trace"
 	"github.com/dsfs/dsfs/trace/backend"
@@ -38,7 +39,7 @@ func newNVFP4(s *Set) (Rewriter, error) {
 	if err != nil {
 		return nil, err
 	}
-	opt := nvfp4.Options{MTP: mtp, Disk: s.Opt.DiskCache, Producer: nvfp4.Producer{Name: "dsfs", Version: codecs.Version}}
+	opt := nvfp4.Options{MTP: mtp, Disk: s.Opt.DiskCache, Producer: nvfp4.Producer{Name: "dsfs", Version: dsfsbuild.Version(), Codec: codecs.Version}}
 	if file := s.option("nvfp4", "nvfp4-calibrate"); file != "" {
 		if opt.Calibration, err = s.nvfp4Calibration(file); err != nil {
 			return nil, &viewProblem{summary: "cannot calibrate with --nvfp4-calibrate " + file, err: err}
