@@ -17,7 +17,7 @@ import (
 )
 
 // workDoc reports whether a path of the mount is a document that needs
-// real work (README "File sizes and attributes"): it shows size 0 until it
+// real work (docs/OPERATIONS.md "File sizes and attributes"): it shows size 0 until it
 // is first read.
 func workDoc(p string) bool {
 	base := path.Base(p)

@@ -115,7 +115,7 @@ func flipByte(t *testing.T, p string) {
 // TestPassthroughNotReusedForAChangedFile: while one reader holds a source/
 // file open through kernel passthrough, the file changes; a new open of it
 // fails with EIO instead of sharing the first reader's backing file (the
-// held descriptor itself reads the file without asking dsfs: the README
+// held descriptor itself reads the file without asking dsfs: OPERATIONS.md
 // says so).
 func TestPassthroughNotReusedForAChangedFile(t *testing.T) {
 	needMount(t)

@@ -395,7 +395,7 @@ func TestMountOptions(t *testing.T) {
 }
 
 // installHelper links /sbin/mount.fuse.dsfs to the test binary for the
-// test, as the README's install step does with the real one.
+// test, as OPERATIONS.md's install step does with the real one.
 func installHelper(t *testing.T) {
 	t.Helper()
 	const helper = "/sbin/mount.fuse.dsfs"
