@@ -10,7 +10,10 @@
 //	dsfs audit q2 SRC [--json F]
 //	dsfs inspect SRC [--json F] [--shard NAME] [--tp N] [--no-hash]
 //	dsfs diff A B
-//	dsfs --version
+//	dsfs version
+//
+// Install it with `go install ./cmd/dsfs` from a clone (the binary lands
+// in $(go env GOPATH)/bin, or $GOBIN when set).
 //
 // Exit status: 0 on success, 2 for a usage error (one line on stderr), 1
 // for any other failure; inspect and diff exit 1 when they find problems or
@@ -64,7 +67,7 @@ func usage(w io.Writer) {
 	for _, c := range commands {
 		fmt.Fprintf(w, "  dsfs %s %s\n      %s\n", c.name, c.usage, c.about)
 	}
-	fmt.Fprintln(w, "  dsfs --version\n      the module version and VCS revision of this binary")
+	fmt.Fprintln(w, "  dsfs version (or --version)\n      the module version and VCS revision of this binary")
 	fmt.Fprintln(w, "\nExit status: 0 on success, 1 on failure (inspect: problems found; diff: the checkpoints differ), 2 on a usage error (inspect, diff: on any error).")
 	fmt.Fprintln(w, "dsfs COMMAND --help shows a command's flags.")
 }
