@@ -394,6 +394,36 @@ func TestMountOptions(t *testing.T) {
 	}
 }
 
+// TestNonEmptyMountPoint: a mount point that holds files is refused in
+// one line; --nonempty and -o nonempty mount over it, hiding the files
+// until unmounted.
+func TestNonEmptyMountPoint(t *testing.T) {
+	needMount(t)
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "notes.txt"), []byte("mine"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(dsfsBin, "mount", tinySrc, dir).CombinedOutput()
+	if want := "dsfs mount: mount point " + dir + ": not empty (it holds notes.txt, which the mount would hide)"; err == nil || !strings.HasPrefix(string(out), want) || strings.Count(string(out), "\n") != 1 {
+		t.Fatalf("mount on a non-empty directory: %v\n%s\nwant one line starting %q", err, out, want)
+	}
+	if e := mountAt(t, dir); e.count != 0 {
+		t.Fatalf("refused, and yet mounted: %+v", e)
+	}
+	for _, args := range [][]string{{"--nonempty"}, {"-o", "ro,nonempty"}} {
+		unmountAtEnd(t, dir)
+		m := &mount{dir: dir, proc: startProc(t, exec.Command(dsfsBin, append(append([]string{"mount"}, args...), tinySrc, dir)...))}
+		m.waitReady(t, dir)
+		if _, err := os.Stat(m.path("notes.txt")); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s: notes.txt is visible through the mount: %v", args, err)
+		}
+		m.stop(t)
+		if b, err := os.ReadFile(filepath.Join(dir, "notes.txt")); err != nil || string(b) != "mine" {
+			t.Errorf("%s: after unmounting, notes.txt holds %q (%v)", args, b, err)
+		}
+	}
+}
+
 // installHelper links /sbin/mount.fuse.dsfs to the test binary for the
 // test, as the README's install step does with the real one.
 func installHelper(t *testing.T) {

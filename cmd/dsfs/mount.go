@@ -88,8 +88,9 @@ func runMount(args []string) error {
 	allowOther := fs.Bool("allow-other", false, "let other users read the mount")
 	debugFuse := fs.Bool("debug", false, "log every FUSE request")
 	background := fs.Bool("background", false, "return once the mount is ready, leaving a background process serving it")
+	nonEmpty := fs.Bool("nonempty", false, "mount over a directory that holds files, hiding them until unmounted (refused otherwise)")
 	var o fuseOptions
-	fs.Var(&o, "o", "mount options as FUSE tools take them, comma-separated: ro, allow_other, default_permissions, nosuid, nodev, noexec, and dsfs's flags as name=value (cache_mb=2048, views=nvfp4:q2)")
+	fs.Var(&o, "o", "mount options as FUSE tools take them, comma-separated: ro, allow_other, default_permissions, nonempty, nosuid, nodev, noexec, and dsfs's flags as name=value (cache_mb=2048, views=nvfp4:q2, log_file=FILE)")
 	qf := addQ2Flags(fs)
 	vf := addViewFlags(fs)
 	pos, err := parse(fs, args, 2, 2)
@@ -106,11 +107,14 @@ func runMount(args []string) error {
 	// Signals are watched from the start: before the mount is up one ends
 	// the process at once (nothing is mounted yet), after it one unmounts.
 	stop := watchSignals()
-	mp, err := vfs.ClaimMountPoint(pos[1], slog.Default())
+	mp, err := vfs.ClaimMountPoint(pos[1], *nonEmpty, slog.Default())
 	if err != nil {
 		return err
 	}
 	defer mp.Release()
+	if err := vfs.CheckDevice(); err != nil {
+		return fmt.Errorf("mounting %s: %w", mp.Dir, err)
+	}
 	srcDir, err := filepath.Abs(pos[0])
 	if err != nil {
 		return err
