@@ -291,3 +291,20 @@ func TestUsageListsFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestMissingSource: a source that is not there gets one line saying it
+// is the source checkpoint directory, from every command that reads one.
+func TestMissingSource(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "nosuch")
+	want := "source checkpoint directory " + missing + ": no such file or directory\n"
+	cmds := [][]string{{"inspect", missing}, {"export", "source", missing, filepath.Join(t.TempDir(), "out")}}
+	if _, err := os.Stat("/dev/fuse"); err == nil { // mount says what the device lacks first
+		cmds = append(cmds, []string{"mount", missing, t.TempDir()})
+	}
+	for _, args := range cmds {
+		_, stderr, status := dsfs(t, args...)
+		if status == 0 || stderr != "dsfs "+args[0]+": "+want {
+			t.Errorf("dsfs %s: status %d, stderr %q, want %q", strings.Join(args, " "), status, stderr, "dsfs "+args[0]+": "+want)
+		}
+	}
+}
