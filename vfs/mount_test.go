@@ -53,6 +53,7 @@ func TestClaimMountPoint(t *testing.T) {
 		{full, true, nil, ""},
 		{full, false, ErrNotEmpty, "it holds weights.bin, which the mount would hide): choose an empty directory, or pass --nonempty (-o nonempty)"},
 		{file, true, nil, "not a directory"},
+		{filepath.Join(empty, "nosuch"), false, os.ErrNotExist, "mount point " + filepath.Join(empty, "nosuch") + ": no such file or directory"},
 	} {
 		mp, err := ClaimMountPoint(tc.dir, tc.nonEmpty, slog.Default())
 		if tc.want == "" {

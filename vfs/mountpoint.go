@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -56,7 +57,10 @@ func ClaimMountPoint(dir string, nonEmpty bool, log *slog.Logger) (*MountPoint, 
 		return nil, err
 	}
 	if fi, err := os.Stat(dir); err != nil {
-		return nil, fmt.Errorf("mount point: %w", err)
+		if pe := (*fs.PathError)(nil); errors.As(err, &pe) {
+			err = pe.Err // "stat DIR: " would say dir twice
+		}
+		return nil, fmt.Errorf("mount point %s: %w", dir, err)
 	} else if !fi.IsDir() {
 		return nil, fmt.Errorf("mount point %s: not a directory", dir)
 	}

@@ -49,7 +49,7 @@ var commands []command
 
 func init() {
 	commands = []command{
-		{"mount", "[--cache-mb N] [--cache-dir DIR] [--cache-dir-gb N] [--revision REV] [--views LIST] [--nvfp4-mtp] [--nvfp4-calibrate FILE] [--device auto|cpu|cuda] [--trace-prompts FILE] [--trace-precision a8|fp32] [--trace-memory-mb N] [--tp N] [--no-hash] [--gguf-split-mb N] [--allow-other] [--nonempty] [--debug] [--background] [-o OPTS] SRC MNT", "mount SRC at MNT (foreground unless --background; Ctrl-C, SIGTERM or SIGHUP unmounts)", runMount, 1},
+		{"mount", "[--cache-mb N] [--cache-dir DIR] [--cache-dir-gb N] [--revision REV] [--views LIST] [--nvfp4-mtp] [--nvfp4-calibrate FILE] [--device auto|cpu|cuda] [--trace-prompts FILE] [--trace-precision a8|fp32] [--trace-memory-mb N] [--tp N] [--no-hash] [--gguf-split-mb N] [--allow-other] [--nonempty] [--debug] [--background] [--log-file FILE] [--pid-file FILE] [-o OPTS] SRC MNT", "mount SRC at MNT (foreground unless --background; Ctrl-C, SIGTERM or SIGHUP unmounts)", runMount, 1},
 		{"umount", "[--lazy|-z] MNT", "unmount a dsfs mount", runUmount, 1},
 		{"demo", "[--check] [--preset NAME] [MNT]", "synthesise a small checkpoint, mount it and show it; --check verifies the views and exits", runDemo, 1},
 		{"synth", "[--force] --preset NAME OUT", "write a synthetic checkpoint; dsfs synth --help lists the presets, what each holds and is for", runSynth, 1},
