@@ -93,3 +93,11 @@ func TestNoFuseDevice(t *testing.T) {
 		}
 	}
 }
+
+func TestMountOfOtherFileSystems(t *testing.T) {
+	for _, p := range []string{"/proc/self", t.TempDir()} {
+		if dir, err := MountOf(p); err == nil || !strings.Contains(err.Error(), p+" is not in a dsfs mount") {
+			t.Errorf("MountOf(%s) = %q, %v", p, dir, err)
+		}
+	}
+}

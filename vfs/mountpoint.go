@@ -202,6 +202,35 @@ func mountedAt(dir string) (string, mountEntry, error) {
 	return dir, e, nil
 }
 
+// MountOf returns the mount point of the dsfs mount path lies in (path
+// itself or a directory above it), from /proc/self/mountinfo, or an error
+// naming the file system path lies in instead.
+func MountOf(path string) (string, error) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return "", err
+	}
+	es, err := mounts()
+	if err != nil {
+		return "", err
+	}
+	for d := abs; ; d = filepath.Dir(d) {
+		// Later lines stack on earlier ones: the last at d is on top.
+		for i := len(es) - 1; i >= 0; i-- {
+			if es[i].dir != d {
+				continue
+			}
+			if es[i].fsType != FSType {
+				return "", fmt.Errorf("%s is not in a dsfs mount (it is in the %s mount at %s)", path, es[i].fsType, d)
+			}
+			return d, nil
+		}
+		if d == filepath.Dir(d) {
+			return "", fmt.Errorf("%s is not in a dsfs mount", path)
+		}
+	}
+}
+
 // IsMountPoint reports whether dir is the mount point of a mount, from
 // /proc/self/mountinfo.
 func IsMountPoint(dir string) (bool, error) {

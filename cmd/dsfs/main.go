@@ -3,6 +3,8 @@
 //
 //	dsfs mount [--cache-mb N] [--views LIST] [--allow-other] SRC MNT
 //	dsfs umount MNT
+//	dsfs status MNT
+//	dsfs warm MNT/VIEW[/FILE]
 //	dsfs demo [--check] [--preset NAME] [MNT]
 //	dsfs synth --preset NAME OUT
 //	dsfs export VIEW SRC OUT
@@ -51,6 +53,8 @@ func init() {
 	commands = []command{
 		{"mount", "[--cache-mb N] [--cache-dir DIR] [--cache-dir-gb N] [--revision REV] [--views LIST] [--nvfp4-mtp] [--nvfp4-calibrate FILE] [--device auto|cpu|cuda] [--trace-prompts FILE] [--trace-precision a8|fp32] [--trace-memory-mb N] [--tp N] [--no-hash] [--gguf-split-mb N] [--allow-other] [--nonempty] [--debug] [--background] [--log-file FILE] [--pid-file FILE] [-o OPTS] SRC MNT", "mount SRC at MNT (foreground unless --background; Ctrl-C, SIGTERM or SIGHUP unmounts)", runMount, 1},
 		{"umount", "[--lazy|-z] MNT", "unmount a dsfs mount", runUmount, 1},
+		{"status", "[--watch] [--interval D] MNT[/VIEW]", "per view of a mount (or one view), its blocks computed, cached and to go, with a progress bar, the rate and the time left (from MNT/.dsfs/stats.json)", runStatus, 1},
+		{"warm", "[--jobs N] MNT/VIEW[/FILE]...", "read views, directories or files of a mount to their ends, so what they compute is ready before a loader maps them; progress bar on a terminal, Ctrl-C stops (exit status 130)", runWarm, 1},
 		{"demo", "[--check] [--preset NAME] [MNT]", "synthesise a small checkpoint, mount it and show it; --check verifies the views and exits", runDemo, 1},
 		{"synth", "[--force] --preset NAME OUT", "write a synthetic checkpoint; dsfs synth --help lists the presets, what each holds and is for", runSynth, 1},
 		{"export", "[--cache-mb N] [--cache-dir DIR] [--cache-dir-gb N] [--revision REV] [--nvfp4-mtp] [--nvfp4-calibrate FILE] [--device auto|cpu|cuda] [--trace-prompts FILE] [--trace-precision a8|fp32] [--trace-memory-mb N] [--tp N] [--no-hash] [--gguf-split-mb N] VIEW SRC OUT", "write a view as ordinary files, through the same code as the mount; a rerun completes an interrupted export", runExport, 1},
@@ -249,6 +253,10 @@ func quoted(args []string) string {
 
 func argCount(min, max int) string {
 	switch {
+	case max == math.MaxInt && min == 1:
+		return "at least 1 argument"
+	case max == math.MaxInt:
+		return fmt.Sprintf("at least %d arguments", min)
 	case min == max && min == 1:
 		return "1 argument"
 	case min == max:
@@ -266,6 +274,7 @@ var flagChecks = map[string]func(string) error{
 	"cache-dir-gb": floatIn(0, 1<<32, "want a number of GiB from 0 (no cap) to 4294967296"),
 	"tp":           intIn(1, 1<<16, "want a tensor-parallel degree from 1 (no cuts) to 65536"),
 	"sample":       intIn(0, math.MaxInt64, "want 0 (all) or a positive count"),
+	"jobs":         intIn(1, 1024, "want a number of files from 1 to 1024"),
 	"views":        checkViews,
 	"preset":       checkPreset,
 }

@@ -75,6 +75,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"verify", "q2", "a"}, "dsfs verify: --against DIR is required"},
 		{[]string{"audit", "nvfp4", "a"}, `dsfs audit: only q2 can be audited, not "nvfp4"`},
 		{[]string{"diff", "a"}, "dsfs diff: want 2 arguments, got 1"},
+		{[]string{"status", "--interval", "0", "a"}, "dsfs status: --interval 0s: want a positive duration"},
+		{[]string{"warm"}, "dsfs warm: want at least 1 argument, got 0"},
 		{[]string{"export", "nosuch", tinySrc, filepath.Join(dir, "out")}, `dsfs export: unknown view "nosuch" (have source,`},
 	} {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {

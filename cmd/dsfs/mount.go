@@ -164,6 +164,7 @@ func runMount(args []string) (err error) {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	debug.SetMemoryLimit(int64(ms.HeapAlloc) + budget + src.set.WorkingMemory() + 64<<20)
+	blocks := blocksOf(src.set.Root)
 	m, err := stop.serve(func() (*vfs.Mount, error) {
 		return vfs.Serve(mp.Dir, src.set.Root, vfile.CacheOpener(cache), vfs.Options{
 			AllowOther:  *allowOther,
@@ -174,15 +175,16 @@ func runMount(args []string) (err error) {
 			MountPoint:  mp,
 			Status: func() map[string]any {
 				st := map[string]any{
-					"pid":        os.Getpid(),
-					"log":        logs.Where,
-					"source":     src.cat.Dir,
-					"views":      viewNamesOf(src.set.Root),
-					"shards":     len(src.cat.Shards),
-					"tensors":    len(src.cat.Tensors),
-					"problems":   src.problems,
-					"view_stats": src.set.Stats(),
-					"cache":      cache.Stats(),
+					"pid":         os.Getpid(),
+					"log":         logs.Where,
+					"source":      src.cat.Dir,
+					"views":       viewNamesOf(src.set.Root),
+					"shards":      len(src.cat.Shards),
+					"tensors":     len(src.cat.Tensors),
+					"problems":    src.problems,
+					"view_stats":  src.set.Stats(),
+					"view_blocks": progressOf(blocks, cache),
+					"cache":       cache.Stats(),
 				}
 				if opt.DiskCache != nil {
 					st["disk_cache"] = opt.DiskCache.Stats()
