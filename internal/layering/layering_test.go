@@ -57,6 +57,7 @@ var floors = map[string]int{
 	"codecs/q8_0":              base,
 	"sourcefile":               base,
 	"tokenizer":                base,
+	"figures":                  base,
 
 	"checkpoint": catalog,
 
