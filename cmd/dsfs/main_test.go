@@ -75,6 +75,9 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"verify", "q2", "a"}, "dsfs verify: --against DIR is required"},
 		{[]string{"audit", "nvfp4", "a"}, `dsfs audit: only q2 can be audited, not "nvfp4"`},
 		{[]string{"diff", "a"}, "dsfs diff: want 2 arguments, got 1"},
+		{[]string{"trace"}, "dsfs trace: want 1 argument, got 0"},
+		{[]string{"trace", "--device", "tpu", "a"}, `dsfs trace: --device tpu: unknown device "tpu"`},
+		{[]string{"trace", "--tp", "2", "a"}, "dsfs trace: unknown flag --tp"},
 		{[]string{"export", "nosuch", tinySrc, filepath.Join(dir, "out")}, `dsfs export: unknown view "nosuch" (have source,`},
 	} {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
