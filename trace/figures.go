@@ -99,6 +99,15 @@ func loadChart(ctx context.Context, tr Tracer, l int) (figures.Load, error) {
 			k = len(pr.TokenRoutes[0].ExpertsByWeight)
 		}
 	}
-	c.Title = fmt.Sprintf("layer %d: routes per expert, %d prompts, %d tokens, %d experts per token", l, len(rt.PerPrompt), tokens, k)
+	c.Title = fmt.Sprintf("layer %d: routes per expert, %s, %s, %s per token", l,
+		count(len(rt.PerPrompt), "prompt"), count(tokens, "token"), count(k, "expert"))
 	return c, nil
+}
+
+// count is n things, "thing" for one.
+func count(n int, thing string) string {
+	if n == 1 {
+		return "1 " + thing
+	}
+	return fmt.Sprintf("%d %ss", n, thing)
 }

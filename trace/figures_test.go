@@ -114,3 +114,15 @@ func TestFigureFiles(t *testing.T) {
 		t.Errorf("figures %v, want %v", names, want)
 	}
 }
+
+// TestCount checks the load charts' titles' counts.
+func TestCount(t *testing.T) {
+	for _, tc := range []struct {
+		n    int
+		want string
+	}{{0, "0 prompts"}, {1, "1 prompt"}, {4, "4 prompts"}} {
+		if got := count(tc.n, "prompt"); got != tc.want {
+			t.Errorf("count(%d): %q, want %q", tc.n, got, tc.want)
+		}
+	}
+}
