@@ -71,6 +71,7 @@ func TestPNG(t *testing.T) {
 		{"route map, one token one layer", routeMap(1, 1, 1), MinWidth, MinHeight},
 		{"route map, V2-Lite's 27 layers", routeMap(20, 27, 64), MinWidth, 27 * cellHeight},
 		{"route map, wider than the bounds", routeMap(1000, 61, 256), MaxWidth, 61 * cellHeight},
+		{"route map of a model of 2^40 experts", routeMap(3, 2, 1<<40), MinWidth, MinHeight}, // colours for the experts shown only
 		{"load, one expert", load(1, 1), MinWidth, MinHeight},
 		{"load, 384 experts", load(4, 384), 384 * 8, 480},
 		{"load, more prompts than colours", load(40, 64), MinWidth, MinHeight},

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"image/color"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -96,12 +97,9 @@ func (m RouteMap) PNG() ([]byte, error) {
 		for _, row := range m.Top {
 			dense = dense || row[0] < 0
 		}
-		pal := make(expertPalette, max(m.Experts, 2))
-		for e := range pal {
-			pal[e] = expertColor(e)
-		}
-		hm := plotter.NewHeatMap(routeGrid(m), pal)
-		hm.Min, hm.Max = 0, float64(len(pal)-1)
+		grid := newRouteGrid(m)
+		hm := plotter.NewHeatMap(grid, grid.palette)
+		hm.Min, hm.Max = 0, float64(len(grid.palette)-1)
 		hm.NaN = color.Gray{Y: 0xd8}
 		p.Add(hm)
 		if cw >= labelWidth && ch >= labelRows {
@@ -157,21 +155,49 @@ func (m RouteMap) PNG() ([]byte, error) {
 }
 
 // routeGrid is a route map as gonum's heat maps read it: column t, row i
-// is Top[i][t], NaN where the layer routes nothing.
-type routeGrid RouteMap
+// is the index in palette of the colour of expert Top[i][t], NaN where
+// the layer routes nothing. The palette holds the experts the map shows,
+// not every expert of the model, so that its size is bounded by the
+// map's.
+type routeGrid struct {
+	m       RouteMap
+	index   map[int]int // expert -> its colour's index
+	palette expertPalette
+}
 
-func (g routeGrid) Dims() (c, r int) { return len(g.Tokens), len(g.Layers) }
+func newRouteGrid(m RouteMap) routeGrid {
+	g := routeGrid{m: m, index: make(map[int]int)}
+	var shown []int
+	for _, row := range m.Top {
+		for _, e := range row {
+			if _, ok := g.index[e]; !ok && e >= 0 {
+				g.index[e] = 0
+				shown = append(shown, e)
+			}
+		}
+	}
+	slices.Sort(shown)
+	for i, e := range shown {
+		g.index[e] = i
+		g.palette = append(g.palette, expertColor(e))
+	}
+	for len(g.palette) < 2 { // gonum scales a palette over its first to last colour
+		g.palette = append(g.palette, color.White)
+	}
+	return g
+}
+
+func (g routeGrid) Dims() (c, r int) { return len(g.m.Tokens), len(g.m.Layers) }
 func (g routeGrid) X(c int) float64  { return float64(c) }
 func (g routeGrid) Y(r int) float64  { return float64(r) }
 func (g routeGrid) Z(c, r int) float64 {
-	if e := g.Top[r][c]; e >= 0 {
-		return float64(e)
+	if e := g.m.Top[r][c]; e >= 0 {
+		return float64(g.index[e])
 	}
 	return math.NaN()
 }
 
-// expertPalette colours expert e with its e-th colour: a heat map over 0
-// to len-1 maps each value to the colour of its index.
+// expertPalette holds the colours of a route map's experts.
 type expertPalette []color.Color
 
 func (p expertPalette) Colors() []color.Color { return p }
