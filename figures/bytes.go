@@ -146,6 +146,7 @@ func (b Bytes) chart(title string, parts func(ByteBar) map[string]int64, unit fl
 	}
 	p.NominalY(names...)
 	p.X.Min, p.X.Max = 0, p.X.Max*1.03
+	p.X.Tick.Marker = integers{} // whole units: a bar is at least one when the unit is above bytes
 	return p, lg, len(ps), nil
 }
 
