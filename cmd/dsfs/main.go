@@ -8,9 +8,10 @@
 //	dsfs demo [--check] [--preset NAME] [MNT]
 //	dsfs synth --preset NAME OUT
 //	dsfs export VIEW SRC OUT
+//	dsfs trace [--json F] [--png DIR] SRC
 //	dsfs verify q2 SRC --against DIR [--sample N]
 //	dsfs audit q2 SRC [--json F]
-//	dsfs inspect SRC [--json F] [--shard NAME] [--tp N] [--no-hash]
+//	dsfs inspect SRC [--json F] [--png DIR] [--shard NAME] [--tp N] [--no-hash]
 //	dsfs diff A B
 //	dsfs version
 //
@@ -58,9 +59,10 @@ func init() {
 		{"demo", "[--check] [--preset NAME] [MNT]", "synthesise a small checkpoint, mount it and show it; --check verifies the views and exits", runDemo, 1},
 		{"synth", "[--force] --preset NAME OUT", "write a synthetic checkpoint; dsfs synth --help lists the presets, what each holds and is for", runSynth, 1},
 		{"export", "[--cache-mb N] [--cache-dir DIR] [--cache-dir-gb N] [--revision REV] [--nvfp4-mtp] [--nvfp4-calibrate FILE] [--device auto|cpu|cuda] [--trace-prompts FILE] [--trace-precision a8|fp32] [--trace-memory-mb N] [--tp N] [--no-hash] [--gguf-split-mb N] VIEW SRC OUT", "write a view as ordinary files, through the same code as the mount; a rerun completes an interrupted export", runExport, 1},
+		{"trace", "[--device auto|cpu|cuda] [--trace-prompts FILE] [--trace-precision a8|fp32] [--trace-memory-mb N] [--json F] [--png DIR] SRC", "run trace/'s decoder-layer forwards on SRC without mounting it: a line per layer; trace.json with --json, the figures (route maps, expert loads) with --png", runTrace, 1},
 		{"verify", "q2 SRC --against DIR [--sample N] [--seed S] [--json F]", "recompute sampled q2/ blocks and check them against an exported q2 directory or a --cache-dir, and the recorded digests", runVerify, 1},
 		{"audit", "q2 SRC [--json F] [--sample N] [--cache-dir DIR] [--cache-dir-gb N] [--revision REV]", "cosine similarity and relative RMS error of the q2/ blocks against the exact MXFP4 decode, per projection", runAudit, 1},
-		{"inspect", "[--json F] [--shard NAME] [--tp N] [--no-hash] [--cache-dir DIR] SRC", "the manifest summary and problems of a checkpoint, hashing and checking every tensor (progress bar on a terminal); exits 1 when it finds problems", runInspect, 2},
+		{"inspect", "[--json F] [--png DIR] [--shard NAME] [--tp N] [--no-hash] [--cache-dir DIR] SRC", "the manifest summary and problems of a checkpoint, hashing and checking every tensor (progress bar on a terminal); --png writes manifest/'s figure; exits 1 when it finds problems", runInspect, 2},
 		{"diff", "[--json F] [--tp N] [--no-hash] [--cache-dir DIR] A B", "compare two checkpoints or manifest.json files tensor by tensor: same bytes, different bytes, missing, re-quantised; exits 1 when they differ", runDiff, 2},
 	}
 }

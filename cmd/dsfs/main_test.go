@@ -77,6 +77,9 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"diff", "a"}, "dsfs diff: want 2 arguments, got 1"},
 		{[]string{"status", "--interval", "0", "a"}, "dsfs status: --interval 0s: want a positive duration"},
 		{[]string{"warm"}, "dsfs warm: want at least 1 argument, got 0"},
+		{[]string{"trace"}, "dsfs trace: want 1 argument, got 0"},
+		{[]string{"trace", "--device", "tpu", "a"}, `dsfs trace: --device tpu: unknown device "tpu"`},
+		{[]string{"trace", "--tp", "2", "a"}, "dsfs trace: unknown flag --tp"},
 		{[]string{"export", "nosuch", tinySrc, filepath.Join(dir, "out")}, `dsfs export: unknown view "nosuch" (have source,`},
 	} {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
