@@ -204,6 +204,8 @@ func (s *Spec) Validate() error {
 		return errors.New("synth: negative FP8Block")
 	case s.HashLayers < 0 || s.HashLayers > s.Layers-s.DenseLayers:
 		return fmt.Errorf("synth: HashLayers %d outside [0, %d]", s.HashLayers, s.Layers-s.DenseLayers)
+	case s.HashLayers > 0 && (s.ActiveExperts <= 0 || s.ActiveExperts > s.Experts):
+		return fmt.Errorf("synth: hash layers route each token to ActiveExperts %d distinct experts of %d", s.ActiveExperts, s.Experts)
 	case s.HashIDType != "" && s.HashIDType != safetensors.I64 && s.HashIDType != safetensors.I32:
 		return fmt.Errorf("synth: HashIDType %s is neither I64 nor I32", s.HashIDType)
 	case s.EngramRowsByLayer != nil && len(s.EngramRowsByLayer) != len(s.EngramLayers):

@@ -339,7 +339,7 @@ func run(s *Spec, t *tables, j *job, buf []byte) ([]byte, error) {
 	case kindNormal:
 		fillNormal(t, rng, w, u.tensors[0].DType == safetensors.F32, u.mean, u.sd)
 	case kindHash:
-		fillHash(rng, w, u.tensors[0].DType == safetensors.I64, int(u.sd))
+		fillHash(rng, w, u.tensors[0].DType == safetensors.I64, int(u.sd), int(u.tensors[0].Shape[1]))
 	}
 	for k, ts := range u.tensors {
 		part := w
