@@ -74,7 +74,7 @@ func (p *Preset) Contents() (Contents, error) {
 		return c, nil
 	}
 	s := p.Spec
-	c := Contents{Family: FamilyV41, Tokenizer: s.TokenizerFill > 0}
+	c := Contents{Family: FamilyV41, Tokenizer: true}
 	if s.Arch == ArchV4 {
 		c.Family = FamilyV4
 	}
@@ -203,7 +203,9 @@ const releasedTokenizerFill = 98012
 // DeepSeek-V4.1-Flash at small sizes, every matrix dimension a multiple of
 // 256, in the release's shard assignment. Layers 0 and 1 are sliding-window
 // only, 2 a ratio-2 CSA2 source (compressor with gate, indexer), 3 reuses
-// it, 4 a ratio-1 source (no gate), 5 an index source; Engram on 1 and 3.
+// it, 4 a ratio-1 source (no gate), 5 an index source; Engram on 1 and 3,
+// hashed at a scale trace/ runs (an n-gram space of 1,300 per head, the
+// tokenizer's 867 keys); a tokenizer.json of 1,024 ids.
 func TinySpec() Spec {
 	return Spec{
 		Seed: 1, Arch: ArchV41,
@@ -215,7 +217,8 @@ func TinySpec() Spec {
 		KVSourceLayers:    []int{2, 4},
 		IndexSourceLayers: []int{2, 4, 5},
 		HCMult:            4,
-		EngramLayers:      []int{1, 3}, EngramRows: 4096, EngramHeads: 1,
+		EngramLayers:      []int{1, 3}, EngramHeads: 1,
+		EngramVocab: 1300, EngramRowsByLayer: []int64{3911, 3967}, EngramKeys: 867,
 		MTPLayers: 3, MTPExperts: 8, DSparkTargets: []int{3, 4, 5}, MarkovRank: 64,
 		VisionLayers: 1, VisionDim: 256, VisionInter: 512, VisionHeads: 4,
 	}
@@ -224,7 +227,8 @@ func TinySpec() Spec {
 // V4TinySpec is the v4-tiny preset: every tensor pattern of
 // DeepSeek-V4-Flash at small sizes: layers 0 and 1 hash-routed and
 // sliding-window only, 2 CSA (ratio 4, indexer), 3 HCA (ratio 128), the
-// head hyper-connection and mtp.0, 128x128 FP8 blocks.
+// head hyper-connection and mtp.0, 128x128 FP8 blocks; a tokenizer.json
+// of 1,024 ids.
 func V4TinySpec() Spec {
 	return Spec{
 		Seed: 5, Arch: ArchV4,
@@ -239,9 +243,11 @@ func V4TinySpec() Spec {
 }
 
 // benchSpec is the v41-bench preset: the V4.1 layout with V4-Flash-sized
-// matrices (16 experts of 2048x4096 per layer) and two Engram tables of
-// 528 MiB, cut by size into two shards of over 1 GiB for throughput
-// benchmarks.
+// matrices (16 experts of 2048x4096 per layer; layer 2 a ratio-2 CSA2
+// source, layer 3 reading its KV with an indexer of its own) and two
+// Engram tables of 529 MiB (8 heads over an n-gram space of 87,381, the
+// 9,080 keys of its tokenizer.json of 16,384 ids), cut by size into two
+// shards of over 1 GiB for throughput benchmarks.
 func benchSpec() Spec {
 	return Spec{
 		Seed: 2, Arch: ArchV41,
@@ -249,13 +255,15 @@ func benchSpec() Spec {
 		Experts: 16, ActiveExperts: 6, MoEInter: 2048, SharedInter: 2048,
 		QLoRA: 1024, Heads: 64, HeadDim: 512, OGroups: 8, OLoRA: 1024,
 		IndexHeads: 32, IndexHeadDim: 128,
-		CompressRatios:    []int{0, 0, 2, 1},
+		CompressRatios:    []int{0, 0, 2, 2},
 		KVSourceLayers:    []int{2},
 		IndexSourceLayers: []int{2, 3},
 		HCMult:            4,
-		EngramLayers:      []int{1, 3}, EngramRows: 2 << 20, EngramHeads: 8,
+		EngramLayers:      []int{1, 3}, EngramHeads: 8,
+		EngramVocab: 87381, EngramRowsByLayer: []int64{2100090, 2105268}, EngramKeys: 9080,
 		MTPLayers: 1, MTPExperts: 8, DSparkTargets: []int{1, 2, 3}, MarkovRank: 256,
 		MaxShardBytes: 7 << 28, // 1.75 GiB
+		TokenizerFill: 8000,
 	}
 }
 

@@ -150,11 +150,6 @@ func runMount(args []string) (err error) {
 	}
 	defer src.Close()
 	defer cache.Close() // computations stop before the sources close
-	// What the views cannot serve is logged before the mount appears, so
-	// that a reader who sees the mount sees the whole log.
-	for _, w := range src.set.Warnings() {
-		slog.Warn(w)
-	}
 	// Freed blocks go back to the OS soon after eviction, so anonymous
 	// memory tracks the catalog, the cache budget and what views compute
 	// with, rather than the GC's high-water mark. The heap in use counts
@@ -195,6 +190,13 @@ func runMount(args []string) (err error) {
 	})
 	if err != nil {
 		return err
+	}
+	// What the views cannot serve is logged once the mount is up, never
+	// before a failure to mount, which it has nothing to do with; and
+	// before readiness is told, so that whoever waits for it (systemd,
+	// --background, dsfs demo) sees the whole log.
+	for _, w := range src.set.Warnings() {
+		slog.Warn(w)
 	}
 	slog.Info("mounted", "source", src.cat.Dir, "mount", m.Dir, "shards", len(src.cat.Shards),
 		"tensors", len(src.cat.Tensors), "problems", len(src.cat.Problems), "cache_mb", *cacheMB)

@@ -72,9 +72,9 @@ func presetViewsText(c synth.Contents) string {
 	case gguf:
 		b.WriteString("; gguf/ serves GGUF files")
 	case !c.Tokenizer:
-		b.WriteString("; gguf/ only its README (no tokenizer.json)")
+		b.WriteString("; gguf/ holds ERROR.txt and README.md (no tokenizer.json)")
 	default:
-		b.WriteString("; gguf/ only its README (llama.cpp has no deepseek41 architecture)")
+		b.WriteString("; gguf/ holds ERROR.txt and README.md (llama.cpp has no deepseek41 architecture yet)")
 	}
 	return b.String()
 }
