@@ -408,7 +408,20 @@ func PatchConfig(data []byte, path []string, value any) ([]byte, error) {
 				strings.Join(path[:i+1], "."), jsonText(next))
 		}
 	}
-	m[path[len(path)-1]] = value
+	// The value goes in as JSON would read it back, so that a struct's
+	// fields are sorted like every other key: otherwise the bytes would
+	// depend on whether a later patch decoded and re-encoded them.
+	raw, err := json.Marshal(value)
+	if err != nil {
+		return nil, fmt.Errorf("patching config.json: %s: %w", strings.Join(path, "."), err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, fmt.Errorf("patching config.json: %s: %w", strings.Join(path, "."), err)
+	}
+	m[path[len(path)-1]] = v
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)

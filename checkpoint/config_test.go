@@ -123,6 +123,13 @@ func TestPatchConfig(t *testing.T) {
 `, ""},
 		{"null parent replaced", `{"q":null}`, []string{"q", "k"}, 1, "{\n  \"q\": {\n    \"k\": 1\n  }\n}\n", ""},
 		{"top-level key", `{"a":1}`, []string{"a"}, []int{2}, "{\n  \"a\": [\n    2\n  ]\n}\n", ""},
+		// A struct's fields come out sorted, as they would after any
+		// later patch, so the bytes do not depend on the patches' order.
+		{"struct value", `{"a":1}`, []string{"p"}, struct {
+			Name    string `json:"name"`
+			Version string `json:"version"`
+			Codec   string `json:"codec"`
+		}{"dsfs", "v1", "3"}, "{\n  \"a\": 1,\n  \"p\": {\n    \"codec\": \"3\",\n    \"name\": \"dsfs\",\n    \"version\": \"v1\"\n  }\n}\n", ""},
 		{"parent not an object", `{"q":"fp8"}`, []string{"q", "k"}, 1, "", `q is "fp8", not an object`},
 		{"deep parent not an object", `{"q":{"r":[1]}}`, []string{"q", "r", "k"}, 1, "", `q.r is [1], not an object`},
 		{"empty path", `{}`, nil, 1, "", "empty key path"},

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/dsfs/dsfs/checkpoint"
@@ -105,8 +107,9 @@ func (s *Set) rewrite(view string, rws []*rewritten) (*vfile.Node, error) {
 	config := s.Cat.ConfigBytes
 	for _, r := range rws {
 		rw := r.rw
-		for k, v := range rw.ConfigPatch() {
-			b, err := checkpoint.PatchConfig(config, strings.Split(k, "."), v)
+		patch := rw.ConfigPatch()
+		for _, k := range slices.Sorted(maps.Keys(patch)) {
+			b, err := checkpoint.PatchConfig(config, strings.Split(k, "."), patch[k])
 			if err != nil {
 				return nil, fmt.Errorf("config.json: %w", err)
 			}
