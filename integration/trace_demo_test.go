@@ -30,7 +30,7 @@ func TestDemoCheckTraces(t *testing.T) {
 	if strings.Contains(s, "cannot run") {
 		t.Errorf("the demo says something cannot run:\n%s", s)
 	}
-	trace := regexp.MustCompile(`(?m)^check trace/ +4 prompts \((\d+) tokens\) x 6 MoE layers: (\d+) routes to 2 distinct experts, weights sqrtsoftplus, normalised to 1\.5.*; \d+ activations finite; 15 files \(.*\) read twice, the same bytes$`).FindStringSubmatch(s)
+	trace := regexp.MustCompile(`(?m)^check trace/ +4 prompts \((\d+) tokens\) x 6 MoE layers: (\d+) routes to 2 distinct experts, weights sqrtsoftplus, normalised to 1\.5.*; \d+ activations finite; 25 files \(.*\) read twice, the same bytes$`).FindStringSubmatch(s)
 	if trace == nil {
 		t.Fatalf("no check trace/ line with its figures:\n%s", s)
 	}
