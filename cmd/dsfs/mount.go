@@ -87,6 +87,8 @@ func runMount(args []string) error {
 	viewList := fs.String("views", "", "comma-separated views to serve (default all):"+viewHelp())
 	allowOther := fs.Bool("allow-other", false, "let other users read the mount")
 	debugFuse := fs.Bool("debug", false, "log every FUSE request")
+	passthrough := fs.Bool("passthrough", true, "let the kernel read source files directly (FUSE passthrough: root, Linux 6.9+)")
+	spliceReads := fs.Bool("splice", true, "hand source bytes to the kernel by splice rather than copying them")
 	background := fs.Bool("background", false, "return once the mount is ready, leaving a background process serving it")
 	var o fuseOptions
 	fs.Var(&o, "o", "mount options as FUSE tools take them, comma-separated: ro, allow_other, default_permissions, nosuid, nodev, noexec, and dsfs's flags as name=value (cache_mb=2048, views=nvfp4:q2)")
@@ -146,12 +148,14 @@ func runMount(args []string) error {
 	debug.SetMemoryLimit(int64(ms.HeapAlloc) + budget + src.set.WorkingMemory() + 64<<20)
 	m, err := stop.serve(func() (*vfs.Mount, error) {
 		return vfs.Serve(mp.Dir, src.set.Root, vfile.CacheOpener(cache), vfs.Options{
-			AllowOther:  *allowOther,
-			Debug:       *debugFuse,
-			SourceBytes: src.set.SourceBytes(),
-			Source:      srcDir,
-			Flags:       mountFlags,
-			MountPoint:  mp,
+			AllowOther:    *allowOther,
+			Debug:         *debugFuse,
+			NoPassthrough: !*passthrough,
+			NoSplice:      !*spliceReads,
+			SourceBytes:   src.set.SourceBytes(),
+			Source:        srcDir,
+			Flags:         mountFlags,
+			MountPoint:    mp,
 			Status: func() map[string]any {
 				st := map[string]any{
 					"pid":        os.Getpid(),
