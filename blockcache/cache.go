@@ -47,6 +47,7 @@ type Cache struct {
 	lru     *lru.LRU[Key, []byte]
 	used    int64
 	flights map[Key]*flight
+	ids     map[string]*idProgress // what became of each ID's blocks
 
 	workers chan struct{} // read-ahead slots
 	// computing bounds the computations running at once, readers' and
@@ -58,6 +59,24 @@ type Cache struct {
 	stop      context.CancelFunc
 
 	hits, misses, computed, shared, readAhead, canceled, errs atomic.Int64
+}
+
+// idProgress is what became of one ID's blocks: which were ever
+// computed (a bit each, growing to the highest index seen) and how many
+// are held now.
+type idProgress struct {
+	done     []uint64
+	computed int64 // bits set in done
+	resident int64
+}
+
+// Progress is what became of the blocks of a set of IDs.
+type Progress struct {
+	// Computed counts the blocks computed at least once since the cache
+	// was made, each once however often it was computed again.
+	Computed int64
+	// Resident counts the blocks held now.
+	Resident int64
 }
 
 type flight struct {
@@ -75,8 +94,8 @@ func New(budget int64, workers int) *Cache {
 	if workers < 1 {
 		workers = 1
 	}
-	c := &Cache{budget: budget, flights: make(map[Key]*flight), workers: make(chan struct{}, workers),
-		computing: make(chan struct{}, 4*workers)}
+	c := &Cache{budget: budget, flights: make(map[Key]*flight), ids: make(map[string]*idProgress),
+		workers: make(chan struct{}, workers), computing: make(chan struct{}, 4*workers)}
 	// The count bound is never reached: the byte budget evicts first.
 	c.lru, _ = lru.NewLRU[Key, []byte](1<<30, nil)
 	c.ctx, c.stop = context.WithCancel(context.Background())
@@ -191,6 +210,7 @@ func (c *Cache) start(k Key, n int, compute Compute, waiters int) *flight {
 			delete(c.flights, k)
 		}
 		if err == nil {
+			c.computedOnce(k)
 			c.add(k, f.data)
 		}
 		f.err = err
@@ -215,15 +235,55 @@ func (c *Cache) add(k Key, b []byte) {
 	if int64(len(b)) > c.budget {
 		return
 	}
+	if old, ok := c.lru.Peek(k); ok {
+		c.used -= int64(len(old))
+		c.ids[k.ID].resident--
+	}
 	c.lru.Add(k, b)
 	c.used += int64(len(b))
+	c.ids[k.ID].resident++
 	for c.used > c.budget {
-		_, old, ok := c.lru.RemoveOldest()
+		old, b, ok := c.lru.RemoveOldest()
 		if !ok {
 			break
 		}
-		c.used -= int64(len(old))
+		c.used -= int64(len(b))
+		c.ids[old.ID].resident--
 	}
+}
+
+// computedOnce records that block k was computed; c.mu is held.
+func (c *Cache) computedOnce(k Key) {
+	p := c.ids[k.ID]
+	if p == nil {
+		p = new(idProgress)
+		c.ids[k.ID] = p
+	}
+	w, bit := k.Block/64, uint64(1)<<(k.Block%64)
+	if w >= int64(len(p.done)) {
+		p.done = append(p.done, make([]uint64, w+1-int64(len(p.done)))...)
+	}
+	if p.done[w]&bit == 0 {
+		p.done[w] |= bit
+		p.computed++
+	}
+}
+
+// Progress sums what became of the blocks of ids: how many were computed
+// at least once, how many are held now. A caller that knows how many
+// blocks the IDs have (vfile.Blocks.Count) learns from it how many were
+// never computed.
+func (c *Cache) Progress(ids []string) Progress {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var p Progress
+	for _, id := range ids {
+		if q := c.ids[id]; q != nil {
+			p.Computed += q.computed
+			p.Resident += q.resident
+		}
+	}
+	return p
 }
 
 // Stats returns a snapshot of the counters.

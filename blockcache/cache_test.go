@@ -299,3 +299,38 @@ func testPrefetchEndsWithItsReader(t *testing.T) {
 		t.Fatalf("the reader of block 1: %v", err)
 	}
 }
+
+// TestProgress: Progress counts each block computed once however often it
+// is computed again, and the blocks held now, which eviction lowers.
+func TestProgress(t *testing.T) {
+	c := New(4<<10, 1) // four 1 KiB blocks
+	defer c.Close()
+	get := func(id string, block int64) {
+		t.Helper()
+		if _, err := c.Get(context.Background(), Key{id, block}, 1<<10, fill(1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		id    string
+		block int64
+		a, b  Progress // after the read, of "a" and of "b"
+	}{
+		{"a", 0, Progress{1, 1}, Progress{}},
+		{"a", 0, Progress{1, 1}, Progress{}}, // a hit
+		{"a", 130, Progress{2, 2}, Progress{}},
+		{"b", 0, Progress{2, 2}, Progress{1, 1}},
+		{"b", 1, Progress{2, 2}, Progress{2, 2}},
+		{"b", 2, Progress{2, 1}, Progress{3, 3}}, // evicts a/0, the least recently read
+		{"a", 0, Progress{2, 1}, Progress{3, 3}}, // computed again, evicting a/130
+		{"b", 0, Progress{2, 1}, Progress{3, 3}}, // a hit
+	} {
+		get(tc.id, tc.block)
+		if a, b := c.Progress([]string{"a"}), c.Progress([]string{"b"}); a != tc.a || b != tc.b {
+			t.Errorf("after %s/%d: a %+v, b %+v; want %+v, %+v", tc.id, tc.block, a, b, tc.a, tc.b)
+		}
+	}
+	if p := c.Progress([]string{"a", "b", "none"}); p.Resident != 4 || p.Computed != 5 {
+		t.Errorf("a, b and none: %+v", p)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -125,6 +126,21 @@ func hashFile(p string) (string, error) {
 		return "", fmt.Errorf("%s: %w", p, err)
 	}
 	return sum, nil
+}
+
+// Unserved returns the first line of the ERROR.txt a view directory holds
+// when the view cannot serve everything of its checkpoint (alone when it
+// serves nothing), or "" when it has none.
+func Unserved(viewDir string) (string, error) {
+	b, err := os.ReadFile(filepath.Join(viewDir, "ERROR.txt"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	first, _, _ := strings.Cut(strings.TrimSpace(string(b)), "\n")
+	return first, nil
 }
 
 // NVFP4Result summarises an NVFP4 check.

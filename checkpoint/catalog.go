@@ -220,11 +220,14 @@ func Open(dir string) (*Catalog, error) {
 		return nil, err
 	}
 	fi, err := os.Stat(abs)
+	if pe := (*fs.PathError)(nil); errors.As(err, &pe) {
+		err = pe.Err // "stat PATH: " says less than what follows
+	}
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("source checkpoint directory %s: %w", abs, err)
 	}
 	if !fi.IsDir() {
-		return nil, fmt.Errorf("%s: not a directory", abs)
+		return nil, fmt.Errorf("source checkpoint directory %s: not a directory", abs)
 	}
 	c := &Catalog{Dir: abs, Config: &Config{}, ids: make(map[string]fileID)}
 	if c.roots, err = sourceRoots(abs); err != nil {

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -356,11 +357,25 @@ func TestOpenFails(t *testing.T) {
 	writeFile(t, filepath.Dir(notDir), "file", "x")
 	onlyReadme := t.TempDir()
 	writeFile(t, onlyReadme, "README.md", "x")
-	for _, dir := range []string{filepath.Join(empty, "missing"), notDir, empty, onlyReadme} {
-		if c, err := Open(dir); err == nil {
+	missing := filepath.Join(empty, "missing")
+	for _, tc := range []struct{ dir, want string }{
+		{missing, "source checkpoint directory " + missing + ": no such file or directory"},
+		{notDir, "source checkpoint directory " + notDir + ": not a directory"},
+		{empty, empty + ": no config.json and no safetensors files"},
+		{onlyReadme, onlyReadme + ": no config.json and no safetensors files"},
+	} {
+		c, err := Open(tc.dir)
+		if err == nil {
 			c.Close()
-			t.Errorf("Open(%s) succeeded", dir)
+			t.Errorf("Open(%s) succeeded", tc.dir)
+			continue
 		}
+		if err.Error() != tc.want {
+			t.Errorf("Open(%s): %q, want %q", tc.dir, err, tc.want)
+		}
+	}
+	if _, err := Open(missing); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("Open of a missing directory: %v is not fs.ErrNotExist", err)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path"
+	"slices"
 	"strings"
 
 	"github.com/dsfs/dsfs/checkpoint"
@@ -23,12 +24,14 @@ func planDeepseek2(mat Type, tok *tokenizers) func(cat *checkpoint.Catalog) (*Mo
 		if cat.ConfigBytes == nil {
 			return nil, fmt.Errorf("config.json: missing")
 		}
+		// The family first: another family's config would fail with the
+		// V2/V3 engine's reasons, which say nothing of llama.cpp.
+		if f := cat.Config.Family; f != checkpoint.DeepSeekV2 && f != checkpoint.DeepSeekV3 {
+			return nil, fmt.Errorf("config.json: model_type %q is not deepseek_v2 or deepseek_v3 (llama.cpp's deepseek2 architecture)", cat.Config.ModelType)
+		}
 		cfg, err := deepseek2.ParseConfig(cat.ConfigBytes)
 		if err != nil {
 			return nil, err // it names config.json
-		}
-		if f := cat.Config.Family; f != checkpoint.DeepSeekV2 && f != checkpoint.DeepSeekV3 {
-			return nil, fmt.Errorf("config.json: model_type %q is not deepseek_v2 or deepseek_v3", cat.Config.ModelType)
 		}
 		p := &ds2{cat: cat, cfg: cfg, mat: mat, tok: tok}
 		switch {
@@ -46,8 +49,34 @@ func planDeepseek2(mat Type, tok *tokenizers) func(cat *checkpoint.Catalog) (*Mo
 		if err := p.tensors(); err != nil {
 			return nil, err
 		}
-		return &Model{Name: modelName(cat.Dir) + "-" + mat.Name, KVs: kvs, Tensors: p.out}, nil
+		return &Model{Name: modelName(cat.Dir) + "-" + mat.Name, KVs: kvs, Tensors: p.out, Note: p.unquantised()}, nil
 	}
+}
+
+// unquantised says, for the IQ2_XXS recipe, that no routed expert is
+// quantised and why, or "" when some is: ggml's IQ2_XXS and Q2_K pack 256
+// weights a block along a row, so rows of other widths stay BF16.
+func (p *ds2) unquantised() string {
+	if p.mat != IQ2_XXS {
+		return ""
+	}
+	var widths []string
+	for _, t := range p.out {
+		switch {
+		case t.Type == IQ2_XXS || t.Type == Q2_K:
+			return ""
+		case strings.HasSuffix(t.Name, "_exps.weight"):
+			base := strings.TrimSuffix(t.Name, "_exps.weight") // blk.N.ffn_gate
+			proj := base[strings.LastIndex(base, "ffn_")+len("ffn_"):]
+			if w := fmt.Sprintf("%d (%s)", t.Ne[0], proj); !slices.Contains(widths, w) {
+				widths = append(widths, w)
+			}
+		}
+	}
+	if len(widths) == 0 {
+		return "This checkpoint has no routed experts to quantise: every matrix is BF16, as in BF16/."
+	}
+	return fmt.Sprintf("No routed expert is quantised here: IQ2_XXS and Q2_K pack 256 weights a block along a row, and this checkpoint's expert rows hold %s weights, so they stay BF16 and the file is the size of BF16/'s.", strings.Join(widths, ", "))
 }
 
 // ds2 is the state of planning one deepseek2 model.

@@ -17,15 +17,12 @@ import (
 )
 
 // openSynthV4 writes synth's v4-tiny (the V4-Flash layout with every
-// routed expert row whole 256-weight blocks, so q2/ quantises them) and a
-// synthesised tokenizer of its 1024 tokens.
+// routed expert row whole 256-weight blocks, so q2/ quantises them, and a
+// synthesised tokenizer of its 1024 tokens).
 func openSynthV4(t testing.TB) *checkpoint.Catalog {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "v4-synth")
 	if err := synth.Write("v4-tiny", dir); err != nil {
-		t.Fatal(err)
-	}
-	if err := synth.WriteTokenizer(dir, 1024); err != nil {
 		t.Fatal(err)
 	}
 	cat, err := checkpoint.Open(dir)

@@ -63,6 +63,10 @@ type Model struct {
 	Name    string // the files' base name
 	KVs     []KV
 	Tensors []Tensor
+	// Note is what a reader of gguf/README.md should know of these files
+	// beyond the recipe's About, in sentences, such as a recipe that
+	// quantises nothing here; "" when nothing.
+	Note string
 }
 
 // Recipe turns a checkpoint into a GGUF model.
@@ -75,6 +79,16 @@ type Recipe struct {
 	// the tokenizer files, reading no tensor values. It returns an error
 	// when the recipe does not apply to the checkpoint.
 	Plan func(cat *checkpoint.Catalog) (*Model, error)
+}
+
+// Unsupported says why llama.cpp runs no checkpoint of family f, whatever
+// the recipe, or "" when one of its architectures may: llama.cpp has
+// deepseek2 (V2, V3, R1) and deepseek4 (V4), and no DeepSeek-V4.1.
+func Unsupported(f checkpoint.Family) string {
+	if f == checkpoint.DeepSeekV41 {
+		return "llama.cpp has no deepseek41 architecture yet (DeepSeek-V4.1's Engram memory, CSA2 attention roles and DSpark stages have no llama.cpp graph; upstream pull request ggml-org/llama.cpp#28696 would add one)"
+	}
+	return ""
 }
 
 // Recipes lists the recipes in the order gguf/ shows them. The recipes of

@@ -23,7 +23,8 @@ func workDoc(p string) bool {
 	base := path.Base(p)
 	return base == "TRANSCODE.json" || base == "manifest.json" || strings.HasSuffix(base, ".manifest.json") ||
 		strings.HasPrefix(p, "manifest/shards/") || strings.HasPrefix(p, "manifest/views/") ||
-		p == "trace/trace.json" || strings.HasPrefix(p, "trace/layers/") && strings.HasSuffix(p, ".json")
+		p == "trace/trace.json" || strings.HasPrefix(p, "trace/layers/") && strings.HasSuffix(p, ".json") ||
+		strings.HasPrefix(p, "trace/") && strings.HasSuffix(p, ".png") // the figures, drawn from the routes
 }
 
 // viewFiles lists the files of a mount's views (.dsfs/ left out).

@@ -2,15 +2,88 @@ package integration
 
 import (
 	"bytes"
+	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 )
 
-// The documentation a newcomer reads first: every page the README and
-// docs/ link to exists, with the heading a link names.
+// The documentation a newcomer reads first: the README's quick start runs
+// as written, and every page the README and docs/ link to exists, with the
+// heading a link names.
+
+// fencedBlock returns the first ```sh block after the heading in the
+// Markdown text md.
+func fencedBlock(t *testing.T, md, heading string) string {
+	t.Helper()
+	_, rest, ok := strings.Cut(md, "\n"+heading+"\n")
+	if !ok {
+		t.Fatalf("no heading %q", heading)
+	}
+	_, rest, ok = strings.Cut(rest, "\n```sh\n")
+	if !ok {
+		t.Fatalf("no sh block under %q", heading)
+	}
+	block, _, ok := strings.Cut(rest, "\n```\n")
+	if !ok {
+		t.Fatalf("the sh block under %q is not closed", heading)
+	}
+	return block
+}
+
+// TestReadmeQuickStart runs the README's quick start in an empty
+// directory, with dsfs on PATH as `go install` puts it there, and checks
+// what it printed: every view listed, nvfp4/'s contract, trace/'s first
+// layer record, and no line saying something cannot run.
+func TestReadmeQuickStart(t *testing.T) {
+	needMount(t)
+	md, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	script := fencedBlock(t, string(md), "## Quick start")
+	dir := t.TempDir()
+	bin := filepath.Join(t.TempDir(), "bin")
+	if err := os.Mkdir(bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(dsfsBin, filepath.Join(bin, "dsfs")); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", "-euo", "pipefail", "-c", script)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "PATH="+bin+":"+os.Getenv("PATH"))
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	// A background mount must not hold the script's output open: if it
+	// does, Wait gives up this long after bash exits, and the test fails.
+	cmd.WaitDelay = 10 * time.Second
+	// The script's last command unmounts; should it fail midway, the mount
+	// must not outlive the test.
+	t.Cleanup(func() { exec.Command(dsfsBin, "umount", "--lazy", filepath.Join(dir, "mnt")).Run() })
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("the quick start failed: %v\n%s\n--- script:\n%s", err, &out, script)
+	}
+	got := out.String()
+	for _, want := range []string{"source", "nvfp4", "trace", "manifest", "gguf", "q2", "engram-fp4",
+		`"moe_quant_algo": "NVFP4"`, "hf_quant_config.json"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("the quick start's output lacks %q:\n%s", want, got)
+		}
+	}
+	if regexp.MustCompile(`(?i)cannot run|ERROR\.txt`).MatchString(got) {
+		t.Errorf("the quick start's output says something cannot run:\n%s", got)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "out", "config.json")); err != nil {
+		t.Errorf("the quick start exported nothing: %v", err)
+	}
+}
 
 // mdLink matches a Markdown link's target.
 var mdLink = regexp.MustCompile(`\]\(([^)\s]+)\)`)

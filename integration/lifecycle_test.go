@@ -3,6 +3,7 @@ package integration
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -394,6 +395,36 @@ func TestMountOptions(t *testing.T) {
 	}
 }
 
+// TestNonEmptyMountPoint: a mount point that holds files is refused in
+// one line; --nonempty and -o nonempty mount over it, hiding the files
+// until unmounted.
+func TestNonEmptyMountPoint(t *testing.T) {
+	needMount(t)
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "notes.txt"), []byte("mine"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(dsfsBin, "mount", tinySrc, dir).CombinedOutput()
+	if want := "dsfs mount: mount point " + dir + ": not empty (it holds notes.txt, which the mount would hide)"; err == nil || !strings.HasPrefix(string(out), want) || strings.Count(string(out), "\n") != 1 {
+		t.Fatalf("mount on a non-empty directory: %v\n%s\nwant one line starting %q", err, out, want)
+	}
+	if e := mountAt(t, dir); e.count != 0 {
+		t.Fatalf("refused, and yet mounted: %+v", e)
+	}
+	for _, args := range [][]string{{"--nonempty"}, {"-o", "ro,nonempty"}} {
+		unmountAtEnd(t, dir)
+		m := &mount{dir: dir, proc: startProc(t, exec.Command(dsfsBin, append(append([]string{"mount"}, args...), tinySrc, dir)...))}
+		m.waitReady(t, dir)
+		if _, err := os.Stat(m.path("notes.txt")); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s: notes.txt is visible through the mount: %v", args, err)
+		}
+		m.stop(t)
+		if b, err := os.ReadFile(filepath.Join(dir, "notes.txt")); err != nil || string(b) != "mine" {
+			t.Errorf("%s: after unmounting, notes.txt holds %q (%v)", args, b, err)
+		}
+	}
+}
+
 // installHelper links /sbin/mount.fuse.dsfs to the test binary for the
 // test, as OPERATIONS.md's install step does with the real one.
 func installHelper(t *testing.T) {
@@ -498,30 +529,64 @@ func TestMountHelper(t *testing.T) {
 }
 
 // TestBackground: dsfs mount --background returns once the mount is
-// ready, and the background server outlives it until unmounted.
+// ready, holding none of its caller's output open in the background:
+// piped into tail (stderr too) it returns. The server runs under the
+// command line as given, its pid in --pid-file while it serves, its log in
+// --log-file, and outlives the command until unmounted; a failing
+// start-up fails the command with the reason.
 func TestBackground(t *testing.T) {
 	needMount(t)
 	dir := t.TempDir()
 	unmountAtEnd(t, dir)
-	log := newLogFile(t)
-	c := exec.Command(dsfsBin, "mount", "--background", "--cache-mb", "64", tinySrc, dir)
-	c.Stdout, c.Stderr = log.f, log.f
-	if err := c.Run(); err != nil {
-		t.Fatalf("dsfs mount --background: %v\n%s", err, log)
+	tmp := t.TempDir()
+	logFile, pidFile := filepath.Join(tmp, "dsfs.log"), filepath.Join(tmp, "dsfs.pid")
+	args := []string{dsfsBin, "mount", "--background", "--cache-mb", "64", "--log-file", logFile, "--pid-file", pidFile, tinySrc, dir}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	// The pipeline ends when tail reads the end of its input, which comes
+	// when no process holds the pipe's writing end.
+	out, err := exec.CommandContext(ctx, "sh", "-c", "'"+strings.Join(args, "' '")+"' 2>&1 | tail -n 5").CombinedOutput()
+	if ctx.Err() != nil {
+		t.Fatalf("dsfs mount --background ... | tail did not return within a minute\n%s", out)
 	}
-	if _, err := os.ReadFile(filepath.Join(dir, ".dsfs", "stats.json")); err != nil {
-		t.Fatalf("not ready when --background returned: %v", err)
+	if err != nil || !strings.Contains(string(out), "serving in the background") {
+		t.Fatalf("dsfs mount --background | tail: %v\n%s", err, out)
 	}
-	pid := backgroundPID(t, dir)
-	if pid == c.Process.Pid {
-		t.Fatal("the serving process is the one that returned")
+	pid := backgroundPID(t, dir) // stats.json is there: ready when the command returned
+	b, err := os.ReadFile(pidFile)
+	if err != nil || string(b) != fmt.Sprintf("%d\n", pid) {
+		t.Errorf("--pid-file holds %q (%v); the server is %d", b, err, pid)
+	}
+	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if want := strings.Join(args, "\x00") + "\x00"; err != nil || string(cmdline) != want {
+		t.Errorf("the server's command line is %q (%v), want the command as given, %q", cmdline, err, want)
+	}
+	var st struct {
+		Log string `json:"log"`
+	}
+	catJSON(t, filepath.Join(dir, ".dsfs", "stats.json"), &st)
+	if st.Log != logFile {
+		t.Errorf("stats.json says the log goes to %q, want %s", st.Log, logFile)
 	}
 	run(t, dsfsBin, "umount", dir)
 	waitGone(t, pid)
-	// A failing start-up fails the command, with the reason.
-	out, err := exec.Command(dsfsBin, "mount", "--background", t.TempDir(), t.TempDir()).CombinedOutput()
+	log, _ := os.ReadFile(logFile)
+	for _, want := range []string{"msg=mounted ", "serving in the background", "msg=unmounted "} {
+		if !bytes.Contains(log, []byte(want)) {
+			t.Errorf("the log file lacks %q:\n%s", want, log)
+		}
+	}
+	if _, err := os.Stat(pidFile); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the pid file outlives the server: %v", err)
+	}
+	// A failing start-up fails the command, with the reason, which the
+	// log file gets too.
+	out, err = exec.CommandContext(ctx, dsfsBin, "mount", "--background", "--log-file", logFile, t.TempDir(), t.TempDir()).CombinedOutput()
 	if err == nil || !bytes.Contains(out, []byte("no config.json and no safetensors files")) {
 		t.Fatalf("--background of an empty source: %v\n%s", err, out)
+	}
+	if log, _ := os.ReadFile(logFile); !bytes.Contains(log, []byte("msg=\"mount failed\"")) {
+		t.Errorf("the log file lacks the failure:\n%s", log)
 	}
 }
 

@@ -108,10 +108,14 @@ func TestTraceReleasedV41(t *testing.T) {
 	want := map[string]int64{"logits.safetensors": size(logits)}
 	for l := range 40 {
 		want[fmt.Sprintf("layers/%02d.safetensors", l)] = size(layer(l))
-		want[fmt.Sprintf("layers/%02d.json", l)] = 0 // computed when opened
+		want[fmt.Sprintf("layers/%02d.json", l)] = 0     // computed when opened
+		want[fmt.Sprintf("layers/%02d.load.png", l)] = 0 // drawn when opened: every layer routes
 	}
-	if names := files(t, m.path("trace")); len(names) != 3+80 {
-		t.Errorf("trace/ holds %d files, want layers/00..39 .json and .safetensors, logits.safetensors, prompts.json, trace.json: %v", len(names), names)
+	for _, p := range prompts {
+		want["routes/"+p.ID+".png"] = 0
+	}
+	if names := files(t, m.path("trace")); len(names) != 3+3*40+len(prompts) {
+		t.Errorf("trace/ holds %d files, want layers/00..39 .json, .safetensors and .load.png, routes/ID.png per prompt, logits.safetensors, prompts.json, trace.json: %v", len(names), names)
 	}
 	for name, n := range want {
 		st, err := os.Stat(m.path("trace", name))

@@ -101,7 +101,7 @@ func benchSpec() synth.Spec {
 	s := synth.TinySpec()
 	s.Seed = 7
 	s.Hidden, s.MoEInter, s.Experts, s.MTPExperts = 5120, 2304, 8, 4
-	s.EngramRows = 1 << 19
+	s.EngramRows, s.EngramRowsByLayer = 1<<19, nil
 	s.MaxShardBytes = 1 << 40
 	return s
 }

@@ -22,7 +22,7 @@ func benchQ2Source(b *testing.B) *checkpoint.Catalog {
 	spec := synth.TinySpec()
 	spec.Hidden, spec.MoEInter = 5120, 2304
 	spec.Layers, spec.DenseLayers, spec.Experts, spec.ActiveExperts = 1, 0, 1, 1
-	spec.CompressRatios, spec.EngramLayers, spec.MTPLayers, spec.VisionLayers = nil, nil, 0, 0
+	spec.CompressRatios, spec.EngramLayers, spec.EngramRowsByLayer, spec.MTPLayers, spec.VisionLayers = nil, nil, nil, 0, 0
 	spec.KVSourceLayers, spec.IndexSourceLayers, spec.DSparkTargets = nil, nil, nil
 	spec.MaxShardBytes = 1 << 30
 	dir := b.TempDir()

@@ -238,6 +238,20 @@ func (q *Plan) title() string {
 	return "checkpoint " + dir
 }
 
+// source names what q2/ derives from, for README.md: the repository and
+// revision, or a local checkpoint by its directory's name (and the
+// revision given, if any) when it is not a Hugging Face cache snapshot.
+func (q *Plan) source() string {
+	if q.Repo != "unknown" {
+		return fmt.Sprintf("`%s` revision `%s`", q.Repo, q.Revision)
+	}
+	s := fmt.Sprintf("a local checkpoint (`%s`)", filepath.Base(q.cat.Dir))
+	if q.Revision != "unknown" {
+		s += fmt.Sprintf(" at revision `%s`", q.Revision)
+	}
+	return s
+}
+
 func (q *Plan) artifact() string { return q.title() + " mixed-Q2 routed experts" }
 
 func sourceRange(t *checkpoint.Tensor) [2]int64 { return [2]int64{t.Offset, t.Offset + t.Size} }
@@ -527,18 +541,19 @@ var readmeTemplate = template.Must(template.New("README.md").Funcs(template.Func
 
 // readmeFigures are what README.md says of a plan.
 type readmeFigures struct {
-	Title, Repo, Revision, DSFS, Quantiser string
-	Layers, Experts                        int // of the quantised matrices
-	GateUp, Down                           typeFigures
-	Geometries                             []geometry
-	T                                      Totals // plan.json's
-	AverageBits                            float64
-	Roles                                  []roleFigures
-	DTypes                                 string // of the tensors copied unchanged
-	MTP                                    int    // MTP expert tensors copied unchanged
-	External                               string // the Engram tables, for prose
-	Shards                                 []readmeShard
-	Environment                            map[string]string
+	Title, Revision, DSFS, Quantiser string
+	Source                           string // what the view derives from, for prose
+	Layers, Experts                  int    // of the quantised matrices
+	GateUp, Down                     typeFigures
+	Geometries                       []geometry
+	T                                Totals // plan.json's
+	AverageBits                      float64
+	Roles                            []roleFigures
+	DTypes                           string // of the tensors copied unchanged
+	MTP                              int    // MTP expert tensors copied unchanged
+	External                         string // the Engram tables, for prose
+	Shards                           []readmeShard
+	Environment                      map[string]string
 }
 
 // readmeShard is one output shard's line of README.md.
@@ -584,7 +599,7 @@ func (q *Plan) README() []byte {
 // readmeFigures gathers README.md's figures from the plan, without
 // building plan.json's tensor list.
 func (q *Plan) readmeFigures() readmeFigures {
-	f := readmeFigures{Title: q.title(), Repo: q.Repo, Revision: q.Revision, DSFS: build.Version(), Quantiser: Quantiser,
+	f := readmeFigures{Title: q.title(), Source: q.source(), Revision: q.Revision, DSFS: build.Version(), Quantiser: Quantiser,
 		GateUp: typeFigures{GGMLType: IQ2XXS}, Down: typeFigures{GGMLType: Q2K},
 		T: q.totals(), Environment: environment()}
 	for _, sh := range q.Shards {

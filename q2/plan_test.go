@@ -56,6 +56,24 @@ func TestSourceRevision(t *testing.T) {
 	}
 }
 
+// TestSourceProse holds README.md's words for what q2/ derives from: a
+// local checkpoint by its directory's name, never "`unknown` revision
+// `unknown`".
+func TestSourceProse(t *testing.T) {
+	snap := "/root/.cache/huggingface/hub/models--deepseek-ai--DeepSeek-V4.1-Flash/snapshots/0123abcd"
+	for _, tt := range []struct{ dir, flag, want string }{
+		{snap, "", "`deepseek-ai/DeepSeek-V4.1-Flash` revision `0123abcd`"},
+		{"/data/ckpt", "", "a local checkpoint (`ckpt`)"},
+		{"/data/ckpt", "main", "a local checkpoint (`ckpt`) at revision `main`"},
+	} {
+		q := &Plan{cat: &checkpoint.Catalog{Dir: tt.dir}}
+		q.Repo, q.Revision = sourceRevision(tt.dir, tt.flag)
+		if got := q.source(); got != tt.want {
+			t.Errorf("%s --revision %q: %q, want %q", tt.dir, tt.flag, got, tt.want)
+		}
+	}
+}
+
 func TestHumanFigures(t *testing.T) {
 	tests := []struct {
 		n            int64

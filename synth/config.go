@@ -123,7 +123,7 @@ type v41Vision struct {
 }
 
 // The settings of the release that no tensor shape shows; the tiny presets
-// keep them.
+// keep them, but for Engram's hashing (Spec.EngramVocab, Spec.EngramKeys).
 const (
 	v41ImageTokenID  = 129264
 	v41Window        = 128
@@ -151,6 +151,22 @@ func candidateSource(s *Spec) int {
 		return 0
 	}
 	return s.KVSourceLayers[len(s.KVSourceLayers)-1]
+}
+
+// engramVocab is engram_vocab_size: the spec's or the release's.
+func (s *Spec) engramVocab() int {
+	if s.EngramVocab > 0 {
+		return s.EngramVocab
+	}
+	return v41EngramVocab
+}
+
+// engramKeys is engram_compressed_vocab_size: the spec's or the release's.
+func (s *Spec) engramKeys() int {
+	if s.EngramKeys > 0 {
+		return s.EngramKeys
+	}
+	return v41EngramCVocab
 }
 
 func engramTableRows(s *Spec) []int64 {
@@ -191,9 +207,9 @@ func newV41Config(s *Spec) v41Config {
 			CandidateBlockSize: v41CandBlock,
 			HCMult:             s.HCMult, HCSinkhornIters: 20, HCEps: "1e-06",
 			EngramLayerIDs: nonNil(s.EngramLayers), EngramNumEmbeddings: engramTableRows(s),
-			EngramMaxNgramSize: engramOrders + 1, EngramVocabSize: v41EngramVocab,
+			EngramMaxNgramSize: engramOrders + 1, EngramVocabSize: s.engramVocab(),
 			EngramNHeads: s.EngramHeads, EngramHeadDim: engramDim, EngramPadTokenID: 2,
-			EngramCompressedVocab: v41EngramCVocab,
+			EngramCompressedVocab: s.engramKeys(),
 			NumNextNPredictLayers: s.MTPLayers, DSparkBlockSize: v41DSparkBlock,
 			DSparkNoiseTokenID: v41DSparkNoiseID, DSparkTargetLayerIDs: nonNil(s.DSparkTargets),
 			DSparkMarkovRank: s.MarkovRank, DSparkNRoutedExperts: s.MTPExperts,
@@ -274,10 +290,10 @@ func newV41Inference(s *Spec) []byte {
 		{"index_topk", itoa(v41IndexTopK)}, {"candidate_source_layer", itoa(candidateSource(s))},
 		{"candidate_topk_blocks", itoa(v41CandTopK)}, {"candidate_block_size", itoa(v41CandBlock)},
 		{"hc_mult", itoa(s.HCMult)}, {"hc_sinkhorn_iters", "20"}, {"hc_eps", "1e-06"},
-		{"engram_layer_ids", ints(s.EngramLayers)}, {"engram_vocab_size", itoa(v41EngramVocab)},
+		{"engram_layer_ids", ints(s.EngramLayers)}, {"engram_vocab_size", itoa(s.engramVocab())},
 		{"engram_num_embeddings", int64s(engramTableRows(s))},
 		{"engram_max_ngram_size", itoa(engramOrders + 1)}, {"engram_pad_id", "2"},
-		{"engram_compressed_vocab_size", itoa(v41EngramCVocab)},
+		{"engram_compressed_vocab_size", itoa(s.engramKeys())},
 		{"dtype", `"fp8"`}, {"expert_dtype", `"fp4"`}, {"compress_rope_theta", "160000"},
 		{"compress_ratios", ints(configRatios(s))},
 		{"vision_n_layers", itoa(s.VisionLayers)}, {"vision_dim", itoa(s.VisionDim)},
@@ -376,7 +392,7 @@ func newV4Inference(s *Spec) []byte {
 }
 
 // tokenizerConfig is a minimal tokenizer_config.json with DeepSeek's special
-// tokens; only a Spec with a TokenizerFill has a tokenizer.json beside it.
+// tokens (writeTokenizer sets the pad token).
 var tokenizerConfig = map[string]any{
 	"add_bos_token":    true,
 	"add_eos_token":    false,

@@ -128,6 +128,33 @@ func (s *MLASpec) tensors() []mlaTensor {
 	return append(ts, norm("model.norm.weight", s.Hidden), lin("lm_head.weight", s.Vocab, s.Hidden))
 }
 
+// shards cuts the tensors, in state-dict order, into the shards WriteMLA
+// writes: a shard is closed before a tensor would take it past
+// MaxShardBytes, and a tensor larger than that gets one of its own.
+func (s *MLASpec) shards() [][]mlaTensor {
+	var shards [][]mlaTensor
+	var size int64
+	for _, t := range s.tensors() {
+		n := t.bytes()
+		if len(shards) == 0 || size > 0 && size+n > s.MaxShardBytes {
+			shards = append(shards, nil)
+			size = 0
+		}
+		shards[len(shards)-1] = append(shards[len(shards)-1], t)
+		size += n
+	}
+	return shards
+}
+
+// bytes is the size of the tensor's data.
+func (t *mlaTensor) bytes() int64 {
+	n := int64(t.dtype().Bits() / 8)
+	for _, d := range t.shape {
+		n *= d
+	}
+	return n
+}
+
 func (t *mlaTensor) dtype() safetensors.DType {
 	if t.kind == mlaBias {
 		return safetensors.F32
@@ -235,21 +262,7 @@ func WriteMLA(s MLASpec, dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("synth: %w", err)
 	}
-	ts := s.tensors()
-	var shards [][]mlaTensor
-	var size int64
-	for _, t := range ts {
-		n := int64(t.dtype().Bits() / 8)
-		for _, d := range t.shape {
-			n *= d
-		}
-		if len(shards) == 0 || size > 0 && size+n > s.MaxShardBytes {
-			shards = append(shards, nil)
-			size = 0
-		}
-		shards[len(shards)-1] = append(shards[len(shards)-1], t)
-		size += n
-	}
+	shards := s.shards()
 	ix := index{WeightMap: make(map[string]string)}
 	for i, sh := range shards {
 		name := fmt.Sprintf("model-%05d-of-%05d.safetensors", i+1, len(shards))

@@ -7,9 +7,14 @@ import (
 
 // Preset is a named Spec.
 type Preset struct {
-	Name        string
-	Description string // one line
-	Spec        Spec
+	Name string
+	// Description says what the checkpoint is, in one line; what it
+	// holds in numbers (shards, tensors, bytes) is Contents'.
+	Description string
+	// Purpose says what the preset is for, in one line: the help of dsfs
+	// synth shows it beside the description.
+	Purpose string
+	Spec    Spec
 	// MLA, when set, makes this a DeepSeek-V2/V3 preset, which WriteMLA
 	// writes; Spec is then unused.
 	MLA *MLASpec
@@ -24,18 +29,90 @@ func (p *Preset) Validate() error {
 	return p.Spec.Validate()
 }
 
+// Family names the model family a checkpoint's config.json declares.
+type Family string
+
+// The families of the presets.
+const (
+	FamilyV41 Family = "DeepSeek-V4.1"
+	FamilyV4  Family = "DeepSeek-V4"
+	FamilyV3  Family = "DeepSeek-V3"
+	FamilyV2  Family = "DeepSeek-V2"
+)
+
+// Contents is what Write writes for a preset, computed from its spec by
+// the code that writes it, so that a help text stating it cannot drift
+// from the files.
+type Contents struct {
+	Family  Family
+	Shards  int   // safetensors files
+	Tensors int   // tensors over all shards
+	Bytes   int64 // tensor data over all shards, headers left out
+	// Tokenizer says a tokenizer.json is written (trace/ encodes its text
+	// prompts with it, gguf/ carries it).
+	Tokenizer bool
+}
+
+// Contents computes what Write writes for p, without writing.
+func (p *Preset) Contents() (Contents, error) {
+	if err := p.Validate(); err != nil {
+		return Contents{}, err
+	}
+	if s := p.MLA; s != nil {
+		c := Contents{Family: FamilyV2, Tokenizer: s.Vocab >= tokenizerBase}
+		if s.V3 {
+			c.Family = FamilyV3
+		}
+		shards := s.shards()
+		c.Shards = len(shards)
+		for _, sh := range shards {
+			for _, t := range sh {
+				c.Tensors++
+				c.Bytes += t.bytes()
+			}
+		}
+		return c, nil
+	}
+	s := p.Spec
+	c := Contents{Family: FamilyV41, Tokenizer: true}
+	if s.Arch == ArchV4 {
+		c.Family = FamilyV4
+	}
+	shards, err := planShards(newLayout(&s), s.MaxShardBytes)
+	if err != nil {
+		return Contents{}, err
+	}
+	c.Shards = len(shards)
+	for _, sh := range shards {
+		for _, u := range sh.units {
+			c.Tensors += len(u.tensors)
+			c.Bytes += u.bytes()
+		}
+	}
+	return c, nil
+}
+
 // Presets lists the presets Write knows, in the order a help text shows them.
 func Presets() []Preset {
 	return []Preset{
-		{"v41-tiny", "DeepSeek-V4.1-Flash layout in 28 MB: 6 layers (every CSA2 role, 2 Engram blocks), 8 MXFP4 experts, 3 DSpark stages, vision, 15 shards", TinySpec(), nil},
-		{"v41-bench", "DeepSeek-V4.1-Flash layout in 2.9 GiB of realistic values, 2 shards of over 1 GiB, for throughput benchmarks", benchSpec(), nil},
-		{"v41-full-sparse", "DeepSeek-V4.1-Flash exactly (48 shards, 96,085 tensors, 475.24 GiB) as sparse files of zeros", V41FlashSpec(), nil},
-		{"v4-tiny", "DeepSeek-V4-Flash layout in 14 MB: 4 layers (hash, SWA, CSA, HCA), 8 MXFP4 experts, mtp.0, hc head, 7 shards", V4TinySpec(), nil},
-		{"v4-full-sparse", "DeepSeek-V4-Flash exactly (46 shards, 69,187 tensors, 148.65 GiB) as sparse files of zeros", V4FlashSpec(), nil},
-		{"v4-bench", "DeepSeek-V4-Flash layout in about 400 MB of realistic values, with a tokenizer, for gguf/ and q2/ load benchmarks", v4BenchSpec(), nil},
-		{"v2lite-tiny", "DeepSeek-V2-Lite layout (MLA, softmax routing) in 2.6 MB with a tokenizer: 4 layers (1 dense), 8 experts, for trace/", Spec{}, ptr(V2LiteTinySpec())},
-		{"v3-tiny", "DeepSeek-V3 layout (q LoRA, sigmoid + bias group routing) in 3.1 MB with a tokenizer: 4 layers (1 dense), 16 experts, for trace/", Spec{}, ptr(V3TinySpec())},
-		{"v3-bench", "DeepSeek-V3 layout (BF16) in about 400 MB with a tokenizer: 4 layers (1 dense), 8 experts of 1024x2048, for gguf/ load benchmarks", Spec{}, ptr(v3BenchSpec())},
+		{"v41-tiny", "DeepSeek-V4.1-Flash's every tensor pattern at small sizes in the release's shard assignment: 6 layers (every CSA2 role, 2 Engram blocks), 8 MXFP4 experts, 3 DSpark stages, vision",
+			"the default of dsfs demo and of the tests: every view of the mission's family in seconds", TinySpec(), nil},
+		{"v41-bench", "DeepSeek-V4.1-Flash layout with V4-Flash-sized experts, realistic values, cut into shards of over 1 GiB",
+			"throughput benchmarks of the transcoding views (bench/)", benchSpec(), nil},
+		{"v41-full-sparse", "DeepSeek-V4.1-Flash as released: every header, the index and both config files byte for byte, the data as holes",
+			"the released layout: mount time, memory and headers at full scale, without the download", V41FlashSpec(), nil},
+		{"v4-tiny", "DeepSeek-V4-Flash's every tensor pattern at small sizes in the release's shard assignment: 4 layers (hash, SWA, CSA, HCA), 8 MXFP4 experts, mtp.0, hc head",
+			"the V4 family's views in seconds", V4TinySpec(), nil},
+		{"v4-full-sparse", "DeepSeek-V4-Flash as released: every header, the index and both config files byte for byte, the data as holes",
+			"the released layout: mount time, memory and headers at full scale, without the download", V4FlashSpec(), nil},
+		{"v4-bench", "DeepSeek-V4-Flash layout with every dimension a multiple of 256 and realistic values",
+			"load benchmarks of gguf/ and q2/", v4BenchSpec(), nil},
+		{"v2lite-tiny", "DeepSeek-V2-Lite layout (MLA, softmax routing) at small sizes: 4 layers (1 dense), 8 experts",
+			"trace/ and gguf/ of the V2 family: the shapes of the golden vectors in testdata/trace", Spec{}, ptr(V2LiteTinySpec())},
+		{"v3-tiny", "DeepSeek-V3 layout (q LoRA, sigmoid + bias group routing) at small sizes: 4 layers (1 dense), 16 experts",
+			"trace/ and gguf/ of the V3 family, its group-limited routing", Spec{}, ptr(V3TinySpec())},
+		{"v3-bench", "DeepSeek-V3 layout (BF16): 4 layers (1 dense), 8 experts of 1024x2048",
+			"load benchmarks of gguf/", Spec{}, ptr(v3BenchSpec())},
 	}
 }
 
@@ -126,7 +203,9 @@ const releasedTokenizerFill = 98012
 // DeepSeek-V4.1-Flash at small sizes, every matrix dimension a multiple of
 // 256, in the release's shard assignment. Layers 0 and 1 are sliding-window
 // only, 2 a ratio-2 CSA2 source (compressor with gate, indexer), 3 reuses
-// it, 4 a ratio-1 source (no gate), 5 an index source; Engram on 1 and 3.
+// it, 4 a ratio-1 source (no gate), 5 an index source; Engram on 1 and 3,
+// hashed at a scale trace/ runs (an n-gram space of 1,300 per head, the
+// tokenizer's 867 keys); a tokenizer.json of 1,024 ids.
 func TinySpec() Spec {
 	return Spec{
 		Seed: 1, Arch: ArchV41,
@@ -138,7 +217,8 @@ func TinySpec() Spec {
 		KVSourceLayers:    []int{2, 4},
 		IndexSourceLayers: []int{2, 4, 5},
 		HCMult:            4,
-		EngramLayers:      []int{1, 3}, EngramRows: 4096, EngramHeads: 1,
+		EngramLayers:      []int{1, 3}, EngramHeads: 1,
+		EngramVocab: 1300, EngramRowsByLayer: []int64{3911, 3967}, EngramKeys: 867,
 		MTPLayers: 3, MTPExperts: 8, DSparkTargets: []int{3, 4, 5}, MarkovRank: 64,
 		VisionLayers: 1, VisionDim: 256, VisionInter: 512, VisionHeads: 4,
 	}
@@ -147,7 +227,8 @@ func TinySpec() Spec {
 // V4TinySpec is the v4-tiny preset: every tensor pattern of
 // DeepSeek-V4-Flash at small sizes: layers 0 and 1 hash-routed and
 // sliding-window only, 2 CSA (ratio 4, indexer), 3 HCA (ratio 128), the
-// head hyper-connection and mtp.0, 128x128 FP8 blocks.
+// head hyper-connection and mtp.0, 128x128 FP8 blocks; a tokenizer.json
+// of 1,024 ids.
 func V4TinySpec() Spec {
 	return Spec{
 		Seed: 5, Arch: ArchV4,
@@ -162,9 +243,11 @@ func V4TinySpec() Spec {
 }
 
 // benchSpec is the v41-bench preset: the V4.1 layout with V4-Flash-sized
-// matrices (16 experts of 2048x4096 per layer) and two Engram tables of
-// 528 MiB, cut by size into two shards of over 1 GiB for throughput
-// benchmarks.
+// matrices (16 experts of 2048x4096 per layer; layer 2 a ratio-2 CSA2
+// source, layer 3 reading its KV with an indexer of its own) and two
+// Engram tables of 529 MiB (8 heads over an n-gram space of 87,381, the
+// 9,080 keys of its tokenizer.json of 16,384 ids), cut by size into two
+// shards of over 1 GiB for throughput benchmarks.
 func benchSpec() Spec {
 	return Spec{
 		Seed: 2, Arch: ArchV41,
@@ -172,13 +255,15 @@ func benchSpec() Spec {
 		Experts: 16, ActiveExperts: 6, MoEInter: 2048, SharedInter: 2048,
 		QLoRA: 1024, Heads: 64, HeadDim: 512, OGroups: 8, OLoRA: 1024,
 		IndexHeads: 32, IndexHeadDim: 128,
-		CompressRatios:    []int{0, 0, 2, 1},
+		CompressRatios:    []int{0, 0, 2, 2},
 		KVSourceLayers:    []int{2},
 		IndexSourceLayers: []int{2, 3},
 		HCMult:            4,
-		EngramLayers:      []int{1, 3}, EngramRows: 2 << 20, EngramHeads: 8,
+		EngramLayers:      []int{1, 3}, EngramHeads: 8,
+		EngramVocab: 87381, EngramRowsByLayer: []int64{2100090, 2105268}, EngramKeys: 9080,
 		MTPLayers: 1, MTPExperts: 8, DSparkTargets: []int{1, 2, 3}, MarkovRank: 256,
 		MaxShardBytes: 7 << 28, // 1.75 GiB
+		TokenizerFill: 8000,
 	}
 }
 

@@ -130,10 +130,22 @@ type Spec struct {
 	// almost no disk.
 	Sparse bool
 
-	// TokenizerFill, when above zero, adds a tokenizer.json of Vocab ids
-	// (tokenizer.SynthesizeVocab: tokenizerMerges merges learned from its
-	// sample, TokenizerFill filler words, spaced copies of them for the
-	// rest) and makes tokenizer_config.json's pad token its id 2.
+	// EngramVocab is engram_vocab_size: each Engram head hashes an n-gram
+	// order into a table part whose size is the next unused prime above it
+	// (engram.py), so a table's rows must be the sum of its layer's primes
+	// for trace/ to run it; 0 means the release's 16,000,000.
+	// EngramKeys is engram_compressed_vocab_size, the number of distinct
+	// Engram keys of the tokenizer's ids (their normalised texts), which
+	// Engram hashes in place of token ids; 0 means the release's 99,092.
+	// TestPresetsRunEngram checks both against trace/v4 for every preset.
+	EngramVocab, EngramKeys int
+
+	// TokenizerFill shapes the tokenizer.json of Vocab ids written beside
+	// every checkpoint (tokenizer.SynthesizeVocab): up to tokenizerMerges
+	// merges learned from its sample, then TokenizerFill filler words and
+	// spaced copies of them for the rest. 0 suits a vocabulary the
+	// sample's merges fill (at most 1,371 ids); ids 0, 1 and 2 are BOS,
+	// EOS and the pad token, as config.json's token ids say.
 	TokenizerFill int
 }
 
@@ -192,12 +204,18 @@ func (s *Spec) Validate() error {
 		return errors.New("synth: negative FP8Block")
 	case s.HashLayers < 0 || s.HashLayers > s.Layers-s.DenseLayers:
 		return fmt.Errorf("synth: HashLayers %d outside [0, %d]", s.HashLayers, s.Layers-s.DenseLayers)
+	case s.HashLayers > 0 && (s.ActiveExperts <= 0 || s.ActiveExperts > s.Experts):
+		return fmt.Errorf("synth: hash layers route each token to ActiveExperts %d distinct experts of %d", s.ActiveExperts, s.Experts)
 	case s.HashIDType != "" && s.HashIDType != safetensors.I64 && s.HashIDType != safetensors.I32:
 		return fmt.Errorf("synth: HashIDType %s is neither I64 nor I32", s.HashIDType)
 	case s.EngramRowsByLayer != nil && len(s.EngramRowsByLayer) != len(s.EngramLayers):
 		return fmt.Errorf("synth: %d EngramRowsByLayer for %d Engram layers", len(s.EngramRowsByLayer), len(s.EngramLayers))
 	case s.Arch == ArchV41 && len(s.EngramLayers) > 0 && s.EngramHeads <= 0:
 		return errors.New("synth: V4.1 Engram blocks need positive EngramHeads")
+	case s.EngramVocab < 0 || s.EngramKeys < 0:
+		return errors.New("synth: negative EngramVocab or EngramKeys")
+	case s.TokenizerFill < 0 || s.Vocab < tokenizerBase+s.TokenizerFill:
+		return fmt.Errorf("synth: Vocab %d does not hold the tokenizer's %d byte and special tokens and %d filler words", s.Vocab, tokenizerBase, s.TokenizerFill)
 	case s.Arch == ArchV41 && s.MTPLayers > 0 && (len(s.DSparkTargets) == 0 || s.MarkovRank <= 0):
 		return errors.New("synth: DSpark stages need DSparkTargets and a positive MarkovRank")
 	}

@@ -231,11 +231,11 @@ func TestTinyTensors(t *testing.T) {
 		{"mtp.2.norm.weight", safetensors.BF16, []int64{512}, 12},
 		{"mtp.2.markov_head.embed.weight", safetensors.BF16, []int64{1024, 64}, 12},
 		{"mtp.2.confidence_head.proj.weight", safetensors.BF16, []int64{1, 576}, 12},
-		{"layers.1.engram.embed.weight", safetensors.F8E4M3, []int64{4096, 256}, 13},
-		{"layers.1.engram.embed.scale", safetensors.F8E8M0, []int64{4096, 8}, 13},
+		{"layers.1.engram.embed.weight", safetensors.F8E4M3, []int64{3911, 256}, 13},
+		{"layers.1.engram.embed.scale", safetensors.F8E8M0, []int64{3911, 8}, 13},
 		{"layers.1.engram.wkv.weight", safetensors.F8E4M3, []int64{2560, 768}, 13},
 		{"layers.1.engram.q_weight", safetensors.BF16, []int64{4, 512}, 13},
-		{"layers.3.engram.embed.weight", safetensors.F8E4M3, []int64{4096, 256}, 14},
+		{"layers.3.engram.embed.weight", safetensors.F8E4M3, []int64{3967, 256}, 14},
 	} {
 		tt, shard := c.tensor(t, tc.name)
 		if tt.DType != tc.dtype || !slices.Equal(tt.Shape, tc.shape) {
@@ -400,7 +400,9 @@ func TestValidate(t *testing.T) {
 		{"ratios length", func(s *Spec) { s.CompressRatios = []int{0, 4} }},
 		{"engram layer out of range", func(s *Spec) { s.EngramLayers = []int{6} }},
 		{"engram layer repeated", func(s *Spec) { s.EngramLayers = []int{1, 1} }},
-		{"engram rows", func(s *Spec) { s.EngramRows = 0 }},
+		{"engram rows", func(s *Spec) { s.EngramRowsByLayer = []int64{3911, 0} }},
+		{"engram vocab", func(s *Spec) { s.EngramVocab = -1 }},
+		{"tokenizer fill", func(s *Spec) { s.TokenizerFill = 800 }},
 		{"MTP without experts", func(s *Spec) { s.MTPExperts = 0 }},
 		{"o groups", func(s *Spec) { s.OGroups = 3 }},
 		{"shard size", func(s *Spec) { s.MaxShardBytes = -1 }},

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"sync"
 )
 
@@ -280,15 +281,27 @@ func fillNormal(t *tables, rng *rand.PCG, dst []byte, f32 bool, mean, sd float64
 }
 
 // fillHash writes a hash layer's tid2eid table: little-endian I64 or I32
-// expert ids, uniform in [0, experts).
-func fillHash(rng *rand.PCG, dst []byte, i64 bool, experts int) {
+// expert ids, each row k distinct experts drawn uniformly from
+// [0, experts), as a router's top-k never picks one expert twice.
+func fillHash(rng *rand.PCG, dst []byte, i64 bool, experts, k int) {
+	size := 4
 	if i64 {
-		for i := 0; i+8 <= len(dst); i += 8 {
-			binary.LittleEndian.PutUint64(dst[i:], rng.Uint64()%uint64(experts))
-		}
-		return
+		size = 8
 	}
-	for i := 0; i+4 <= len(dst); i += 4 {
-		binary.LittleEndian.PutUint32(dst[i:], uint32(rng.Uint64()%uint64(experts)))
+	row := make([]uint64, 0, k)
+	for i := 0; i+size*k <= len(dst); i += size * k {
+		row = row[:0]
+		for len(row) < k {
+			if e := rng.Uint64() % uint64(experts); !slices.Contains(row, e) {
+				row = append(row, e)
+			}
+		}
+		for j, e := range row {
+			if i64 {
+				binary.LittleEndian.PutUint64(dst[i+8*j:], e)
+			} else {
+				binary.LittleEndian.PutUint32(dst[i+4*j:], uint32(e))
+			}
+		}
 	}
 }

@@ -2,6 +2,7 @@ package synth
 
 import (
 	"encoding/binary"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -288,6 +289,50 @@ func TestTinyOtherValues(t *testing.T) {
 			case name == "embed.weight" || name == "head.weight" || strings.HasSuffix(name, "gate.weight"):
 				within(name, "mean", mean, -0.002, 0.002)
 				within(name, "standard deviation", sd, 0.018, 0.022)
+			}
+		}
+	}
+}
+
+// TestHashRowsDistinct checks that each token's row of a hash layer's
+// tid2eid table names ActiveExperts distinct experts, in both id types,
+// as a router's top-k does: a repeated expert would run twice for one
+// token.
+func TestHashRowsDistinct(t *testing.T) {
+	for _, dt := range []safetensors.DType{safetensors.I64, safetensors.I32} {
+		s := V4TinySpec()
+		s.HashIDType = dt
+		dir := t.TempDir()
+		if err := WriteSpec(s, dir); err != nil {
+			t.Fatal(err)
+		}
+		c := openCheckpoint(t, dir)
+		for l := range s.HashLayers {
+			name := fmt.Sprintf("layers.%d.ffn.gate.tid2eid", l)
+			b := c.read(t, name)
+			size, k := dt.Bits()/8, s.ActiveExperts
+			if len(b) != s.Vocab*k*size {
+				t.Fatalf("%s %s: %d bytes", name, dt, len(b))
+			}
+			used := map[uint64]bool{}
+			for r := 0; r < s.Vocab; r++ {
+				var row []uint64
+				for j := range k {
+					var e uint64
+					if size == 8 {
+						e = binary.LittleEndian.Uint64(b[(r*k+j)*8:])
+					} else {
+						e = uint64(binary.LittleEndian.Uint32(b[(r*k+j)*4:]))
+					}
+					if e >= uint64(s.Experts) || slices.Contains(row, e) {
+						t.Fatalf("%s %s: token %d routes to %v then %d", name, dt, r, row, e)
+					}
+					row = append(row, e)
+					used[e] = true
+				}
+			}
+			if len(used) != s.Experts {
+				t.Errorf("%s %s: %d of %d experts used", name, dt, len(used), s.Experts)
 			}
 		}
 	}

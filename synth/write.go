@@ -92,9 +92,9 @@ func planShards(l *layout, maxBytes int64) ([]*shard, error) {
 
 // WriteSpec writes the checkpoint s describes into dir (created if
 // missing): the shards model-NNNNN-of-MMMMM.safetensors, IndexName,
-// config.json, tokenizer_config.json and, with a TokenizerFill,
-// tokenizer.json, replacing files of those names
-// and leaving others alone. The same spec always gives the same bytes.
+// config.json, inference/config.json, tokenizer.json and
+// tokenizer_config.json, replacing files of those names and leaving
+// others alone. The same spec always gives the same bytes.
 func WriteSpec(s Spec, dir string) error {
 	return writeSpec(s, dir, runtime.GOMAXPROCS(0))
 }
@@ -153,20 +153,21 @@ func writeSpec(s Spec, dir string, workers int) error {
 	if err := os.WriteFile(filepath.Join(dir, InferenceConfigName, "config.json"), inference, 0o644); err != nil {
 		return fmt.Errorf("synth: %w", err)
 	}
-	if s.TokenizerFill == 0 {
-		return writeJSON(filepath.Join(dir, "tokenizer_config.json"), tokenizerConfig)
-	}
 	return writeTokenizer(&s, dir)
 }
 
-// tokenizerMerges is how many merges a Spec's tokenizer.json learns from
+// tokenizerMerges is the most merges a Spec's tokenizer.json learns from
 // tokenizer.Synthesize's sample (of the 1,112 it yields).
 const tokenizerMerges = 1000
 
-// writeTokenizer writes s's tokenizer.json and a tokenizer_config.json
-// whose pad token is the tokenizer's id 2, as pad_token_id says.
+// writeTokenizer writes s's tokenizer.json (Vocab ids: the merges the
+// sample teaches, up to tokenizerMerges, then TokenizerFill filler words
+// and their spaced copies) and a tokenizer_config.json whose pad token is
+// the tokenizer's id 2, as pad_token_id says. trace/ encodes its text
+// prompts with it, and V4.1's Engram hashes its ids' normalised texts.
 func writeTokenizer(s *Spec, dir string) error {
-	tok, err := tokenizer.SynthesizeVocab(s.Vocab, tokenizerMerges, s.TokenizerFill)
+	merges := min(tokenizerMerges, s.Vocab-tokenizerBase-s.TokenizerFill)
+	tok, err := tokenizer.SynthesizeVocab(s.Vocab, merges, s.TokenizerFill)
 	if err != nil {
 		return fmt.Errorf("synth: tokenizer.json: %w", err)
 	}
@@ -338,7 +339,7 @@ func run(s *Spec, t *tables, j *job, buf []byte) ([]byte, error) {
 	case kindNormal:
 		fillNormal(t, rng, w, u.tensors[0].DType == safetensors.F32, u.mean, u.sd)
 	case kindHash:
-		fillHash(rng, w, u.tensors[0].DType == safetensors.I64, int(u.sd))
+		fillHash(rng, w, u.tensors[0].DType == safetensors.I64, int(u.sd), int(u.tensors[0].Shape[1]))
 	}
 	for k, ts := range u.tensors {
 		part := w

@@ -74,6 +74,9 @@ type Spec[S, O, R, F any] struct {
 	// Experts is what a layer's routed experts took in (see ExpertAmax);
 	// nil for a family that records none.
 	Experts func(out *O) (in, mid []float32)
+	// Routing is a layer record's routes, nil for a layer that routes
+	// nothing (a dense layer); the figures of trace/ are drawn from them.
+	Routing func(r *R) *RoutingTrace
 }
 
 // ExpertAmax is what the routed experts of one layer took in over every
@@ -378,6 +381,16 @@ func (c *Core[S, O, R, F]) Records(ctx context.Context) ([]*R, error) {
 	}
 	defer c.unlock()
 	return slices.Clone(c.records), nil
+}
+
+// Routing returns layer l's routes, nil for a layer that routes nothing,
+// running the layer if it has no record yet.
+func (c *Core[S, O, R, F]) Routing(ctx context.Context, l int) (*RoutingTrace, error) {
+	r, err := c.Record(ctx, l)
+	if err != nil {
+		return nil, err
+	}
+	return c.spec.Routing(r), nil
 }
 
 // Calibrate implements Calibrator: it fails for a family whose engine

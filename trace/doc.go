@@ -24,9 +24,11 @@
 // trace.json (the family's report of the whole trace, Spec.Report), a
 // record (layers/NN.json) and a safetensors file of raw
 // activations (layers/NN.safetensors) per runnable layer, the logits where
-// the family runs its head, and ERROR.txt listing what cannot run. Sizes
-// follow from the config and the prompts alone, so a view can lay the
-// files out before anything runs; Cost estimates the memory a set of
+// the family runs its head, pictures of the routes drawn by package
+// figures (a load chart per routing layer, a route map per prompt), and
+// ERROR.txt listing what cannot run. Sizes
+// of the safetensors files follow from the config and the prompts alone,
+// so a view can lay them out before anything runs; Cost estimates the memory a set of
 // prompts will hold, so a view can refuse it first (Within).
 //
 // The records hold the seed's statistics for every family (hidden-state

@@ -63,9 +63,13 @@ func ExampleFamily() {
 	// layers/00.safetensors 5
 	// layers/01.json 0
 	// layers/01.safetensors 7
+	// layers/01.load.png 0
 	// layers/02.json 0
 	// layers/02.safetensors 7
+	// layers/02.load.png 0
 	// layers/03.json 0
 	// layers/03.safetensors 7
+	// layers/03.load.png 0
+	// routes/p.png 0
 	// layer 3: moe, 12 routes
 }

@@ -67,6 +67,12 @@ type Tracer interface {
 	// Stats are the live counters .dsfs/stats.json shows.
 	Stats() map[string]any
 
+	// Prompts are the prompts traced, encoded.
+	Prompts() []Prompt
+	// Routing returns layer l's routes (nil for a layer that routes
+	// nothing), running what it needs.
+	Routing(ctx context.Context, l int) (*RoutingTrace, error)
+
 	PromptsJSON() ([]byte, error)
 	TraceJSON(ctx context.Context) ([]byte, error)
 	LayerJSON(ctx context.Context, l int) ([]byte, error)

@@ -21,7 +21,10 @@ type File struct {
 // problems: prompts.json, trace.json, each runnable layer's record
 // (layers/NN.json) and activations (layers/NN.safetensors), the logits
 // when every layer can run and the family serves them, and ERROR.txt
-// listing the problems, with the layers that are not served.
+// listing the problems, with the layers that are not served. The figures
+// are documents beside them: each routing layer's expert load over all
+// prompts (layers/NN.load.png) and, when a layer routes, each prompt's
+// route map over every layer (routes/ID.png).
 func Files(tr Tracer, layers int, problems []string) ([]File, error) {
 	pj, err := tr.PromptsJSON()
 	if err != nil {
@@ -32,6 +35,7 @@ func Files(tr Tracer, layers int, problems []string) ([]File, error) {
 		{Name: "trace.json", Doc: tr.TraceJSON},
 	}
 	width := max(2, len(fmt.Sprint(layers-1)))
+	anyRouted := false
 	for l := range tr.Layers() {
 		name := fmt.Sprintf("layers/%0*d", width, l)
 		files = append(files,
@@ -39,6 +43,15 @@ func Files(tr Tracer, layers int, problems []string) ([]File, error) {
 			File{Name: name + ".safetensors", Tensors: tr.Activations(l), Read: func(ctx context.Context, a Activation, r0, r1 int, dst []byte) error {
 				return tr.ReadActivation(ctx, l, a, r0, r1, dst)
 			}})
+		if routed(tr, l) {
+			anyRouted = true
+			files = append(files, File{Name: name + ".load.png", Doc: func(ctx context.Context) ([]byte, error) { return loadPNG(ctx, tr, l) }})
+		}
+	}
+	if anyRouted {
+		for p, pr := range tr.Prompts() {
+			files = append(files, File{Name: "routes/" + pr.ID + ".png", Doc: func(ctx context.Context) ([]byte, error) { return routeMapPNG(ctx, tr, p) }})
+		}
 	}
 	if n := tr.Layers(); n < layers {
 		problems = append(problems, fmt.Sprintf("layers %d-%d are not served: each needs the layers before it", n, layers-1))

@@ -46,6 +46,9 @@ type Options struct {
 	// NoSplice has source bytes read into memory and copied to the kernel
 	// instead of spliced from the source file.
 	NoSplice bool
+	// NonEmpty lets Serve claim a mount point that holds files (hidden
+	// while mounted), as -o nonempty does for libfuse.
+	NonEmpty bool
 }
 
 // Mount is a live dsfs mount.
@@ -87,7 +90,7 @@ func Serve(dir string, root *vfile.Node, open vfile.Opener, opt Options) (*Mount
 	mp := opt.MountPoint
 	if mp == nil {
 		var err error
-		if mp, err = ClaimMountPoint(dir, opt.Log); err != nil {
+		if mp, err = ClaimMountPoint(dir, opt.NonEmpty, opt.Log); err != nil {
 			return nil, err
 		}
 	}
@@ -126,6 +129,9 @@ func Serve(dir string, root *vfile.Node, open vfile.Opener, opt Options) (*Mount
 		fsOpts.MountOptions.FsName = opt.Source
 	}
 	fsOpts.MountOptions.Options = append(fsOpts.MountOptions.Options, opt.Flags...)
+	if err := CheckDevice(); err != nil {
+		return nil, fmt.Errorf("mounting %s: %w", dir, err)
+	}
 	if os.Geteuid() != 0 {
 		if _, err := exec.LookPath("fusermount3"); err != nil {
 			return nil, fmt.Errorf("mounting %s as a normal user needs fusermount3 (apt-get install fuse3), or run as root", dir)
@@ -134,10 +140,9 @@ func Serve(dir string, root *vfile.Node, open vfile.Opener, opt Options) (*Mount
 	var err error
 	m.server, err = fs.Mount(dir, rootNode, fsOpts)
 	if err != nil {
-		if os.Geteuid() != 0 {
-			return nil, fmt.Errorf("mounting %s: %s", dir, mountFailure(dir, opt.AllowOther))
-		}
-		return nil, fmt.Errorf("mounting %s: %s", dir, strings.TrimSpace(err.Error()))
+		// As root go-fuse tries mount(2), then fusermount3, and returns
+		// only the latter's exit status: say what to do instead.
+		return nil, fmt.Errorf("mounting %s: %s", dir, mountFailure(dir, opt.AllowOther, strings.TrimSpace(err.Error())))
 	}
 	close(m.served)
 	if m.passthrough {

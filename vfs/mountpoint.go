@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -21,6 +23,9 @@ const FSType = "fuse.dsfs"
 // ErrMounted says the mount point is already a mount.
 var ErrMounted = errors.New("already a mount point")
 
+// ErrNotEmpty says the mount point holds files, which a mount would hide.
+var ErrNotEmpty = errors.New("not empty")
+
 // ErrBusy says another dsfs process is mounting on the mount point now.
 var ErrBusy = errors.New("another dsfs is mounting on it now")
 
@@ -36,11 +41,11 @@ type MountPoint struct {
 }
 
 // ClaimMountPoint checks that dir can be mounted on (an existing directory
-// that is not a mount point) and claims it until Release. A dead dsfs mount
-// at dir (its server exited: "transport endpoint is not connected") is
-// detached first and logged; a dead mount of another file system is an
-// error saying how to clear it.
-func ClaimMountPoint(dir string, log *slog.Logger) (*MountPoint, error) {
+// that is not a mount point and, unless nonEmpty, holds nothing) and claims
+// it until Release. A dead dsfs mount at dir (its server exited: "transport
+// endpoint is not connected") is detached first and logged; a dead mount of
+// another file system is an error saying how to clear it.
+func ClaimMountPoint(dir string, nonEmpty bool, log *slog.Logger) (*MountPoint, error) {
 	if dir == "" {
 		return nil, errors.New("mount point: empty path")
 	}
@@ -52,7 +57,10 @@ func ClaimMountPoint(dir string, log *slog.Logger) (*MountPoint, error) {
 		return nil, err
 	}
 	if fi, err := os.Stat(dir); err != nil {
-		return nil, fmt.Errorf("mount point: %w", err)
+		if pe := (*fs.PathError)(nil); errors.As(err, &pe) {
+			err = pe.Err // "stat DIR: " would say dir twice
+		}
+		return nil, fmt.Errorf("mount point %s: %w", dir, err)
 	} else if !fi.IsDir() {
 		return nil, fmt.Errorf("mount point %s: not a directory", dir)
 	}
@@ -75,6 +83,19 @@ func ClaimMountPoint(dir string, log *slog.Logger) (*MountPoint, error) {
 	} else if mounted {
 		p.Release()
 		return nil, fmt.Errorf("mount point %s: %w (unmount it first: dsfs umount %s)", dir, ErrMounted, dir)
+	}
+	if !nonEmpty && p.lock != nil {
+		// The mount would hide what dir holds until unmounted, as libfuse
+		// refuses without -o nonempty.
+		names, err := p.lock.Readdirnames(1)
+		if err != nil && err != io.EOF {
+			p.Release()
+			return nil, fmt.Errorf("mount point %s: %w", dir, err)
+		}
+		if len(names) > 0 {
+			p.Release()
+			return nil, fmt.Errorf("mount point %s: %w (it holds %s, which the mount would hide): choose an empty directory, or pass --nonempty (-o nonempty) to mount over it", dir, ErrNotEmpty, names[0])
+		}
 	}
 	return p, nil
 }
@@ -181,6 +202,35 @@ func mountedAt(dir string) (string, mountEntry, error) {
 	return dir, e, nil
 }
 
+// MountOf returns the mount point of the dsfs mount path lies in (path
+// itself or a directory above it), from /proc/self/mountinfo, or an error
+// naming the file system path lies in instead.
+func MountOf(path string) (string, error) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return "", err
+	}
+	es, err := mounts()
+	if err != nil {
+		return "", err
+	}
+	for d := abs; ; d = filepath.Dir(d) {
+		// Later lines stack on earlier ones: the last at d is on top.
+		for i := len(es) - 1; i >= 0; i-- {
+			if es[i].dir != d {
+				continue
+			}
+			if es[i].fsType != FSType {
+				return "", fmt.Errorf("%s is not in a dsfs mount (it is in the %s mount at %s)", path, es[i].fsType, d)
+			}
+			return d, nil
+		}
+		if d == filepath.Dir(d) {
+			return "", fmt.Errorf("%s is not in a dsfs mount", path)
+		}
+	}
+}
+
 // IsMountPoint reports whether dir is the mount point of a mount, from
 // /proc/self/mountinfo.
 func IsMountPoint(dir string) (bool, error) {
@@ -262,15 +312,41 @@ func fusermount(dir string, args ...string) error {
 	return fmt.Errorf("unmounting %s: not root and no fusermount3 found (apt-get install fuse3)", dir)
 }
 
-// mountFailure says in words why fusermount3 refused to mount dir for this
-// user, checking the usual causes in the order fusermount3 meets them.
-func mountFailure(dir string, allowOther bool) string {
-	uid := os.Geteuid()
-	if _, err := os.Stat("/dev/fuse"); err != nil {
-		return "there is no /dev/fuse (load the fuse module: modprobe fuse; in a container, pass the device in)"
+// fuseDevice is the FUSE device every mount opens (a variable so that a
+// test can point it at a missing one).
+var fuseDevice = "/dev/fuse"
+
+// CheckDevice reports an error saying what to do when there is no FUSE
+// device, so that a mount can fail before it does anything else.
+func CheckDevice() error {
+	if _, err := os.Stat(fuseDevice); err != nil {
+		return errors.New(noFuseDevice())
 	}
-	if unix.Access("/dev/fuse", unix.R_OK|unix.W_OK) != nil {
-		return fmt.Sprintf("user %d may not open /dev/fuse (its mode or group shut this user out)", uid)
+	return nil
+}
+
+// noFuseDevice says what to do when there is no FUSE device.
+func noFuseDevice() string {
+	return fmt.Sprintf("there is no %s: load the fuse kernel module (modprobe fuse) and install fuse3; in a container, start it with --device /dev/fuse --cap-add SYS_ADMIN", fuseDevice)
+}
+
+// mountFailure says in words why the mount of dir failed (failed: what
+// go-fuse said, as root often only "fusermount exited with code 256"),
+// checking the usual causes in the order the kernel and fusermount3 meet
+// them.
+func mountFailure(dir string, allowOther bool, failed string) string {
+	uid := os.Geteuid()
+	if _, err := os.Stat(fuseDevice); err != nil {
+		return noFuseDevice()
+	}
+	if unix.Access(fuseDevice, unix.R_OK|unix.W_OK) != nil {
+		if uid == 0 {
+			return fmt.Sprintf("%s cannot be opened (%s); in a container, start it with --device /dev/fuse", fuseDevice, failed)
+		}
+		return fmt.Sprintf("user %d may not open %s (its mode or group shut this user out)", uid, fuseDevice)
+	}
+	if uid == 0 {
+		return fmt.Sprintf("the kernel refused the mount and so did fusermount3 (%s); in a container, start it with --device /dev/fuse --cap-add SYS_ADMIN (or --privileged)", failed)
 	}
 	if allowOther && !fuseConfAllows("user_allow_other") {
 		return "allow_other (--allow-other) needs a line user_allow_other in /etc/fuse.conf"
@@ -284,7 +360,7 @@ func mountFailure(dir string, allowOther bool) string {
 			return fmt.Sprintf("the mount point %s is in a sticky directory and not owned by user %d", dir, uid)
 		}
 	}
-	return "fusermount3 refused the mount (its own message is above)"
+	return fmt.Sprintf("fusermount3 refused the mount (%s; its own message is above)", failed)
 }
 
 // fuseConfAllows reports whether /etc/fuse.conf has the line opt.

@@ -149,7 +149,7 @@ func TestHeaderDocs(t *testing.T) {
 		}
 		fromHeaders := map[string]bool{
 			"q2/plan.json": true, "q2/README.md": true,
-			"manifest/summary.json": true, "manifest/README.md": true,
+			"manifest/summary.json": true, "manifest/README.md": true, "manifest/bytes.png": true,
 		}
 		if noHash { // manifest/ reads no data
 			fromHeaders["manifest/manifest.json"] = true

@@ -42,6 +42,9 @@ func buildGGUF(s *Set, _ string) (Built, error) {
 	}
 	mb, _ := strconv.ParseInt(v, 10, 64)
 	split := mb << 20
+	if why := gguf.Unsupported(s.Cat.Config.Family); why != "" {
+		return ggufUnsupported(readme.String(), why), nil
+	}
 	var shared *q2Shared
 	for _, r := range gguf.Recipes() {
 		m, err := r.Plan(s.Cat)
@@ -56,6 +59,9 @@ func buildGGUF(s *Set, _ string) (Built, error) {
 			}
 		}
 		fmt.Fprintf(&readme, "- `%s/`: %s\n", r.Name, r.About)
+		if m.Note != "" {
+			fmt.Fprintf(&readme, "  %s\n", m.Note)
+		}
 		blocks := ggufBlocks(s.Opt.DiskCache, r.Name, m)
 		for _, layout := range []struct {
 			dir   string
@@ -75,11 +81,34 @@ func buildGGUF(s *Set, _ string) (Built, error) {
 		}
 	}
 	files["README.md"] = &vfile.Node{File: vfile.NewFile(vfile.Bytes(readme.String()))}
+	if len(files) == 1 {
+		files["ERROR.txt"] = &vfile.Node{File: vfile.NewFile(vfile.Bytes("gguf/: no recipe applies to this checkpoint; README.md says why for each\n"))}
+	}
 	b := Built{Root: tree("", files)}
 	if shared != nil {
 		b.Stats = func() any { return ggufStats{Q2: shared.plan.Stats()} }
 	}
 	return b, nil
+}
+
+// ggufUnsupported is gguf/ for a model family llama.cpp cannot run (why
+// says so): no GGUF file, a README.md saying what to use meanwhile, and
+// ERROR.txt, the one line of a view that serves nothing.
+func ggufUnsupported(head, why string) Built {
+	readme := head + "No GGUF file is made for this checkpoint: " + why + `. A file in one of llama.cpp's other architectures would not load, or would run another model.
+
+Meanwhile:
+
+- ` + "`trace/`" + ` runs this checkpoint's decoder layers for real, on the CPU or a GPU, and serves each
+  layer's routes and activations and the logits (` + "`dsfs export trace SRC OUT`" + ` writes them without a
+  mount);
+- ` + "`nvfp4/`" + ` serves it to vLLM and SGLang in the form of NVIDIA's NVFP4 builds (docs/LOADERS.md);
+- ` + "`source/`" + ` is the checkpoint as released, for DeepSeek's own inference code and transformers.
+`
+	return Built{Root: tree("", map[string]*vfile.Node{
+		"README.md": {File: vfile.NewFile(vfile.Bytes(readme))},
+		"ERROR.txt": {File: vfile.NewFile(vfile.Bytes("gguf/: no GGUF file: " + why + "\n"))},
+	})}
 }
 
 // ggufStats are gguf/'s counters in .dsfs/stats.json: the q2/ blocks its

@@ -26,9 +26,6 @@ func BenchmarkGGUFFirstRead(b *testing.B) {
 		if err := synth.Write("v4-tiny", dir); err != nil {
 			b.Fatal(err)
 		}
-		if err := synth.WriteTokenizer(dir, 1024); err != nil { // gguf/ needs one; v4-tiny has none
-			b.Fatal(err)
-		}
 	}
 	if os.Getenv("DSFS_BENCH_FP8") == "1" {
 		fp8 := filepath.Join(b.TempDir(), filepath.Base(dir))

@@ -21,7 +21,9 @@ var manifestOptions = []Option{
 }
 
 // buildManifest is the manifest/ view: the inventory of every tensor.
-// summary.json and README.md come from the headers; manifest.json and
+// summary.json, README.md and bytes.png (the tensor bytes of the source
+// and of each view described, by role and dtype) come from the headers;
+// manifest.json and
 // shards/NAME.json read the data they describe on first open (hashing and
 // checking every byte once, with the results kept for the mount and, with
 // a cache dir, across mounts; the set's stats show the progress);
@@ -57,7 +59,11 @@ func buildManifest(s *Set, name string) (Built, error) {
 		files["shards/"+sh.Name+".json"] = n
 	}
 	prov := &provenance{set: s.top, unserved: make(map[string]*Set)}
-	for _, v := range s.described(name) {
+	described := s.described(name)
+	files["bytes.png"] = &vfile.Node{Doc: vfile.NewHeaderDoc(func(ctx context.Context) ([]byte, error) {
+		return prov.bytesPNG(ctx, described)
+	})}
+	for _, v := range described {
 		files["views/"+v+".json"] = &vfile.Node{Doc: vfile.NewDoc(func(ctx context.Context) ([]byte, error) {
 			d, err := prov.view(ctx, v)
 			if err != nil {

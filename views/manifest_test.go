@@ -41,7 +41,7 @@ func TestManifestFiles(t *testing.T) {
 		}
 		return nil
 	})
-	want := []string{"README.md", "manifest.json"}
+	want := []string{"README.md", "bytes.png", "manifest.json"}
 	for _, sh := range s.Cat.Shards {
 		want = append(want, "shards/"+sh.Name+".json")
 	}

@@ -136,19 +136,28 @@ func sourceOf(t *checkpoint.Tensor) sourceDescription {
 	return sourceDescription{Tensor: t.Name, File: t.Shard.Name, ByteRange: [2]int64{t.Offset, t.Offset + t.Size}}
 }
 
+// tree returns the tree of view name and the set that built it: the
+// described set's, or one built for it when the set does not serve it.
+func (p *provenance) tree(name string) (*Set, *vfile.Node, error) {
+	if root := p.set.Root.Child(name); root != nil {
+		return p.set, root, nil
+	}
+	set, err := p.unservedView(name)
+	if err != nil {
+		return nil, nil, err
+	}
+	return set, set.Root, nil
+}
+
 // view walks the tree of view name.
 func (p *provenance) view(ctx context.Context, name string) (*viewDescription, error) {
-	set, root := p.set, p.set.Root.Child(name)
-	if root == nil {
-		var err error
-		if set, err = p.unservedView(name); err != nil {
-			return nil, err
-		}
-		root = set.Root
+	set, root, err := p.tree(name)
+	if err != nil {
+		return nil, err
 	}
 	d := &viewDescription{View: name, Codec: tensorfile.CodecVersion, Files: []fileDescription{}}
 	var pending []*tensorDescription // NVFP4 scales whose block counts read data
-	err := root.Walk(func(path string, n *vfile.Node) error {
+	err = root.Walk(func(path string, n *vfile.Node) error {
 		switch {
 		case n.IsDir():
 			return nil

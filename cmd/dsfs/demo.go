@@ -18,6 +18,7 @@ import (
 	"github.com/dsfs/dsfs/blockcache"
 	"github.com/dsfs/dsfs/check"
 	"github.com/dsfs/dsfs/synth"
+	"github.com/dsfs/dsfs/trace"
 	"github.com/dsfs/dsfs/views"
 )
 
@@ -26,7 +27,7 @@ const demoPreset = "v41-tiny"
 func runDemo(args []string) error {
 	fs := flags("demo")
 	doCheck := fs.Bool("check", false, "verify every view against the exporter and the codecs, then unmount and exit")
-	preset := fs.String("preset", demoPreset, "synthetic checkpoint to show: "+presetNames()+" (v2lite-tiny and v3-tiny show trace/)")
+	preset := fs.String("preset", demoPreset, "synthetic checkpoint to show: "+presetNames())
 	pos, err := parse(fs, args, 0, 1)
 	if err != nil {
 		return err
@@ -57,7 +58,11 @@ func runDemo(args []string) error {
 			return err
 		}
 		if d.check {
-			fmt.Println("check passed")
+			fmt.Printf("check passed: %d views checked", d.checked)
+			if len(d.notRun) > 0 {
+				fmt.Printf("; not run here: %s", strings.Join(d.notRun, ", "))
+			}
+			fmt.Println()
 		}
 		return nil
 	case s := <-sig:
@@ -82,6 +87,11 @@ type demo struct {
 	mu      sync.Mutex
 	child   *mountProcess
 	stopped bool
+
+	// checked counts the views --check verified; notRun names those that
+	// cannot run on this checkpoint (their ERROR.txt), not counted.
+	checked int
+	notRun  []string
 }
 
 // run synthesises, mounts, shows and (with check) verifies; without check
@@ -117,7 +127,7 @@ func (d *demo) run() error {
 		return err
 	}
 	if d.check {
-		return demoCheck(d.src, d.mnt, d.tmp)
+		return d.verify()
 	}
 	fmt.Printf("\nmounted at %s — try: ls -l %s/nvfp4; cat %s/.dsfs/stats.json\nCtrl-C to unmount and exit.\n", d.mnt, d.mnt, d.mnt)
 	<-child.done
@@ -142,11 +152,15 @@ func (d *demo) stop() error {
 	return d.child.stop()
 }
 
-// demoCheck verifies the mounted views against an in-process export and
-// the codecs.
-func demoCheck(src, mnt, tmp string) error {
+// verify checks the mounted views against an in-process export and the
+// codecs, and trace/ for what it computed (check.Trace), one line each. A
+// view that cannot run on this checkpoint (it serves an ERROR.txt) is
+// named with its reason and not counted as checked; trace/ must run,
+// since every preset can trace. It returns the first error or a list of
+// the failed checks.
+func (d *demo) verify() error {
 	cache := blockcache.New(256<<20, runtime.NumCPU())
-	s, err := openSource(src, views.Options{Cache: cache})
+	s, err := openSource(d.src, views.Options{Cache: cache})
 	if err != nil {
 		cache.Close()
 		return err
@@ -154,39 +168,83 @@ func demoCheck(src, mnt, tmp string) error {
 	defer s.Close()
 	defer cache.Close() // computations stop before the sources close
 	var failed []string
+	ran := map[string]bool{}
 	for _, v := range s.set.Root.Children {
-		out := filepath.Join(tmp, "export", v.Name)
+		dir := filepath.Join(d.mnt, v.Name)
+		why, err := check.Unserved(dir)
+		if err != nil {
+			return err
+		}
+		if why != "" && v.Name != "trace" {
+			fmt.Printf("check %-18s not run: %s\n", v.Name+"/", why)
+			d.notRun = append(d.notRun, v.Name+"/")
+			continue
+		}
+		out := filepath.Join(d.tmp, "export", v.Name)
 		if _, err := export(context.Background(), v, cache, out); err != nil {
 			return err
 		}
-		diffs, err := check.SameTree(filepath.Join(mnt, v.Name), out)
+		diffs, err := check.SameTree(dir, out)
 		if err != nil {
 			return err
 		}
 		fmt.Printf("check %-18s mount == export: %d files differ\n", v.Name+"/", len(diffs))
 		failed = append(failed, diffs...)
+		ran[v.Name] = true
+		d.checked++
 	}
-	r, err := check.NVFP4(filepath.Join(mnt, "source"), filepath.Join(mnt, "nvfp4"))
-	if err != nil {
-		return err
+	if ran["nvfp4"] {
+		r, err := check.NVFP4(filepath.Join(d.mnt, "source"), filepath.Join(d.mnt, "nvfp4"))
+		if err != nil {
+			return err
+		}
+		fmt.Printf("check nvfp4/ decode == mxfp4 decode: %d experts, %d blocks, %d differ (%d lossy expected); %d MTP experts kept as MXFP4\n",
+			r.Experts, r.Blocks, r.Differ, r.Lossy, r.Kept)
+		if r.Experts > 0 && r.Differ != r.Lossy {
+			failed = append(failed, fmt.Sprintf("nvfp4: %d blocks decode differently, %d counted lossy", r.Differ, r.Lossy))
+		}
 	}
-	fmt.Printf("check nvfp4/ decode == mxfp4 decode: %d experts, %d blocks, %d differ (%d lossy expected); %d MTP experts kept as MXFP4\n",
-		r.Experts, r.Blocks, r.Differ, r.Lossy, r.Kept)
-	if r.Experts > 0 && r.Differ != r.Lossy {
-		failed = append(failed, fmt.Sprintf("nvfp4: %d blocks decode differently, %d counted lossy", r.Differ, r.Lossy))
+	if ran["engram-fp4"] {
+		e, err := check.Engram(filepath.Join(d.mnt, "source"), filepath.Join(d.mnt, "engram-fp4"))
+		if err != nil {
+			return err
+		}
+		fmt.Printf("check engram-fp4/ tables: %d, rows %d, mean cosine %.5f, worst row %.5f\n", e.Tables, e.Rows, e.MeanCosine, e.MinCosine)
+		if e.Tables > 0 && e.MeanCosine < 0.9 {
+			failed = append(failed, fmt.Sprintf("engram-fp4: mean cosine %.4f too low", e.MeanCosine))
+		}
 	}
-	e, err := check.Engram(filepath.Join(mnt, "source"), filepath.Join(mnt, "engram-fp4"))
-	if err != nil {
-		return err
-	}
-	fmt.Printf("check engram-fp4/ tables: %d, rows %d, mean cosine %.5f, worst row %.5f\n", e.Tables, e.Rows, e.MeanCosine, e.MinCosine)
-	if e.Tables > 0 && e.MeanCosine < 0.9 {
-		failed = append(failed, fmt.Sprintf("engram-fp4: mean cosine %.4f too low", e.MeanCosine))
+	if ran["trace"] {
+		var ids []string
+		for _, p := range trace.DefaultPrompts() {
+			ids = append(ids, p.ID)
+		}
+		r, err := check.Trace(d.src, filepath.Join(d.mnt, "trace"), ids)
+		if err != nil {
+			failed = append(failed, "trace: "+err.Error())
+		} else {
+			fmt.Printf("check %-18s %s\n", "trace/", traceFigures(r))
+		}
 	}
 	if len(failed) > 0 {
 		return fmt.Errorf("check failed:\n  %s", strings.Join(failed, "\n  "))
 	}
 	return nil
+}
+
+// traceFigures is the check trace/ line's account of what was checked.
+func traceFigures(r check.TraceResult) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d prompts (%d tokens) x %d MoE layers: %d routes to %d distinct experts, weights %s",
+		r.Prompts, r.Tokens, r.MoELayers, r.Routes, r.TopK, r.Rule)
+	if r.WorstSum > 0 {
+		fmt.Fprintf(&b, " (sums off by %.1e at most)", r.WorstSum)
+	}
+	if r.HashRoutes > 0 {
+		fmt.Fprintf(&b, ", %d hash routes as tid2eid says", r.HashRoutes)
+	}
+	fmt.Fprintf(&b, "; %d activations finite; %d files (%.1f MB) read twice, the same bytes", r.Values, r.Files, float64(r.Bytes)/1e6)
+	return b.String()
 }
 
 // mountProcess is a `dsfs mount` child process.

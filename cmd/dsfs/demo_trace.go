@@ -21,7 +21,7 @@ func presetNames() string {
 }
 
 // mlaPreset reports whether a preset is a DeepSeek-V2/V3 checkpoint,
-// which has no MXFP4 experts to sample and which trace/ runs.
+// which has no MXFP4 experts to sample.
 func mlaPreset(name string) bool {
 	for _, p := range synth.Presets() {
 		if p.Name == name {
@@ -84,8 +84,11 @@ func printTraceSample(w io.Writer, dir string) error {
 			continue
 		}
 		r := rec.Routing
-		fmt.Fprintf(w, "\ntrace/layers/%s: layer %d ran in %.1f ms; latent cache %d B against %d B of eager K/V\n",
-			filepath.Base(p), rec.Layer, rec.TimingMS.Forward, rec.MLA.LatentCacheBytes, rec.MLA.EagerCacheBytes)
+		fmt.Fprintf(w, "\ntrace/layers/%s: layer %d ran in %.1f ms", filepath.Base(p), rec.Layer, rec.TimingMS.Forward)
+		if rec.MLA.LatentCacheBytes > 0 { // V2/V3's MLA
+			fmt.Fprintf(w, "; latent cache %d B against %d B of eager K/V", rec.MLA.LatentCacheBytes, rec.MLA.EagerCacheBytes)
+		}
+		fmt.Fprintln(w)
 		fmt.Fprintf(w, "  routes %d, gini %.3f, effective experts %.2f\n", r.AggregateMetrics.Routes, r.AggregateMetrics.Gini, r.AggregateMetrics.EffectiveExperts)
 		pr := r.PerPrompt[min(1, len(r.PerPrompt)-1)]
 		for i, tr := range pr.TokenRoutes[:min(6, len(pr.TokenRoutes))] {

@@ -85,7 +85,7 @@ func runExport(args []string) error {
 func checkOutside(out, src string) error {
 	sfi, err := os.Stat(src)
 	if err != nil {
-		return err
+		return nil // opening the source says what is wrong with it
 	}
 	dir, err := resolveExisting(out)
 	if err != nil {

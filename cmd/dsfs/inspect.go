@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -61,6 +62,7 @@ func interruptible() (context.Context, context.CancelFunc) {
 func runInspect(args []string) error {
 	fs := flags("inspect")
 	jsonOut := fs.String("json", "", "write the full manifest (manifest.json) to this file")
+	pngDir := fs.String("png", "", "write manifest/'s figure (bytes.png: the tensor bytes of the checkpoint and of each view, by role and dtype) to this directory")
 	shard := fs.String("shard", "", "inspect this shard only (its name as the index gives it)")
 	inf := addInventoryFlags(fs)
 	pos, err := parse(fs, args, 1, 1)
@@ -90,10 +92,28 @@ func runInspect(args []string) error {
 		}
 	}
 	printManifest(os.Stdout, m, inv.Progress().Snapshot())
+	if *pngDir != "" {
+		if err := writeManifestFigures(ctx, inv.Catalog(), inf, *pngDir); err != nil {
+			return err
+		}
+	}
 	if len(m.Problems) > 0 {
 		return exitStatus(1)
 	}
 	return nil
+}
+
+// writeManifestFigures writes the figures manifest/ serves for cat below
+// dir, from the views built as a mount builds them (headers only).
+func writeManifestFigures(ctx context.Context, cat *checkpoint.Catalog, inf inventoryFlags, dir string) error {
+	set, err := views.Build(cat, views.Options{Views: []string{"manifest"}, Values: map[string]string{
+		"tp": strconv.Itoa(*inf.tp), "no-hash": strconv.FormatBool(*inf.noHash)}})
+	if err != nil {
+		return err
+	}
+	defer set.Close()
+	fmt.Println()
+	return writeFigures(ctx, os.Stdout, set.Root.Child("manifest"), dir)
 }
 
 // writeWith writes a file with write, replacing it only once complete.

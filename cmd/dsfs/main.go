@@ -3,14 +3,20 @@
 //
 //	dsfs mount [--cache-mb N] [--views LIST] [--allow-other] SRC MNT
 //	dsfs umount MNT
+//	dsfs status MNT
+//	dsfs warm MNT/VIEW[/FILE]
 //	dsfs demo [--check] [--preset NAME] [MNT]
 //	dsfs synth --preset NAME OUT
 //	dsfs export VIEW SRC OUT
+//	dsfs trace [--json F] [--png DIR] SRC
 //	dsfs verify q2 SRC --against DIR [--sample N]
 //	dsfs audit q2 SRC [--json F]
-//	dsfs inspect SRC [--json F] [--shard NAME] [--tp N] [--no-hash]
+//	dsfs inspect SRC [--json F] [--png DIR] [--shard NAME] [--tp N] [--no-hash]
 //	dsfs diff A B
-//	dsfs --version
+//	dsfs version
+//
+// Install it with `go install ./cmd/dsfs` from a clone (the binary lands
+// in $(go env GOPATH)/bin, or $GOBIN when set).
 //
 // Exit status: 0 on success, 2 for a usage error (one line on stderr), 1
 // for any other failure; inspect and diff exit 1 when they find problems or
@@ -46,14 +52,17 @@ var commands []command
 
 func init() {
 	commands = []command{
-		{"mount", "[--cache-mb N] [--cache-dir DIR] [--cache-dir-gb N] [--revision REV] [--views LIST] [--nvfp4-mtp] [--nvfp4-calibrate FILE] [--device auto|cpu|cuda] [--trace-prompts FILE] [--trace-precision a8|fp32] [--trace-memory-mb N] [--tp N] [--no-hash] [--gguf-split-mb N] [--allow-other] [--passthrough=false] [--splice=false] [--debug] [--background] [-o OPTS] SRC MNT", "mount SRC at MNT (foreground unless --background; Ctrl-C, SIGTERM or SIGHUP unmounts)", runMount, 1},
+		{"mount", "[--cache-mb N] [--cache-dir DIR] [--cache-dir-gb N] [--revision REV] [--views LIST] [--nvfp4-mtp] [--nvfp4-calibrate FILE] [--device auto|cpu|cuda] [--trace-prompts FILE] [--trace-precision a8|fp32] [--trace-memory-mb N] [--tp N] [--no-hash] [--gguf-split-mb N] [--allow-other] [--nonempty] [--passthrough=false] [--splice=false] [--debug] [--background] [--log-file FILE] [--pid-file FILE] [-o OPTS] SRC MNT", "mount SRC at MNT (foreground unless --background; Ctrl-C, SIGTERM or SIGHUP unmounts)", runMount, 1},
 		{"umount", "[--lazy|-z] MNT", "unmount a dsfs mount", runUmount, 1},
+		{"status", "[--watch] [--interval D] MNT[/VIEW]", "per view of a mount (or one view), its blocks computed, cached and to go, with a progress bar, the rate and the time left (from MNT/.dsfs/stats.json)", runStatus, 1},
+		{"warm", "[--jobs N] MNT/VIEW[/FILE]...", "read views, directories or files of a mount to their ends, so what they compute is ready before a loader maps them; progress bar on a terminal, Ctrl-C stops (exit status 130)", runWarm, 1},
 		{"demo", "[--check] [--preset NAME] [MNT]", "synthesise a small checkpoint, mount it and show it; --check verifies the views and exits", runDemo, 1},
-		{"synth", "[--force] --preset NAME OUT", "write a synthetic checkpoint (presets: see --help)", runSynth, 1},
+		{"synth", "[--force] --preset NAME OUT", "write a synthetic checkpoint; dsfs synth --help lists the presets, what each holds and is for", runSynth, 1},
 		{"export", "[--cache-mb N] [--cache-dir DIR] [--cache-dir-gb N] [--revision REV] [--nvfp4-mtp] [--nvfp4-calibrate FILE] [--device auto|cpu|cuda] [--trace-prompts FILE] [--trace-precision a8|fp32] [--trace-memory-mb N] [--tp N] [--no-hash] [--gguf-split-mb N] VIEW SRC OUT", "write a view as ordinary files, through the same code as the mount; a rerun completes an interrupted export", runExport, 1},
+		{"trace", "[--device auto|cpu|cuda] [--trace-prompts FILE] [--trace-precision a8|fp32] [--trace-memory-mb N] [--json F] [--png DIR] SRC", "run trace/'s decoder-layer forwards on SRC without mounting it: a line per layer; trace.json with --json, the figures (route maps, expert loads) with --png", runTrace, 1},
 		{"verify", "q2 SRC --against DIR [--sample N] [--seed S] [--json F]", "recompute sampled q2/ blocks and check them against an exported q2 directory or a --cache-dir, and the recorded digests", runVerify, 1},
 		{"audit", "q2 SRC [--json F] [--sample N] [--cache-dir DIR] [--cache-dir-gb N] [--revision REV]", "cosine similarity and relative RMS error of the q2/ blocks against the exact MXFP4 decode, per projection", runAudit, 1},
-		{"inspect", "[--json F] [--shard NAME] [--tp N] [--no-hash] [--cache-dir DIR] SRC", "the manifest summary and problems of a checkpoint, hashing and checking every tensor (progress bar on a terminal); exits 1 when it finds problems", runInspect, 2},
+		{"inspect", "[--json F] [--png DIR] [--shard NAME] [--tp N] [--no-hash] [--cache-dir DIR] SRC", "the manifest summary and problems of a checkpoint, hashing and checking every tensor (progress bar on a terminal); --png writes manifest/'s figure; exits 1 when it finds problems", runInspect, 2},
 		{"diff", "[--json F] [--tp N] [--no-hash] [--cache-dir DIR] A B", "compare two checkpoints or manifest.json files tensor by tensor: same bytes, different bytes, missing, re-quantised; exits 1 when they differ", runDiff, 2},
 	}
 }
@@ -64,7 +73,7 @@ func usage(w io.Writer) {
 	for _, c := range commands {
 		fmt.Fprintf(w, "  dsfs %s %s\n      %s\n", c.name, c.usage, c.about)
 	}
-	fmt.Fprintln(w, "  dsfs --version\n      the module version and VCS revision of this binary")
+	fmt.Fprintln(w, "  dsfs version (or --version)\n      the module version and VCS revision of this binary")
 	fmt.Fprintln(w, "\nExit status: 0 on success, 1 on failure (inspect: problems found; diff: the checkpoints differ), 2 on a usage error (inspect, diff: on any error).")
 	fmt.Fprintln(w, "dsfs COMMAND --help shows a command's flags.")
 }
@@ -185,6 +194,15 @@ func printUsage(w io.Writer, fs *flag.FlagSet) {
 	fs.SetOutput(w)
 	fs.PrintDefaults()
 	fs.SetOutput(io.Discard)
+	if more := moreHelp[name]; more != nil {
+		more(w)
+	}
+}
+
+// moreHelp writes, after a command's flags, what its --help says beyond
+// them.
+var moreHelp = map[string]func(io.Writer){
+	"synth": presetHelp,
 }
 
 // parse parses flags that may stand before or after the positional
@@ -237,6 +255,10 @@ func quoted(args []string) string {
 
 func argCount(min, max int) string {
 	switch {
+	case max == math.MaxInt && min == 1:
+		return "at least 1 argument"
+	case max == math.MaxInt:
+		return fmt.Sprintf("at least %d arguments", min)
 	case min == max && min == 1:
 		return "1 argument"
 	case min == max:
@@ -254,6 +276,7 @@ var flagChecks = map[string]func(string) error{
 	"cache-dir-gb": floatIn(0, 1<<32, "want a number of GiB from 0 (no cap) to 4294967296"),
 	"tp":           intIn(1, 1<<16, "want a tensor-parallel degree from 1 (no cuts) to 65536"),
 	"sample":       intIn(0, math.MaxInt64, "want 0 (all) or a positive count"),
+	"jobs":         intIn(1, 1024, "want a number of files from 1 to 1024"),
 	"views":        checkViews,
 	"preset":       checkPreset,
 }

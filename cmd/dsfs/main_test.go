@@ -75,6 +75,11 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"verify", "q2", "a"}, "dsfs verify: --against DIR is required"},
 		{[]string{"audit", "nvfp4", "a"}, `dsfs audit: only q2 can be audited, not "nvfp4"`},
 		{[]string{"diff", "a"}, "dsfs diff: want 2 arguments, got 1"},
+		{[]string{"status", "--interval", "0", "a"}, "dsfs status: --interval 0s: want a positive duration"},
+		{[]string{"warm"}, "dsfs warm: want at least 1 argument, got 0"},
+		{[]string{"trace"}, "dsfs trace: want 1 argument, got 0"},
+		{[]string{"trace", "--device", "tpu", "a"}, `dsfs trace: --device tpu: unknown device "tpu"`},
+		{[]string{"trace", "--tp", "2", "a"}, "dsfs trace: unknown flag --tp"},
 		{[]string{"export", "nosuch", tinySrc, filepath.Join(dir, "out")}, `dsfs export: unknown view "nosuch" (have source,`},
 	} {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
@@ -112,9 +117,11 @@ func TestHelp(t *testing.T) {
 }
 
 func TestVersion(t *testing.T) {
-	stdout, stderr, status := dsfs(t, "--version")
-	if status != 0 || stderr != "" || !strings.HasPrefix(stdout, "dsfs ") || strings.Count(stdout, "\n") != 1 {
-		t.Fatalf("dsfs --version: status %d, stderr %q, stdout %q", status, stderr, stdout)
+	for _, arg := range []string{"--version", "version"} {
+		stdout, stderr, status := dsfs(t, arg)
+		if status != 0 || stderr != "" || !strings.HasPrefix(stdout, "dsfs ") || strings.Count(stdout, "\n") != 1 {
+			t.Fatalf("dsfs %s: status %d, stderr %q, stdout %q", arg, status, stderr, stdout)
+		}
 	}
 	bi := &debug.BuildInfo{GoVersion: "go1.26.8", Main: debug.Module{Version: "v1.2.3"}}
 	if got, want := versionOf(bi), "dsfs v1.2.3 go1.26.8 (no VCS revision recorded: built outside a git clone or with -buildvcs=false)"; got != want {
@@ -126,10 +133,11 @@ func TestVersion(t *testing.T) {
 	}
 }
 
-// TestVersionOfAClone builds dsfs in a fresh clone of this repository, as
-// a user would, and checks that --version names the commit it was built
-// from. (A git worktree gets no VCS stamp: the go command looks for a .git
-// directory.)
+// TestVersionOfAClone installs dsfs from a fresh clone of this
+// repository with go install, as a user would, checks that it lands in
+// $GOBIN (else $(go env GOPATH)/bin) and that version and --version name
+// the commit it was built from. (A git worktree gets no VCS stamp: the go
+// command looks for a .git directory.)
 func TestVersionOfAClone(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds dsfs again")
@@ -146,16 +154,27 @@ func TestVersionOfAClone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bin := filepath.Join(t.TempDir(), "dsfs")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/dsfs")
-	build.Dir = clone
-	build.Env = append(os.Environ(), "GOFLAGS=-buildvcs=true")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	goCmd := func(env []string, args ...string) string {
+		c := exec.Command("go", args...)
+		c.Dir = clone
+		c.Env = append(append(os.Environ(), "GOFLAGS=-buildvcs=true"), env...)
+		out, err := c.CombinedOutput()
+		if err != nil {
+			t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return strings.TrimSpace(string(out))
 	}
-	out, err := exec.Command(bin, "--version").Output()
-	if want := "revision " + strings.TrimSpace(string(head)) + " "; err != nil || !strings.Contains(string(out), want) || strings.Contains(string(out), "modified") {
-		t.Errorf("dsfs --version = %q (%v), want it to contain %q and not modified", out, err, want)
+	gopath := goCmd(nil, "env", "GOPATH")
+	if target := goCmd([]string{"GOBIN="}, "list", "-f", "{{.Target}}", "./cmd/dsfs"); target != filepath.Join(strings.Split(gopath, ":")[0], "bin", "dsfs") {
+		t.Errorf("go install ./cmd/dsfs would write %s, not $(go env GOPATH)/bin/dsfs (GOPATH %s)", target, gopath)
+	}
+	gobin := t.TempDir()
+	goCmd([]string{"GOBIN=" + gobin}, "install", "./cmd/dsfs")
+	for _, arg := range []string{"version", "--version"} {
+		out, err := exec.Command(filepath.Join(gobin, "dsfs"), arg).Output()
+		if want := "revision " + strings.TrimSpace(string(head)) + " "; err != nil || !strings.Contains(string(out), want) || strings.Contains(string(out), "modified") {
+			t.Errorf("dsfs %s = %q (%v), want it to contain %q and not modified", arg, out, err, want)
+		}
 	}
 }
 
@@ -274,6 +293,23 @@ func TestUsageListsFlags(t *testing.T) {
 			if !strings.Contains(c.usage, listed) {
 				t.Errorf("dsfs %s: usage line %q does not list %s", c.name, c.usage, listed)
 			}
+		}
+	}
+}
+
+// TestMissingSource: a source that is not there gets one line saying it
+// is the source checkpoint directory, from every command that reads one.
+func TestMissingSource(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "nosuch")
+	want := "source checkpoint directory " + missing + ": no such file or directory\n"
+	cmds := [][]string{{"inspect", missing}, {"export", "source", missing, filepath.Join(t.TempDir(), "out")}}
+	if _, err := os.Stat("/dev/fuse"); err == nil { // mount says what the device lacks first
+		cmds = append(cmds, []string{"mount", missing, t.TempDir()})
+	}
+	for _, args := range cmds {
+		_, stderr, status := dsfs(t, args...)
+		if status == 0 || stderr != "dsfs "+args[0]+": "+want {
+			t.Errorf("dsfs %s: status %d, stderr %q, want %q", strings.Join(args, " "), status, stderr, "dsfs "+args[0]+": "+want)
 		}
 	}
 }

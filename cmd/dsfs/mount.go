@@ -3,14 +3,11 @@ package main
 import (
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
-	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -81,7 +78,7 @@ func splitList(s string) []string {
 	return strings.Split(s, ",")
 }
 
-func runMount(args []string) error {
+func runMount(args []string) (err error) {
 	fs := flags("mount")
 	cacheMB := fs.Int("cache-mb", 1024, "memory budget of the block cache, MiB")
 	viewList := fs.String("views", "", "comma-separated views to serve (default all):"+viewHelp())
@@ -89,9 +86,12 @@ func runMount(args []string) error {
 	debugFuse := fs.Bool("debug", false, "log every FUSE request")
 	passthrough := fs.Bool("passthrough", true, "let the kernel read source files directly (FUSE passthrough: root, Linux 6.9+)")
 	spliceReads := fs.Bool("splice", true, "hand source bytes to the kernel by splice rather than copying them")
-	background := fs.Bool("background", false, "return once the mount is ready, leaving a background process serving it")
+	background := fs.Bool("background", false, "return once the mount is ready, leaving a background process serving it, detached from the terminal and from this command's output")
+	logFile := fs.String("log-file", "", "append the log to FILE instead of standard error (default with --background: the system log, journald or syslog through /dev/log, where there is one)")
+	pidFile := fs.String("pid-file", "", "write the serving process's pid to FILE while it serves (removed when it exits)")
+	nonEmpty := fs.Bool("nonempty", false, "mount over a directory that holds files, hiding them until unmounted (refused otherwise)")
 	var o fuseOptions
-	fs.Var(&o, "o", "mount options as FUSE tools take them, comma-separated: ro, allow_other, default_permissions, nosuid, nodev, noexec, and dsfs's flags as name=value (cache_mb=2048, views=nvfp4:q2)")
+	fs.Var(&o, "o", "mount options as FUSE tools take them, comma-separated: ro, allow_other, default_permissions, nonempty, nosuid, nodev, noexec, and dsfs's flags as name=value (cache_mb=2048, views=nvfp4:q2, log_file=FILE)")
 	qf := addQ2Flags(fs)
 	vf := addViewFlags(fs)
 	pos, err := parse(fs, args, 2, 2)
@@ -102,17 +102,37 @@ func runMount(args []string) error {
 	if err != nil {
 		return err
 	}
-	if *background {
-		return mountInBackground(args)
+	detached := *background && os.Getenv(detachedEnv) != ""
+	if *background && !detached {
+		return mountInBackground()
 	}
+	logs, err := openLog(*logFile, detached)
+	if err != nil {
+		return err
+	}
+	defer logs.Close()
+	defer func() {
+		if err != nil {
+			logs.failed(err)
+		}
+	}()
 	// Signals are watched from the start: before the mount is up one ends
 	// the process at once (nothing is mounted yet), after it one unmounts.
 	stop := watchSignals()
-	mp, err := vfs.ClaimMountPoint(pos[1], slog.Default())
+	mp, err := vfs.ClaimMountPoint(pos[1], *nonEmpty, slog.Default())
 	if err != nil {
 		return err
 	}
 	defer mp.Release()
+	if err := vfs.CheckDevice(); err != nil {
+		return fmt.Errorf("mounting %s: %w", mp.Dir, err)
+	}
+	removePID, err := writePIDFile(*pidFile)
+	if err != nil {
+		return err
+	}
+	defer removePID()
+	stop.atExit(removePID)
 	srcDir, err := filepath.Abs(pos[0])
 	if err != nil {
 		return err
@@ -132,11 +152,6 @@ func runMount(args []string) error {
 	}
 	defer src.Close()
 	defer cache.Close() // computations stop before the sources close
-	// What the views cannot serve is logged before the mount appears, so
-	// that a reader who sees the mount sees the whole log.
-	for _, w := range src.set.Warnings() {
-		slog.Warn(w)
-	}
 	// Freed blocks go back to the OS soon after eviction, so anonymous
 	// memory tracks the catalog, the cache budget and what views compute
 	// with, rather than the GC's high-water mark. The heap in use counts
@@ -146,6 +161,7 @@ func runMount(args []string) error {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	debug.SetMemoryLimit(int64(ms.HeapAlloc) + budget + src.set.WorkingMemory() + 64<<20)
+	blocks := blocksOf(src.set.Root)
 	m, err := stop.serve(func() (*vfs.Mount, error) {
 		return vfs.Serve(mp.Dir, src.set.Root, vfile.CacheOpener(cache), vfs.Options{
 			AllowOther:    *allowOther,
@@ -158,14 +174,16 @@ func runMount(args []string) error {
 			MountPoint:    mp,
 			Status: func() map[string]any {
 				st := map[string]any{
-					"pid":        os.Getpid(),
-					"source":     src.cat.Dir,
-					"views":      viewNamesOf(src.set.Root),
-					"shards":     len(src.cat.Shards),
-					"tensors":    len(src.cat.Tensors),
-					"problems":   src.problems,
-					"view_stats": src.set.Stats(),
-					"cache":      cache.Stats(),
+					"pid":         os.Getpid(),
+					"log":         logs.Where,
+					"source":      src.cat.Dir,
+					"views":       viewNamesOf(src.set.Root),
+					"shards":      len(src.cat.Shards),
+					"tensors":     len(src.cat.Tensors),
+					"problems":    src.problems,
+					"view_stats":  src.set.Stats(),
+					"view_blocks": progressOf(blocks, cache),
+					"cache":       cache.Stats(),
 				}
 				if opt.DiskCache != nil {
 					st["disk_cache"] = opt.DiskCache.Stats()
@@ -177,8 +195,21 @@ func runMount(args []string) error {
 	if err != nil {
 		return err
 	}
+	// What the views cannot serve is logged once the mount is up, never
+	// before a failure to mount, which it has nothing to do with; and
+	// before readiness is told, so that whoever waits for it (systemd,
+	// --background, dsfs demo) sees the whole log.
+	for _, w := range src.set.Warnings() {
+		slog.Warn(w)
+	}
 	slog.Info("mounted", "source", src.cat.Dir, "mount", m.Dir, "shards", len(src.cat.Shards),
 		"tensors", len(src.cat.Tensors), "problems", len(src.cat.Problems), "cache_mb", *cacheMB)
+	if detached {
+		slog.Info("serving in the background; unmount with dsfs umount "+m.Dir, "pid", os.Getpid(), "log", logs.Where)
+		if err := logs.detach(); err != nil {
+			slog.Error("detaching from the starting command's standard error", "err", err)
+		}
+	}
 	notifyReady()
 	m.Wait()
 	slog.Info("unmounted", "mount", m.Dir)
@@ -201,8 +232,29 @@ func notifyReady() {
 // undoing; after, it stops every computation and unmounts lazily; a second
 // signal exits at once.
 type signalWatch struct {
-	mu sync.Mutex
-	m  *vfs.Mount
+	mu   sync.Mutex
+	m    *vfs.Mount
+	exit []func() // run before the process exits on a signal
+}
+
+// atExit has f run before the process exits on a signal (which skips
+// deferred calls).
+func (w *signalWatch) atExit(f func()) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.exit = append(w.exit, f)
+}
+
+// exitBySignal runs the atExit functions, then ends the process the way
+// s would.
+func (w *signalWatch) exitBySignal(s os.Signal) {
+	w.mu.Lock()
+	exit := w.exit
+	w.mu.Unlock()
+	for _, f := range exit {
+		f()
+	}
+	exitBySignal(s)
 }
 
 // watchSignals starts watching. It also ignores SIGPIPE, so that a log
@@ -234,18 +286,18 @@ func (w *signalWatch) run(sig chan os.Signal) {
 	w.mu.Unlock()
 	if m == nil {
 		slog.Info("stopped during start-up; nothing was mounted", "signal", s.String())
-		exitBySignal(s)
+		w.exitBySignal(s)
 	}
 	sdnotify.Notify(sdnotify.Stopping)
 	slog.Info("unmounting (lazily: files still open keep reading what is on disk or computed, computations stop, and dsfs exits when the last file is closed)", "signal", s.String(), "mount", m.Dir)
 	m.Cancel()
 	if err := m.Detach(); err != nil {
 		slog.Error("unmount failed; exiting, which leaves the mount dead (clear it with dsfs umount --lazy)", "mount", m.Dir, "err", err)
-		exitBySignal(s)
+		w.exitBySignal(s)
 	}
 	s = <-sig
 	slog.Warn("second signal: exiting now; reads of files still open on the detached mount fail", "signal", s.String(), "mount", m.Dir)
-	exitBySignal(s)
+	w.exitBySignal(s)
 }
 
 // exitBySignal ends the process the way the signal s would by default, so
@@ -258,66 +310,6 @@ func exitBySignal(s os.Signal) {
 		os.Exit(128 + int(n))
 	}
 	os.Exit(1)
-}
-
-// mountInBackground runs this mount command again as a background process
-// in its own session (a closed terminal does not reach it) and returns once
-// that process says the mount is ready, over a private sd_notify socket.
-// The child keeps this process's standard error for its log.
-func mountInBackground(args []string) error {
-	exe, err := os.Executable()
-	if err != nil {
-		return err
-	}
-	name := fmt.Sprintf("@dsfs-ready-%d-%d", os.Getpid(), time.Now().UnixNano())
-	sock, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: name, Net: "unixgram"})
-	if err != nil {
-		return fmt.Errorf("readiness socket: %w", err)
-	}
-	defer sock.Close()
-	null, err := os.Open(os.DevNull)
-	if err != nil {
-		return err
-	}
-	defer null.Close()
-	cmd := exec.Command(exe, append(append([]string{"mount"}, args...), "--background=false")...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = null, null, os.Stderr
-	cmd.Env = append(os.Environ(), "NOTIFY_SOCKET="+name)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	// Until the child is ready, a Ctrl-C here stops it.
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
-	defer signal.Stop(sig)
-	if err := cmd.Start(); err != nil {
-		return err
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	ready := make(chan struct{})
-	go func() {
-		buf := make([]byte, 4096)
-		for {
-			n, err := sock.Read(buf)
-			if err != nil {
-				return
-			}
-			if slices.Contains(strings.Split(string(buf[:n]), "\n"), sdnotify.Ready) {
-				close(ready)
-				return
-			}
-		}
-	}()
-	for {
-		select {
-		case <-ready:
-			cmd.Process.Release()
-			return nil
-		case err := <-exited:
-			return fmt.Errorf("the mount process exited before the mount was ready (%v)", err)
-		case s := <-sig:
-			cmd.Process.Signal(s)
-		}
-	}
 }
 
 // viewHelp lists the views, one line each, for --views.

@@ -74,7 +74,7 @@ func (o fuseOptions) apply(fs *flag.FlagSet) ([]string, error) {
 		}
 	}
 	if len(unknown) > 0 {
-		return nil, fmt.Errorf("unknown -o option %s (dsfs takes ro, allow_other, default_permissions, nosuid, nodev, noexec, and its flags as name=value, e.g. cache_mb=2048)", strings.Join(unknown, ", "))
+		return nil, fmt.Errorf("unknown -o option %s (dsfs takes ro, allow_other, default_permissions, nonempty, nosuid, nodev, noexec, and its flags as name=value, e.g. cache_mb=2048)", strings.Join(unknown, ", "))
 	}
 	return flags, nil
 }

@@ -19,6 +19,7 @@ func TestFuseOptions(t *testing.T) {
 		{opts: []string{"ro,nosuid,nodev,noexec,noatime,_netdev,nofail,x-systemd.automount", "cache_mb=64"}, flags: []string{"nosuid", "nodev", "noexec"}, cacheMB: 64},
 		{opts: []string{"views=source:nvfp4,no_hash"}, set: "views=source,nvfp4 no-hash=true", cacheMB: 1024},
 		{opts: []string{"cache-mb=8"}, cacheMB: 8},
+		{opts: []string{"ro,nonempty,log_file=/var/log/dsfs.log,pid_file=/run/dsfs.pid"}, set: "nonempty=true log-file=/var/log/dsfs.log pid-file=/run/dsfs.pid", cacheMB: 1024},
 		{opts: []string{"rw"}, err: "-o rw: dsfs is read-only"},
 		{opts: []string{"ro,frob,o=1,background,speed=2"}, err: "unknown -o option frob, o=1, background, speed=2 ("},
 		{opts: []string{"views"}, err: "-o views needs a value"},
@@ -31,6 +32,9 @@ func TestFuseOptions(t *testing.T) {
 		fs.String("views", "", "")
 		fs.Bool("no-hash", false, "")
 		fs.Bool("background", false, "")
+		fs.Bool("nonempty", false, "")
+		fs.String("log-file", "", "")
+		fs.String("pid-file", "", "")
 		var o fuseOptions
 		fs.Var(&o, "o", "")
 		for _, s := range tt.opts {

@@ -2,19 +2,25 @@ package main
 
 import (
 	"flag"
+	"slices"
 	"strconv"
 
 	"github.com/dsfs/dsfs/views"
 )
 
 // viewFlags are the options views declare (views.View.Options), offered
-// by every command that builds views (mount, export): declared once, in
-// the view.
+// by every command that builds views (mount, export; trace those of
+// trace/): declared once, in the view.
 type viewFlags map[string]*flag.Flag
 
-func addViewFlags(fs *flag.FlagSet) viewFlags {
+// addViewFlags adds the options of the views named only, or of every view
+// when none is.
+func addViewFlags(fs *flag.FlagSet, only ...string) viewFlags {
 	f := make(viewFlags)
 	for _, v := range views.All() {
+		if len(only) > 0 && !slices.Contains(only, v.Name) {
+			continue
+		}
 		for _, o := range v.Options {
 			switch o.Kind {
 			case views.IntOption:

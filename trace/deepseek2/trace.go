@@ -77,6 +77,7 @@ func (t traced) Trace(prompts []trace.Prompt, opt trace.Options) (trace.Tracer, 
 		Rows:    rows,
 		Report:  tr.report,
 		Cost:    tr.cost,
+		Routing: func(r *LayerRecord) *trace.RoutingTrace { return r.Routing },
 	}, prompts, opt.Tokenizer, opt.Log)
 	return tr.core, nil
 }

@@ -92,6 +92,7 @@ func (t model) Trace(prompts []trace.Prompt, opt trace.Options) (trace.Tracer, e
 		Vocab:   cfg.Vocab,
 		Report:  tr.report,
 		Experts: func(o *v4.LayerOutput41) (in, mid []float32) { return o.Experts.In, o.Experts.Mid },
+		Routing: func(r *LayerRecord) *trace.RoutingTrace { return r.Routing },
 		Cost: func(lens []int, tensors int) trace.Cost {
 			return v4family.Cost(cfg.Config, t.m.Runnable(), tensors, lens)
 		},
