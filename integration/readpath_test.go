@@ -2,14 +2,18 @@ package integration
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/dsfs/dsfs/safetensors"
 	"golang.org/x/sys/unix"
 )
 
@@ -117,6 +121,78 @@ func TestReadsSpanningSourceAndComputedBytes(t *testing.T) {
 	}
 }
 
+// TestReadsAcrossTensorBoundaries reads, through a mount that splices and
+// one that copies, 64 KiB across every boundary in an nvfp4/ shard between a
+// tensor whose bytes are the source's (an expert weight, served from the
+// source shard) and one dsfs computes (its weight_scale, or a transcoded
+// tensor): each read gives the export's bytes and is answered as one reply
+// mixing the two kinds of piece, spliced or copied as the mount says.
+func TestReadsAcrossTensorBoundaries(t *testing.T) {
+	exported := filepath.Join(export(t, "nvfp4", tinySrc), goodShard)
+	want, err := os.ReadFile(exported)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := safetensors.ReadHeader(bytes.NewReader(want), int64(len(want)))
+	if err != nil {
+		t.Fatalf("%s: %v", exported, err)
+	}
+	source := readSafetensors(t, filepath.Join(tinySrc, goodShard))
+	verbatim := func(ts safetensors.Tensor) bool {
+		s, ok := source[ts.Name]
+		return ok && bytes.Equal(s.data, want[h.DataStart+ts.Begin:h.DataStart+ts.End])
+	}
+	tensors := slices.SortedFunc(slices.Values(h.Tensors), func(a, b safetensors.Tensor) int { return cmp.Compare(a.Begin, b.Begin) })
+	// Each read takes span/2 bytes of the verbatim tensor, enough for dsfs
+	// to leave them in the source file rather than copy them (vfile's
+	// minLocal, 16 KiB).
+	const span = 64 << 10
+	var boundaries []int64 // offsets in the file where the two kinds meet
+	for i := 1; i < len(tensors); i++ {
+		a, b := tensors[i-1], tensors[i]
+		v := a
+		if verbatim(b) {
+			v = b
+		}
+		if a.End == b.Begin && a.End > a.Begin && b.End > b.Begin && verbatim(a) != verbatim(b) && v.End-v.Begin >= span/2 {
+			boundaries = append(boundaries, h.DataStart+b.Begin)
+		}
+	}
+	if len(boundaries) == 0 {
+		t.Fatalf("%s: no verbatim tensor of %d bytes or more borders a computed one", exported, span/2)
+	}
+	for _, tc := range []struct {
+		name   string
+		flags  []string
+		splice bool
+	}{
+		{"spliced", nil, true},
+		{"copied", []string{"--splice=false"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := startMount(t, tinySrc, append([]string{"--views", "nvfp4"}, tc.flags...)...)
+			f := openDirect(t, m.path("nvfp4", goodShard))
+			before := m.replies(t)
+			for _, b := range boundaries {
+				off := max(0, b-span/2)
+				got, err := f.readAt(off, span)
+				if err != nil {
+					t.Fatalf("read of %d bytes at %d: %v", span, off, err)
+				}
+				if end := min(off+span, int64(len(want))); !bytes.Equal(got, want[off:end]) {
+					t.Fatalf("%d bytes at %d, across the tensor border at %d, differ from the export's", span, off, b)
+				}
+			}
+			s := m.replies(t)
+			spliced, copied := s.Spliced-before.Spliced, s.Copied-before.Copied
+			n := int64(len(boundaries))
+			if tc.splice && (spliced < n || copied != 0) || !tc.splice && (spliced != 0 || copied < n) {
+				t.Errorf("%d reads across borders: %d spliced, %d copied", n, spliced, copied)
+			}
+		})
+	}
+}
+
 // TestHeldFileFailsOnceItsSourceIsReplaced: a reader holds nvfp4/'s and
 // source/'s copies of a shard open (source/ not passed through, so both are
 // served by dsfs, spliced from the descriptor dsfs opened at mount) while
@@ -199,16 +275,26 @@ func TestPassthroughOnAndOff(t *testing.T) {
 			t.Errorf("stats.json: %+v; want no passthrough, the file's bytes served and spliced, and why", s)
 		}
 	})
+	// Where the kernel or the privileges do not allow passthrough, the
+	// mount falls back to serving the file itself and says why.
 	t.Run("on", func(t *testing.T) {
 		m := startMount(t, tinySrc, "--views", "source")
-		if s := m.replies(t); s.PassthroughOff != "" {
-			t.Skipf("passthrough is off here: %s", s.PassthroughOff)
-		}
 		if got, err := os.ReadFile(m.path("source", goodShard)); err != nil || !bytes.Equal(got, want) {
 			t.Fatalf("source/%s: %v, or its bytes differ from the shard's", goodShard, err)
 		}
-		if s := m.replies(t); s.Passthrough == 0 || s.Bytes != 0 {
-			t.Errorf("stats.json: %+v; want the file passed through, no byte served by dsfs", s)
+		s := m.replies(t)
+		switch {
+		case s.PassthroughOff == "":
+			if s.Passthrough == 0 || s.Bytes != 0 {
+				t.Errorf("stats.json: %+v; want the file passed through, no byte served by dsfs", s)
+			}
+		case strings.Contains(s.PassthroughOff, "--passthrough=false"):
+			t.Errorf("stats.json: passthrough_off %q without --passthrough=false", s.PassthroughOff)
+		default:
+			t.Logf("passthrough falls back here: %s", s.PassthroughOff)
+			if s.Passthrough != 0 || s.Bytes < int64(len(want)) {
+				t.Errorf("stats.json: %+v; want no passthrough and the file's bytes served by dsfs", s)
+			}
 		}
 	})
 }
