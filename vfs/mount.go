@@ -245,8 +245,13 @@ func RaiseReadAhead(dir string) error {
 	return os.WriteFile("/sys/class/bdi/"+e.dev+"/read_ahead_kb", []byte(strconv.Itoa(ReadAheadKB())), 0)
 }
 
-// Wait serves requests until the file system is unmounted.
-func (m *Mount) Wait() { m.server.Wait() }
+// Wait serves requests until the file system is unmounted. It then closes
+// the pipes kept for spliced replies (dsfs's and go-fuse's) that no reply
+// holds, so that an unmounted file system leaves no descriptor behind.
+func (m *Mount) Wait() {
+	m.server.Wait()
+	closeFreePipes()
+}
 
 // Unmount unmounts the file system; Wait then returns.
 func (m *Mount) Unmount() error { return m.server.Unmount() }

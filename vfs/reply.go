@@ -401,6 +401,33 @@ func (p *pipe) release() {
 	pipes.free = append(pipes.free, p)
 }
 
+// go-fuse empties each pipe it is given back into a /dev/null it opens on
+// the first and keeps for the life of the process. It is opened here, at
+// start, so that no mount leaves a descriptor behind that it did not find.
+func init() {
+	if !splice.Resizable() {
+		return
+	}
+	if p, err := splice.Get(); err == nil {
+		splice.Done(p)
+		splice.ClearSplicePool()
+	}
+}
+
+// closeFreePipes closes the pipes kept for reuse, dsfs's and go-fuse's;
+// those a reply holds are kept when given back, as a mount serving in the
+// same process may still use them.
+func closeFreePipes() {
+	pipes.Lock()
+	free := pipes.free
+	pipes.free = nil
+	pipes.Unlock()
+	for _, p := range free {
+		p.close()
+	}
+	splice.ClearSplicePool()
+}
+
 func (p *pipe) close() {
 	unix.Close(p.r)
 	unix.Close(p.w)
