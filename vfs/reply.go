@@ -55,7 +55,8 @@ const outHeaderSize = 16
 // for: the kernel's limit (fs.fuse.max_pages_limit pages, 256 by default:
 // 1 MiB), less what a spliced reply must leave free in go-fuse's pipe,
 // which go-fuse sizes at most at fs.pipe-max-size as the process found it
-// at start (1 MiB by default: 240 pages, 960 KiB, are left).
+// at start (1 MiB by default: 256 pages less one for the header and
+// spliceSlack leave 239 pages, 956 KiB).
 func MaxRequest() int {
 	kernel := maxPagesLimit()
 	pipePages := splice.MaxPipeSize() / pageSize
