@@ -83,6 +83,15 @@ func (t *Tensor) ReadAt(p []byte, off int64) (int, error) {
 	return n, fmt.Errorf("%s: tensor %s: %w", t.Shard.Name, t.Name, err)
 }
 
+// LocalFile returns the shard's file and 0: a Range of the shard may leave
+// its bytes in the file (vfile.LocalFile).
+func (s *Shard) LocalFile() (*sourcefile.File, int64) { return s.f, 0 }
+
+// LocalFile returns the shard's file and the offset of the tensor's data
+// in it: a Range of the tensor may leave its bytes in the file
+// (vfile.LocalFile).
+func (t *Tensor) LocalFile() (*sourcefile.File, int64) { return t.Shard.f, t.Offset }
+
 // File is the shard's open source file, for callers that check it (the
 // mount, before it lets the kernel read the file directly).
 func (s *Shard) File() *sourcefile.File { return s.f }

@@ -15,6 +15,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // ErrChanged is wrapped by the errors of reads of a file that changed
@@ -218,6 +220,64 @@ func (f *File) ReadAt(p []byte, off int64) (int, error) {
 	return n, err
 }
 
+// SpliceTo moves n bytes at off into the pipe whose write end is pipe, with
+// splice(2): the pipe takes references to the file's pages instead of a
+// copy of them. Then it checks the file as ReadAt does; if it changed, it
+// returns 0 and an error wrapping ErrChanged, and what it put in the pipe
+// must not be served. A file shorter than off+n gives io.ErrUnexpectedEOF
+// when it has not changed (it cannot be: its size is checked).
+//
+// The check covers every change made before it returns, since the file is
+// compared with what it was when opened, not with the last read. A change
+// after it is one the caller must look for with Check once the pipe has
+// been consumed: the pipe holds the pages themselves, and a write into
+// them lands in the pipe's bytes too until the reader of the pipe copies
+// them.
+func (f *File) SpliceTo(pipe int, off int64, n int) (int, error) {
+	if ce := f.changed.Load(); ce != nil {
+		return 0, ce
+	}
+	rc, err := f.f.SyscallConn()
+	if err != nil {
+		return 0, fmt.Errorf("reading %s at %d: %w", f.path, off, err)
+	}
+	moved := 0
+	var serr error
+	// Control holds the descriptor open while the splice runs, so a
+	// concurrent Close cannot hand its number to another file.
+	cerr := rc.Control(func(fd uintptr) {
+		for moved < n && serr == nil {
+			o := off + int64(moved)
+			var m int64
+			m, serr = unix.Splice(int(fd), &o, pipe, nil, n-moved, 0)
+			if errors.Is(serr, syscall.EINTR) {
+				serr = nil
+				continue
+			}
+			if serr == nil && m == 0 {
+				serr = io.ErrUnexpectedEOF
+			}
+			moved += int(m)
+		}
+	})
+	if cerr := f.check(false); cerr != nil {
+		return 0, cerr
+	}
+	if cerr != nil {
+		serr = cerr
+	}
+	if serr != nil {
+		return moved, fmt.Errorf("splicing %s at %d: %w", f.path, off+int64(moved), serr)
+	}
+	return moved, nil
+}
+
+// Check returns an error wrapping ErrChanged if the file changed since it
+// was opened, as a read does: a caller that handed the file's pages on
+// (SpliceTo) calls it once they have been copied, to learn whether a
+// change raced with the copy.
+func (f *File) Check() error { return f.check(false) }
+
 // check returns an error wrapping ErrChanged if the file is no longer the
 // one opened, as it was, or its path no longer names it. It fstats the open
 // descriptor; it stats the path when statPath is set, on the first check,
@@ -320,6 +380,10 @@ func (f *File) Reopen() (int, error) {
 	}
 	return fd, nil
 }
+
+// LocalFile returns f and 0: a Range of f may leave its bytes in the file
+// (vfile.LocalFile).
+func (f *File) LocalFile() (*File, int64) { return f, 0 }
 
 // Close closes the file; later reads fail.
 func (f *File) Close() error { return f.f.Close() }

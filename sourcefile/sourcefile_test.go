@@ -16,6 +16,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 var content = []byte("0123456789abcdefghijklmnopqrstuvwxyz")
@@ -348,4 +350,73 @@ func TestNoReadMixesVersions(t *testing.T) {
 	close(stop)
 	wg.Wait()
 	t.Logf("%d reads of the old bytes, %d refused", ok.Load(), failed.Load())
+}
+
+// TestSpliceTo moves bytes of an unchanged file into a pipe, and refuses
+// them, with ErrChanged, once the file has changed in any way a read sees.
+func TestSpliceTo(t *testing.T) {
+	big := bytes.Repeat(content, 4096) // 147 KiB: more than one page
+	for _, tt := range []struct {
+		name   string
+		change func(t *testing.T, p string)
+	}{
+		{"unchanged", func(*testing.T, string) {}},
+		{"truncated", func(t *testing.T, p string) { os.Truncate(p, 10) }},
+		{"rewritten in place", func(t *testing.T, p string) {
+			f, _ := os.OpenFile(p, os.O_WRONLY, 0)
+			f.WriteAt([]byte("X"), 5)
+			f.Close()
+		}},
+		{"replaced by rename", func(t *testing.T, p string) {
+			write(t, p+".tmp", bytes.ToUpper(big))
+			if err := os.Rename(p+".tmp", p); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			p := filepath.Join(t.TempDir(), "shard")
+			write(t, p, big)
+			f, err := Open(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			var fds [2]int
+			if err := syscall.Pipe2(fds[:], syscall.O_CLOEXEC); err != nil {
+				t.Fatal(err)
+			}
+			defer syscall.Close(fds[0])
+			defer syscall.Close(fds[1])
+			if _, err := unix.FcntlInt(uintptr(fds[0]), unix.F_SETPIPE_SZ, 256<<10); err != nil {
+				t.Fatal(err)
+			}
+			tt.change(t, p)
+			const off, n = 1000, 100 << 10
+			m, err := f.SpliceTo(fds[1], off, n)
+			if tt.name != "unchanged" {
+				if m != 0 || !errors.Is(err, ErrChanged) {
+					t.Fatalf("SpliceTo after the change: %d, %v; want 0, ErrChanged", m, err)
+				}
+				return
+			}
+			if m != n || err != nil {
+				t.Fatalf("SpliceTo: %d, %v", m, err)
+			}
+			got := make([]byte, 0, n)
+			for len(got) < n {
+				k, err := syscall.Read(fds[0], got[len(got):n])
+				if err != nil {
+					t.Fatal(err)
+				}
+				got = got[:len(got)+k]
+			}
+			if !bytes.Equal(got, big[off:off+n]) {
+				t.Fatal("the pipe holds other bytes")
+			}
+			if err := f.Check(); err != nil {
+				t.Fatalf("Check of an unchanged file: %v", err)
+			}
+		})
+	}
 }

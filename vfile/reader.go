@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 
 	"github.com/dsfs/dsfs/blockcache"
+	"github.com/dsfs/dsfs/sourcefile"
 )
 
 // Cache is where a Reader gets derived blocks: a *blockcache.Cache, or a
@@ -63,65 +64,201 @@ func (r *Reader) ReadAt(p []byte, off int64) (int, error) {
 // ReadAtContext reads like ReadAt; ctx interrupts the wait for derived
 // blocks.
 func (r *Reader) ReadAtContext(ctx context.Context, p []byte, off int64) (int, error) {
+	pieces, n, err := r.ReadPieces(ctx, p, off)
+	pos := 0
+	for _, pc := range pieces {
+		if perr := pc.fill(p[pos : pos+pc.N]); perr != nil {
+			return pos, perr
+		}
+		pos += pc.N
+	}
+	return n, err
+}
+
+// LocalFile is implemented by the reader of a Range whose bytes are those
+// of a local file (a *sourcefile.File, a *checkpoint.Shard or a
+// *checkpoint.Tensor): a read of the Range may then leave the bytes in the
+// file, for the kernel to copy from it (ReadPieces), instead of reading
+// them into memory.
+type LocalFile interface {
+	// LocalFile returns the file and the offset in it of the reader's
+	// byte 0.
+	LocalFile() (*sourcefile.File, int64)
+}
+
+// Piece is one run of a read's answer, in order: bytes in memory, or N
+// bytes of a local source file at Off, not read yet (File set).
+type Piece struct {
+	// Bytes are the piece's bytes when File is nil: the read's own buffer,
+	// or a cached block or a literal segment, shared and never modified.
+	Bytes []byte
+	File  *sourcefile.File
+	Off   int64
+	N     int
+}
+
+// fill puts the piece's bytes in p (len N) unless they are there already.
+func (pc Piece) fill(p []byte) error {
+	if pc.File == nil {
+		if len(pc.Bytes) > 0 && &pc.Bytes[0] != &p[0] {
+			copy(p, pc.Bytes)
+		}
+		return nil
+	}
+	n, err := pc.File.ReadAt(p, pc.Off)
+	if n < len(p) {
+		if err == nil || err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		return err
+	}
+	return nil
+}
+
+// Sharing thresholds. A cached block or literal segment of at least
+// minShared bytes of a read is answered from where it lies; shorter ones
+// are copied into the read's buffer and answered together with their
+// neighbours, so that a read is a few pieces however many tiny segments
+// (weight_scale_2 scalars, small tensors) it crosses. A run of a local
+// file of at least minLocal bytes is left in the file; a shorter one is
+// read into the buffer, which costs less than handing the kernel a page.
+const (
+	minShared = 16 << 10
+	minLocal  = 16 << 10
+)
+
+// ReadPieces answers a read of len(p) bytes at off as pieces, in order,
+// whose lengths add up to n, the bytes read. p is the read's buffer: bytes
+// that must be copied or computed are put in it, at their place in the
+// read, and pieces of p answer them; cached blocks and literal segments
+// of minShared bytes or more are answered where they lie, and runs of a
+// LocalFile Range of minLocal bytes or more are left in the file. Read
+// ReadAtContext's way (every piece filled into p), the bytes are
+// ReadAtContext's. The error is ReadAtContext's: io.EOF past the end, or
+// why the piece after the last returned could not be read.
+func (r *Reader) ReadPieces(ctx context.Context, p []byte, off int64) ([]Piece, int, error) {
 	size := r.f.Size()
 	if off < 0 {
-		return 0, fmt.Errorf("negative offset %d", off)
+		return nil, 0, fmt.Errorf("negative offset %d", off)
 	}
 	if off >= size {
-		return 0, io.EOF
+		return nil, 0, io.EOF
 	}
 	want := min(int64(len(p)), size-off)
 	sequential := r.lastEnd.Swap(off+want) == off
-	n := int64(0)
-	for i := r.f.segment(off); n < want; i++ {
-		segOff := off + n - r.f.start(i)
-		m := min(want-n, r.f.segs[i].Len()-segOff)
-		if err := r.readSegment(ctx, r.f.segs[i], p[n:n+m], segOff); err != nil {
-			return int(n), err
+	a := assembler{p: p}
+	for i := r.f.segment(off); a.n < want; i++ {
+		segOff := off + a.n - r.f.start(i)
+		m := min(want-a.n, r.f.segs[i].Len()-segOff)
+		if err := r.readSegment(ctx, &a, r.f.segs[i], m, segOff); err != nil {
+			return a.pieces, int(a.n), err
 		}
-		n += m
 	}
 	if sequential || off == 0 {
 		r.readAhead(off + want)
 	}
 	if want < int64(len(p)) {
-		return int(n), io.EOF
+		return a.pieces, int(a.n), io.EOF
 	}
-	return int(n), nil
+	return a.pieces, int(a.n), nil
 }
 
-func (r *Reader) readSegment(ctx context.Context, s Segment, p []byte, off int64) error {
+// assembler builds a read's pieces; n is the bytes answered so far.
+type assembler struct {
+	p      []byte
+	n      int64
+	pieces []Piece
+}
+
+// buf returns the read's buffer for the next m bytes.
+func (a *assembler) buf(m int64) []byte { return a.p[a.n : a.n+m] }
+
+// inBuf answers the next m bytes from the read's buffer, where the caller
+// has put them; they join the last piece when it is the buffer's bytes
+// just before.
+func (a *assembler) inBuf(m int64) {
+	b := a.p[a.n : a.n+m]
+	if k := len(a.pieces) - 1; k >= 0 {
+		last := &a.pieces[k]
+		if last.File == nil && len(last.Bytes) > 0 && &last.Bytes[0] == &a.p[a.n-int64(len(last.Bytes))] {
+			last.Bytes = a.p[a.n-int64(len(last.Bytes)) : a.n+m]
+			last.N += int(m)
+			a.n += m
+			return
+		}
+	}
+	a.pieces = append(a.pieces, Piece{Bytes: b, N: int(m)})
+	a.n += m
+}
+
+// shared answers the next len(b) bytes with b, or with a copy in the
+// read's buffer when b is short.
+func (a *assembler) shared(b []byte) {
+	if len(b) < minShared {
+		copy(a.buf(int64(len(b))), b)
+		a.inBuf(int64(len(b)))
+		return
+	}
+	a.pieces = append(a.pieces, Piece{Bytes: b, N: len(b)})
+	a.n += int64(len(b))
+}
+
+// local answers the next m bytes with the file's bytes at off.
+func (a *assembler) local(f *sourcefile.File, off, m int64) {
+	if k := len(a.pieces) - 1; k >= 0 {
+		if last := &a.pieces[k]; last.File == f && last.Off+int64(last.N) == off {
+			last.N += int(m)
+			a.n += m
+			return
+		}
+	}
+	a.pieces = append(a.pieces, Piece{File: f, Off: off, N: int(m)})
+	a.n += m
+}
+
+func (r *Reader) readSegment(ctx context.Context, a *assembler, s Segment, m, off int64) error {
 	switch s := s.(type) {
 	case Bytes:
-		copy(p, s[off:])
+		a.shared(s[off : off+m])
 	case Range:
-		n, err := s.R.ReadAt(p, s.Off+off)
-		if n < len(p) {
+		if lf, ok := s.R.(LocalFile); ok && m >= minLocal {
+			f, base := lf.LocalFile()
+			a.local(f, base+s.Off+off, m)
+			return nil
+		}
+		n, err := s.R.ReadAt(a.buf(m), s.Off+off)
+		if int64(n) < m {
 			if err == nil || err == io.EOF {
 				err = io.ErrUnexpectedEOF
 			}
 			return err
 		}
+		a.inBuf(m)
 	case Unreadable:
 		return s.Err
 	case Small:
-		b := p
-		if int64(len(p)) != s.N { // part of it: compute it aside
+		b := a.buf(m)
+		if m != s.N { // part of it: compute it aside
 			b = make([]byte, s.N)
 		}
 		if err := s.Compute(ctx, b); err != nil {
 			return fmt.Errorf("%s: %w", s.ID, err)
 		}
-		copy(p, b[off:])
+		if m != s.N {
+			copy(a.buf(m), b[off:])
+		}
+		a.inBuf(m)
 	case *Blocks:
-		for len(p) > 0 {
+		for end := off + m; off < end; {
 			bi := off / s.BlockLen
 			b, err := ReadBlock(ctx, r.cache, s, bi, nil)
 			if err != nil {
 				return err
 			}
-			c := copy(p, b[off-bi*s.BlockLen:])
-			p, off = p[c:], off+int64(c)
+			lo := off - bi*s.BlockLen
+			hi := min(int64(len(b)), end-bi*s.BlockLen)
+			a.shared(b[lo:hi])
+			off += hi - lo
 		}
 	default:
 		panic(fmt.Sprintf("vfile: unknown segment type %T", s))

@@ -7,11 +7,14 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/dsfs/dsfs/blockcache"
+	"github.com/dsfs/dsfs/sourcefile"
 )
 
 // derived is a Blocks segment whose byte i is f(i), computed per block.
@@ -204,5 +207,62 @@ func TestAdjacentRangesAreOneSourceRead(t *testing.T) {
 		if n, err := r.ReadAt(p, off); n != len(p) || (err != nil && err != io.EOF) || !bytes.Equal(p, want[off:off+int64(n)]) {
 			t.Fatalf("seed %d: ReadAt(%d, len %d) = %d, %v, or differs", seed, off, len(p), n, err)
 		}
+	}
+}
+
+// TestReadPiecesLeavesLocalBytesInTheirFile: a read's pieces leave long
+// runs of a local file in the file, answer long cached blocks from the
+// cache and copy the rest into the read's buffer, and filled in they are
+// ReadAt's bytes.
+func TestReadPiecesLeavesLocalBytesInTheirFile(t *testing.T) {
+	src := make([]byte, 200<<10)
+	for i := range src {
+		src[i] = byte(i * 13)
+	}
+	p := filepath.Join(t.TempDir(), "shard")
+	if err := os.WriteFile(p, src, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sf, err := sourcefile.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sf.Close()
+	f := NewFile(Bytes("head"), Range{R: sf, Off: 1000, N: 100 << 10}, derived("d", 64<<10, 32<<10),
+		Range{R: sf, Off: 150 << 10, N: 100}, Bytes("tail"))
+	cache := blockcache.New(1<<20, 1)
+	defer cache.Close()
+	r := NewReader(f, cache)
+	buf := make([]byte, f.Size())
+	pieces, n, err := r.ReadPieces(context.Background(), buf, 0)
+	if err != nil || int64(n) != f.Size() {
+		t.Fatalf("ReadPieces = %d, %v", n, err)
+	}
+	type kind struct {
+		file bool
+		n    int
+	}
+	var got []kind
+	for _, pc := range pieces {
+		got = append(got, kind{pc.File != nil, pc.N})
+	}
+	want := []kind{{false, 4}, {true, 100 << 10}, {false, 32 << 10}, {false, 32 << 10}, {false, 104}}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("pieces %v, want %v", got, want)
+	}
+	filled := make([]byte, f.Size())
+	if _, err := r.ReadAt(filled, 0); err != nil {
+		t.Fatal(err)
+	}
+	pos := 0
+	for _, pc := range pieces {
+		b := pc.Bytes
+		if pc.File != nil {
+			b = src[pc.Off : pc.Off+int64(pc.N)]
+		}
+		if !bytes.Equal(b, filled[pos:pos+pc.N]) {
+			t.Fatalf("piece at %d differs from ReadAt's bytes", pos)
+		}
+		pos += pc.N
 	}
 }

@@ -6,12 +6,15 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/dsfs/dsfs/vfile"
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"github.com/hanwen/go-fuse/v2/splice"
 )
 
 // Options configure a mount.
@@ -36,6 +39,13 @@ type Options struct {
 	Flags []string
 	// MountPoint is the claimed mount point; nil: Serve claims dir itself.
 	MountPoint *MountPoint
+	// NoPassthrough keeps the kernel from reading source files directly
+	// (FUSE passthrough, which needs root and Linux 6.9 or later): every
+	// read of them comes to dsfs.
+	NoPassthrough bool
+	// NoSplice has source bytes read into memory and copied to the kernel
+	// instead of spliced from the source file.
+	NoSplice bool
 	// NonEmpty lets Serve claim a mount point that holds files (hidden
 	// while mounted), as -o nonempty does for libfuse.
 	NonEmpty bool
@@ -51,6 +61,11 @@ type Mount struct {
 	ctr         counters
 	status      func() map[string]any
 	passthrough bool
+	// passthroughOff says why the kernel does not read source files
+	// directly; "" when it does.
+	passthroughOff string
+	// splice is set when replies carry source bytes by splice.
+	splice      bool
 	ino         map[*vfile.Node]uint64 // every node's inode number
 	sourceBytes int64
 	errs        repeatLog // read errors, logged once per file and cause with a count
@@ -82,7 +97,16 @@ func Serve(dir string, root *vfile.Node, open vfile.Opener, opt Options) (*Mount
 	defer mp.Release()
 	dir = mp.Dir
 	m := &Mount{Dir: dir, open: open, log: opt.Log, start: time.Now(), status: opt.Status,
-		passthrough: os.Geteuid() == 0, sourceBytes: opt.SourceBytes, served: make(chan struct{}), callers: newCallers()}
+		sourceBytes: opt.SourceBytes, served: make(chan struct{}), callers: newCallers(),
+		splice: !opt.NoSplice && splice.Resizable()}
+	switch {
+	case opt.NoPassthrough:
+		m.passthroughOff = "turned off (--passthrough=false)"
+	case os.Geteuid() != 0:
+		m.passthroughOff = "not root: FUSE passthrough needs CAP_SYS_ADMIN"
+	default:
+		m.passthrough = true
+	}
 	m.life, m.cancel = context.WithCancel(context.Background())
 	top := vfile.Dir("", append(append([]*vfile.Node(nil), root.Children...), m.statusDir(root.Attr))...)
 	top.Attr = root.Attr
@@ -121,48 +145,113 @@ func Serve(dir string, root *vfile.Node, open vfile.Opener, opt Options) (*Mount
 		return nil, fmt.Errorf("mounting %s: %s", dir, mountFailure(dir, opt.AllowOther, strings.TrimSpace(err.Error())))
 	}
 	close(m.served)
+	if m.passthrough {
+		if why := m.probePassthrough(top); why != "" {
+			m.passthrough, m.passthroughOff = false, why
+		}
+	}
+	if m.passthroughOff != "" && hasSource(top) {
+		m.log.Info("source files are read through dsfs, not passed through to the kernel", "reason", m.passthroughOff)
+	}
 	if err := RaiseReadAhead(dir); err != nil {
 		m.log.Info("kernel read-ahead stays at its default, so reads come as 128 KiB requests", "err", err)
 	}
 	return m, nil
 }
 
-// MountOptions are the FUSE options of a dsfs mount: read-only, 1 MiB
-// requests, 64 background requests, direct mount(2) as root (fusermount3
-// otherwise), and direct I/O files that can still be mmap'd.
+// probePassthrough asks the kernel to take a descriptor of the first source
+// file in the tree as a passthrough backing file, and gives it back: it
+// returns why passthrough cannot be used, or "" when it can (or when there
+// is no source file to try). go-fuse would turn passthrough off for the
+// mount at the first refusal without saying so.
+func (m *Mount) probePassthrough(top *vfile.Node) string {
+	if m.server.KernelSettings().Flags64()&fuse.CAP_PASSTHROUGH == 0 {
+		return "the kernel does not offer FUSE passthrough (Linux 6.9 or later)"
+	}
+	f := firstSource(top)
+	if f == nil {
+		return ""
+	}
+	fd, err := f.Origin.Reopen()
+	if err != nil {
+		return "" // a changed source fails its own open, with its own line
+	}
+	defer syscall.Close(fd)
+	id, errno := m.server.RegisterBackingFd(&fuse.BackingMap{Fd: int32(fd)})
+	if errno != 0 {
+		return fmt.Sprintf("the kernel refused %s as a passthrough backing file: %v", f.Source, errno)
+	}
+	m.server.UnregisterBackingFd(id)
+	return ""
+}
+
+// firstSource is the first file of the tree served unchanged from a source
+// file, or nil.
+func firstSource(n *vfile.Node) *vfile.File {
+	if n.File != nil && n.File.Origin != nil {
+		return n.File
+	}
+	for _, c := range n.Children {
+		if f := firstSource(c); f != nil {
+			return f
+		}
+	}
+	return nil
+}
+
+func hasSource(n *vfile.Node) bool { return firstSource(n) != nil }
+
+// MountOptions are the FUSE options of a dsfs mount: read-only, requests
+// of MaxRequest bytes, 64 background requests, direct mount(2) as root
+// (fusermount3 otherwise), and direct I/O files that can still be mmap'd.
+// Splicing stays on: dsfs's replies of source bytes are pipes (reply.go),
+// and every other reply is a vector, which go-fuse never tries to splice.
 func MountOptions(allowOther, debug bool) fuse.MountOptions {
 	return fuse.MountOptions{
-		FsName:        "dsfs",
-		Name:          "dsfs",
-		Options:       []string{"ro", "default_permissions"},
-		AllowOther:    allowOther,
-		MaxBackground: 64,
-		MaxWrite:      1 << 20,
-		DirectMount:   os.Geteuid() == 0,
-		DisableXAttrs: true,
-		// Splice cannot carry a 1 MiB read plus its header through a
-		// default-sized pipe; go-fuse would try and log it on every read.
-		DisableSplice:     true,
+		FsName:            "dsfs",
+		Name:              "dsfs",
+		Options:           []string{"ro", "default_permissions"},
+		AllowOther:        allowOther,
+		MaxBackground:     64,
+		MaxWrite:          MaxRequest(),
+		DirectMount:       os.Geteuid() == 0,
+		DisableXAttrs:     true,
 		ExtraCapabilities: fuse.CAP_DIRECT_IO_ALLOW_MMAP,
 		Debug:             debug,
 	}
 }
 
-// RaiseReadAhead lets the kernel send 1 MiB reads to the mount at dir:
-// go-fuse can only lower the read-ahead the kernel offers, so the mount's
-// bdi setting is raised after mounting, which needs root. The device comes
-// from /proc/self/mountinfo, not from a stat of dir: a process that asks
-// its own mount could not be killed while the request is in flight.
+// ReadAheadKB is the read-ahead dsfs sets on its mounts, in KiB: the
+// kernel's read-ahead of a file read sequentially goes out as FUSE
+// requests of at most MaxRequest bytes, readAheadRequests of them at once,
+// so that dsfs answers one while the kernel copies another.
+func ReadAheadKB() int { return readAheadRequests * MaxRequest() >> 10 }
+
+// readAheadRequests is how many requests of read-ahead the kernel keeps in
+// flight for a sequential reader.
+const readAheadRequests = 4
+
+// RaiseReadAhead sets the read-ahead of the mount at dir to ReadAheadKB:
+// go-fuse can only lower the read-ahead the kernel offers (128 KiB), so
+// the mount's bdi setting is raised after mounting, which needs root. The
+// device comes from /proc/self/mountinfo, not from a stat of dir: a
+// process that asks its own mount could not be killed while the request
+// is in flight.
 func RaiseReadAhead(dir string) error {
 	_, e, err := mountedAt(dir)
 	if err != nil {
 		return err
 	}
-	return os.WriteFile("/sys/class/bdi/"+e.dev+"/read_ahead_kb", []byte("1024"), 0)
+	return os.WriteFile("/sys/class/bdi/"+e.dev+"/read_ahead_kb", []byte(strconv.Itoa(ReadAheadKB())), 0)
 }
 
-// Wait serves requests until the file system is unmounted.
-func (m *Mount) Wait() { m.server.Wait() }
+// Wait serves requests until the file system is unmounted. It then closes
+// the pipes kept for spliced replies (dsfs's and go-fuse's) that no reply
+// holds, so that an unmounted file system leaves no descriptor behind.
+func (m *Mount) Wait() {
+	m.server.Wait()
+	closeFreePipes()
+}
 
 // Unmount unmounts the file system; Wait then returns.
 func (m *Mount) Unmount() error { return m.server.Unmount() }
@@ -196,6 +285,11 @@ func (m *Mount) statusDir(dir vfile.Attr) *vfile.Node {
 			"opens":          m.ctr.opens.Load(),
 			"passthrough":    m.ctr.passthrough.Load(),
 			"largest_read":   m.ctr.largestRead.Load(),
+			"reads_spliced":  m.ctr.splicedReplies.Load(),
+			"reads_copied":   m.ctr.copiedReplies.Load(),
+		}
+		if m.passthroughOff != "" {
+			doc["passthrough_off"] = m.passthroughOff
 		}
 		if m.status != nil {
 			for k, v := range m.status() {

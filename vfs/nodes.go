@@ -24,6 +24,10 @@ const immutable = 24 * time.Hour
 // counters are the mount's own figures, shown in .dsfs/stats.json.
 type counters struct {
 	reads, bytes, errors, opens, passthrough atomic.Int64
+	// splicedReplies are replies that carried source bytes by splice;
+	// copiedReplies those whose source bytes were read into memory
+	// (splicing off, or a reply of too many pieces for a pipe).
+	splicedReplies, copiedReplies atomic.Int64
 	// largestRead is the most bytes one read of a file served: 1 MiB when
 	// the mount's request size and read-ahead took effect.
 	largestRead atomic.Int64
@@ -170,7 +174,7 @@ func (f *fileNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint3
 	}
 	f.m.ctr.opens.Add(1)
 	life, closed := context.WithCancel(f.m.life)
-	h := &fileHandle{m: f.m, r: f.m.open(life, f.f), closed: closed, name: f.name, fd: -1}
+	h := &fileHandle{m: f.m, r: f.m.open(life, f.f), closed: closed, name: f.name, fd: -1, node: f.EmbeddedInode()}
 	if f.f.Origin != nil && f.m.passthrough {
 		// The kernel may read an unchanged source file directly; go-fuse asks
 		// for the descriptor once and falls back to our Read if it cannot.
@@ -199,7 +203,8 @@ type fileHandle struct {
 	r      *vfile.Reader
 	closed context.CancelFunc // ends the reader's read-ahead
 	name   string
-	fd     int // source descriptor for kernel passthrough, -1 if none
+	fd     int       // source descriptor for kernel passthrough, -1 if none
+	node   *fs.Inode // whose cached pages a raced reply drops (recheck)
 }
 
 var _ = (fs.FileReader)((*fileHandle)(nil))
@@ -217,8 +222,12 @@ func (h *fileHandle) PassthroughFd() (int, bool) {
 func (h *fileHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
 	ctx, answered := h.m.callers.context(ctx)
 	defer answered()
-	n, err := h.r.ReadAtContext(ctx, dest, off)
-	if err != nil && n < len(dest) && !errors.Is(err, io.EOF) {
+	pieces, n, err := h.r.ReadPieces(ctx, dest, off)
+	var res fuse.ReadResult
+	if err == nil || errors.Is(err, io.EOF) {
+		res, err = h.answer(pieces, n, dest)
+	}
+	if err != nil {
 		if errno, ok := h.m.canceled(ctx); ok {
 			return nil, errno
 		}
@@ -229,7 +238,7 @@ func (h *fileHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.Rea
 		return nil, syscall.EIO
 	}
 	h.m.ctr.read(n)
-	return fuse.ReadResultData(dest[:n]), 0
+	return res, 0
 }
 
 func (h *fileHandle) Release(ctx context.Context) syscall.Errno {
@@ -333,10 +342,12 @@ func (h *docHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.Read
 	if off >= int64(len(h.b)) {
 		return fuse.ReadResultData(nil), 0
 	}
-	n := copy(dest, h.b[off:])
+	b := h.b[off:min(off+int64(len(dest)), int64(len(h.b)))]
 	if !h.live {
 		h.m.ctr.reads.Add(1)
-		h.m.ctr.bytes.Add(int64(n))
+		h.m.ctr.bytes.Add(int64(len(b)))
 	}
-	return fuse.ReadResultData(dest[:n]), 0
+	// A vector is written to /dev/fuse from where it lies, and go-fuse
+	// does not try to splice it.
+	return fuse.ReadResultVector([][]byte{b}), 0
 }

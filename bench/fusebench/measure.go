@@ -117,6 +117,22 @@ func measureReads(ctx context.Context, c config) (map[readKey][]read, error) {
 		if err := views(d, "dsfs", func(v string) string { return filepath.Join(mnt, v, c.shard) }); err != nil {
 			return nil, err
 		}
+		// source/ is passed through to the kernel (as root): its second
+		// read is the source file's page cache, as ext4's is.
+		d, err = startDsfs(ctx, c, fmt.Sprintf("source-%d", pass+1), c.benchSrc, mnt, "--views", "source")
+		if err != nil {
+			return nil, err
+		}
+		if err := d.stopAfter(func() error {
+			for _, second := range []bool{false, true} {
+				if err := timed(readKey{"dsfs", "source", second}, filepath.Join(mnt, "source", c.shard), d.Pid()); err != nil {
+					return err
+				}
+			}
+			return nil
+		}); err != nil {
+			return nil, err
+		}
 	}
 	return res, nil
 }
@@ -163,14 +179,23 @@ func copyFile(from, to string) error {
 	return w.Close()
 }
 
-// memPass is one run of 8 concurrent readers.
+// memPass is one run of 8 concurrent readers, and of one reader reading
+// the same files one after another on a fresh mount.
 type memPass struct {
 	PeakAnon int64 // peak RssAnon sampled every 100 ms
 	Samples  int
 	HWM      int64 // VmHWM at the end
 	Bytes    int64 // read by all readers
 	Time     time.Duration
+	// OneTime is the time one reader took for the same bytes.
+	OneTime time.Duration
 }
+
+// Together is the 8 readers' throughput in all, in MB/s.
+func (p memPass) Together() float64 { return float64(p.Bytes) / p.Time.Seconds() / 1e6 }
+
+// Alone is one reader's throughput, in MB/s.
+func (p memPass) Alone() float64 { return float64(p.Bytes) / p.OneTime.Seconds() / 1e6 }
 
 // readers is how many files are read at once in the memory measurement.
 const readers = 8
@@ -179,7 +204,9 @@ const readers = 8
 // the shards of the derived views with 8 concurrent readers (those of
 // engram-fp4/, the costliest, first; readers beyond the number of files
 // start half-way into a file already read), sampling the mount's anonymous
-// memory. Each pass uses a fresh mount.
+// memory; then, on a fresh mount, one reader reads the same parts one
+// after another, the throughput the 8 readers together must reach. Each
+// pass uses fresh mounts.
 func measureMemory(ctx context.Context, c config) ([]memPass, error) {
 	shards, err := filepath.Glob(filepath.Join(c.benchSrc, "*.safetensors"))
 	if err != nil || len(shards) == 0 {
@@ -202,27 +229,68 @@ func measureMemory(ctx context.Context, c config) ([]memPass, error) {
 		if err := d.stopAfter(func() (err error) { p, err = readTogether(ctx, d.Pid(), files); return err }); err != nil {
 			return nil, err
 		}
+		d, err = startDsfs(ctx, c, fmt.Sprintf("one-reader-%d", pass+1), c.benchSrc, mnt, "--cache-mb", strconv.Itoa(c.cacheMB))
+		if err != nil {
+			return nil, err
+		}
+		if err := d.stopAfter(func() (err error) { p.OneTime, err = readAlone(ctx, files, p.Bytes); return err }); err != nil {
+			return nil, err
+		}
 		out = append(out, p)
 	}
 	return out, nil
 }
 
-// readTogether runs the readers over files and samples pid's RssAnon.
-func readTogether(ctx context.Context, pid int, files []string) (memPass, error) {
-	var p memPass
-	type job struct {
-		path string
-		off  int64
-	}
-	var jobs []job
+// readJob is one reader's part: path from off to its end.
+type readJob struct {
+	path string
+	off  int64
+}
+
+// readJobs gives each of the readers a file (those beyond the number of
+// files start half-way into one read already).
+func readJobs(files []string) ([]readJob, error) {
+	var jobs []readJob
 	laps := (readers + len(files) - 1) / len(files)
 	for i := range readers {
 		path := files[i%len(files)]
 		fi, err := os.Stat(path)
 		if err != nil {
-			return p, err
+			return nil, err
 		}
-		jobs = append(jobs, job{path, fi.Size() * int64(i/len(files)) / int64(laps)})
+		jobs = append(jobs, readJob{path, fi.Size() * int64(i/len(files)) / int64(laps)})
+	}
+	return jobs, nil
+}
+
+// readAlone reads the readers' parts one after another and returns the
+// time it took; want is the bytes the readers read together.
+func readAlone(ctx context.Context, files []string, want int64) (time.Duration, error) {
+	jobs, err := readJobs(files)
+	if err != nil {
+		return 0, err
+	}
+	start := time.Now()
+	n := int64(0)
+	for _, j := range jobs {
+		r, err := readFile(ctx, j.path, j.off)
+		if err != nil {
+			return 0, err
+		}
+		n += r.Bytes
+	}
+	if n != want {
+		return 0, fmt.Errorf("one reader read %d bytes, the readers together %d", n, want)
+	}
+	return time.Since(start), nil
+}
+
+// readTogether runs the readers over files and samples pid's RssAnon.
+func readTogether(ctx context.Context, pid int, files []string) (memPass, error) {
+	var p memPass
+	jobs, err := readJobs(files)
+	if err != nil {
+		return p, err
 	}
 	s := sample(pid, "RssAnon", 100*time.Millisecond)
 	start := time.Now()
@@ -234,7 +302,7 @@ func readTogether(ctx context.Context, pid int, files []string) (memPass, error)
 			return err
 		})
 	}
-	err := eg.Wait()
+	err = eg.Wait()
 	p.Time = time.Since(start)
 	peak, serr := s.Stop()
 	p.PeakAnon, p.Samples = peak, s.samples

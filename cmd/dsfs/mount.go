@@ -84,6 +84,8 @@ func runMount(args []string) (err error) {
 	viewList := fs.String("views", "", "comma-separated views to serve (default all):"+viewHelp())
 	allowOther := fs.Bool("allow-other", false, "let other users read the mount")
 	debugFuse := fs.Bool("debug", false, "log every FUSE request")
+	passthrough := fs.Bool("passthrough", true, "let the kernel read source files directly (FUSE passthrough: root, Linux 6.9+)")
+	spliceReads := fs.Bool("splice", true, "hand source bytes to the kernel by splice rather than copying them")
 	background := fs.Bool("background", false, "return once the mount is ready, leaving a background process serving it, detached from the terminal and from this command's output")
 	logFile := fs.String("log-file", "", "append the log to FILE instead of standard error (default with --background: the system log, journald or syslog through /dev/log, where there is one)")
 	pidFile := fs.String("pid-file", "", "write the serving process's pid to FILE while it serves (removed when it exits)")
@@ -162,12 +164,14 @@ func runMount(args []string) (err error) {
 	blocks := blocksOf(src.set.Root)
 	m, err := stop.serve(func() (*vfs.Mount, error) {
 		return vfs.Serve(mp.Dir, src.set.Root, vfile.CacheOpener(cache), vfs.Options{
-			AllowOther:  *allowOther,
-			Debug:       *debugFuse,
-			SourceBytes: src.set.SourceBytes(),
-			Source:      srcDir,
-			Flags:       mountFlags,
-			MountPoint:  mp,
+			AllowOther:    *allowOther,
+			Debug:         *debugFuse,
+			NoPassthrough: !*passthrough,
+			NoSplice:      !*spliceReads,
+			SourceBytes:   src.set.SourceBytes(),
+			Source:        srcDir,
+			Flags:         mountFlags,
+			MountPoint:    mp,
 			Status: func() map[string]any {
 				st := map[string]any{
 					"pid":         os.Getpid(),

@@ -1,0 +1,435 @@
+package vfs
+
+import (
+	"errors"
+	"fmt"
+	"math/bits"
+	"os"
+	"sync"
+	"syscall"
+	"unsafe"
+
+	"github.com/dsfs/dsfs/sourcefile"
+	"github.com/dsfs/dsfs/vfile"
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"github.com/hanwen/go-fuse/v2/splice"
+	"golang.org/x/sys/unix"
+)
+
+// A read is answered from its pieces (vfile.Reader.ReadPieces) in one of
+// three ways:
+//
+//   - only bytes in memory (computed blocks, literal segments, the
+//     request's buffer): a vector of them, which go-fuse writes to
+//     /dev/fuse with one writev, copying each byte once, from where it lies;
+//   - runs of source files too, when splicing is on: a pipe holding the
+//     files' pages (splice(2), no copy) and the bytes in memory (cached
+//     blocks by vmsplice(2), no copy; the buffer's bytes copied), which
+//     go-fuse splices on to /dev/fuse, where the kernel copies each byte
+//     once, into the reader's page;
+//   - otherwise the source runs are read into the request's buffer (pread,
+//     as every read was before splicing) and the answer is a vector.
+//
+// go-fuse v2.12 has both halves, fd results that splice and vector results
+// that writev, but no result mixing them, and its own splice of an fd
+// result happens after Read returns, where nothing could check the file
+// after its bytes were taken. So dsfs fills the pipe itself, checks each
+// file once its pages are in the pipe (sourcefile.File.SpliceTo) and hands
+// go-fuse the pipe, which go-fuse splices as it does its own pipe results.
+
+// pageSize is the kernel's page: a pipe holds one page or part of one per
+// slot.
+var pageSize = os.Getpagesize()
+
+// spliceSlack is how many pipe slots beyond a full reply's pages a spliced
+// reply may use: each piece may start and end inside a page, so a reply of
+// k pieces takes up to its pages plus k slots. Replies that need more are
+// copied instead (counted as copied).
+const spliceSlack = 16
+
+// outHeaderSize is the size of a FUSE reply's header, which go-fuse puts in
+// the pipe before the reply's bytes.
+const outHeaderSize = 16
+
+// MaxRequest is the largest read request a dsfs mount asks the kernel
+// for: the kernel's limit (fs.fuse.max_pages_limit pages, 256 by default:
+// 1 MiB), less what a spliced reply must leave free in go-fuse's pipe,
+// which go-fuse sizes at most at fs.pipe-max-size as the process found it
+// at start (1 MiB by default: 256 pages less one for the header and
+// spliceSlack leave 239 pages, 956 KiB).
+func MaxRequest() int {
+	kernel := maxPagesLimit()
+	pipePages := splice.MaxPipeSize() / pageSize
+	pages := min(kernel, pipePages-1-spliceSlack)
+	if !splice.Resizable() || pages < 32 {
+		pages = kernel // no splicing: the kernel's limit alone
+	}
+	return pages * pageSize
+}
+
+// maxPagesLimit is the most pages the kernel puts in one FUSE request.
+func maxPagesLimit() int {
+	b, err := os.ReadFile("/proc/sys/fs/fuse/max_pages_limit")
+	if err != nil {
+		return 256 // the kernel's constant before the sysctl existed
+	}
+	var n int
+	if _, err := fmt.Sscan(string(b), &n); err != nil || n < 1 {
+		return 256
+	}
+	return n
+}
+
+// pagesSpanned is how many pages bytes [off, off+n) touch: the pipe slots
+// a splice or vmsplice of them takes.
+func pagesSpanned(off int64, n int) int {
+	if n == 0 {
+		return 0
+	}
+	p := int64(pageSize)
+	return int((off+int64(n)-1)/p - off/p + 1)
+}
+
+// pipeSlotsFor is the slots go-fuse's own pipe has for a reply of size
+// bytes: it grows the pipe to the reply, its header and a page, and the
+// kernel rounds a pipe up to a power of two pages. One slot holds the
+// header.
+func pipeSlotsFor(size int) int {
+	pages := (outHeaderSize + size + pageSize + pageSize - 1) / pageSize
+	return 1 << bits.Len(uint(pages-1))
+}
+
+// answer turns a read's pieces into the reply: see the top of this file.
+// dest is the request's buffer, which the pieces' in-buffer bytes lie in.
+// The files whose pages a spliced reply carries are checked again once it
+// has been sent (recheck).
+func (h *fileHandle) answer(pieces []vfile.Piece, n int, dest []byte) (fuse.ReadResult, error) {
+	files := 0
+	for _, pc := range pieces {
+		if pc.File != nil {
+			files++
+		}
+	}
+	if files > 0 && h.m.splice {
+		r, err := h.spliced(pieces, n, dest)
+		if err == nil || errors.Is(err, sourcefile.ErrChanged) {
+			return r, err
+		}
+		// A pipe that cannot be had or filled: copy, as without splicing.
+		h.m.ctr.copiedReplies.Add(1)
+	} else if files > 0 {
+		h.m.ctr.copiedReplies.Add(1)
+	}
+	vec := make([][]byte, 0, len(pieces))
+	pos := 0
+	for _, pc := range pieces {
+		if pc.File != nil {
+			m, err := pc.File.ReadAt(dest[pos:pos+pc.N], pc.Off)
+			if m < pc.N {
+				if err == nil {
+					err = fmt.Errorf("%s at %d: %w", pc.File.Path(), pc.Off+int64(m), errShort)
+				}
+				return nil, err
+			}
+			vec = append(vec, dest[pos:pos+pc.N])
+		} else {
+			vec = append(vec, pc.Bytes)
+		}
+		pos += pc.N
+	}
+	return fuse.ReadResultVector(vec), nil
+}
+
+// errShort is the error of a source read that came back short without an
+// error of its own.
+var errShort = errors.New("source file ends early")
+
+// spliced builds the pipe reply. A file found changed fails the read with
+// its error; any other failure leaves the reply to be copied instead.
+func (h *fileHandle) spliced(pieces []vfile.Piece, n int, dest []byte) (fuse.ReadResult, error) {
+	slots := 0
+	for _, pc := range pieces {
+		switch {
+		case pc.File != nil:
+			slots += pagesSpanned(pc.Off, pc.N)
+		case inBuffer(pc.Bytes, dest):
+			slots += (pc.N + pageSize - 1) / pageSize
+		default:
+			slots += pagesSpanned(int64(addr(pc.Bytes)), pc.N)
+		}
+	}
+	if slots > pipeSlotsFor(n)-1 {
+		return nil, errTooManySlots
+	}
+	p, err := getPipe(slots)
+	if err != nil {
+		return nil, err
+	}
+	r := &pipeReply{p: p, size: n, h: h}
+	for _, pc := range pieces {
+		switch {
+		case pc.File != nil:
+			if _, err := pc.File.SpliceTo(p.w, pc.Off, pc.N); err != nil {
+				p.release()
+				return nil, err
+			}
+			r.files = appendFile(r.files, pc.File)
+		case inBuffer(pc.Bytes, dest):
+			// The request's buffer is go-fuse's and is used again after
+			// the reply: its bytes are copied into the pipe.
+			err = p.write(pc.Bytes)
+		default:
+			// A cached block or a literal segment, never modified: the
+			// pipe refers to its pages, which the reply keeps alive.
+			err = p.vmsplice(pc.Bytes)
+			r.keep = append(r.keep, pc.Bytes)
+		}
+		if err != nil {
+			p.release()
+			return nil, err
+		}
+	}
+	h.m.ctr.splicedReplies.Add(1)
+	return r, nil
+}
+
+// errTooManySlots says a reply's pieces need more pipe slots than go-fuse's
+// pipe has.
+var errTooManySlots = errors.New("reply needs more pipe slots than the pipe has")
+
+// inBuffer reports whether b lies in buf.
+func inBuffer(b, buf []byte) bool {
+	if len(b) == 0 || len(buf) == 0 {
+		return false
+	}
+	a, lo := addr(b), addr(buf)
+	return a >= lo && a < lo+uintptr(cap(buf))
+}
+
+// addr is where b's bytes start.
+func addr(b []byte) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(b))) }
+
+func appendFile(fs []*sourcefile.File, f *sourcefile.File) []*sourcefile.File {
+	for _, g := range fs {
+		if g == f {
+			return fs
+		}
+	}
+	return append(fs, f)
+}
+
+// pipeReply is a reply waiting in a pipe. go-fuse splices it to /dev/fuse
+// (it asks for the pipe through Stateful, as it does of its own pipe
+// results), or, if it cannot, reads it with Bytes.
+type pipeReply struct {
+	p     *pipe
+	size  int
+	h     *fileHandle
+	files []*sourcefile.File // whose pages the pipe holds
+	keep  [][]byte           // memory the pipe refers to
+}
+
+var _ fuse.ReadResult = (*pipeReply)(nil)
+
+// Stateful hands go-fuse the pipe to splice from.
+func (r *pipeReply) Stateful() (uintptr, int) { return uintptr(r.p.r), r.size }
+
+func (r *pipeReply) Size() int { return r.size }
+
+// Bytes reads the reply out of the pipe: go-fuse's way when splicing to
+// /dev/fuse failed.
+func (r *pipeReply) Bytes(buf []byte) ([]byte, fuse.Status) {
+	n := 0
+	for n < r.size {
+		// Only what the pipe holds is read: its read end blocks.
+		avail, err := unix.IoctlGetInt(r.p.r, unix.TIOCINQ)
+		if err != nil || avail == 0 {
+			return nil, fuse.EIO
+		}
+		m, err := unix.Read(r.p.r, buf[n:min(r.size, n+avail)])
+		if errors.Is(err, syscall.EINTR) {
+			continue
+		}
+		if err != nil || m == 0 {
+			return nil, fuse.EIO
+		}
+		n += m
+	}
+	return buf[:n], fuse.OK
+}
+
+// Done runs once the reply has been sent: it checks again the files whose
+// pages the reply carried (see recheck) and gives the pipe back.
+func (r *pipeReply) Done() {
+	r.h.recheck(r.files)
+	r.p.release()
+	r.p, r.keep = nil, nil
+}
+
+// recheck looks at files whose pages a reply carried, once the kernel has
+// copied them. A file checked unchanged when its pages entered the pipe may
+// be written in place before the kernel copies them, and the copy then
+// holds the new bytes: pread never had that window, splice has it for the
+// moments between the check and the copy. A write changes the file's
+// times before its bytes, so a change there is seen here: the reply may
+// have mixed two versions, so the kernel is told to drop the file's cached
+// pages, the change is logged (once per file, as every change is), and
+// every later read of the file fails, as after any change.
+func (h *fileHandle) recheck(files []*sourcefile.File) {
+	for _, f := range files {
+		if err := f.Check(); err != nil {
+			h.m.ctr.errors.Add(1)
+			if logSourceError(err) {
+				h.m.log.Error("a source file changed while its bytes were being sent; the kernel drops what it cached of the file", "file", h.name, "err", err)
+			}
+			// Not from this goroutine: the kernel may wait for reads
+			// in flight on the file to be answered.
+			go h.node.NotifyContent(0, 0)
+			return
+		}
+	}
+}
+
+// pipe is a pipe a spliced reply is put together in. Its write end does
+// not block, so that a pipe filled beyond what was reckoned fails the
+// reply (it is copied instead) rather than hanging it; its read end
+// blocks, as go-fuse splices from it knowing the bytes are there.
+type pipe struct {
+	r, w  int
+	slots int // its capacity in pages
+}
+
+// pipes keeps pipes for reuse: one reply at a time each.
+var pipes struct {
+	sync.Mutex
+	free []*pipe
+}
+
+// maxFreePipes bounds the pipes kept: as many as replies in flight at once
+// in a busy mount; more are closed when given back.
+const maxFreePipes = 64
+
+// getPipe returns an empty pipe with room for slots pages.
+func getPipe(slots int) (*pipe, error) {
+	pipes.Lock()
+	var p *pipe
+	if k := len(pipes.free); k > 0 {
+		p, pipes.free = pipes.free[k-1], pipes.free[:k-1]
+	}
+	pipes.Unlock()
+	if p == nil {
+		var fds [2]int
+		if err := unix.Pipe2(fds[:], unix.O_CLOEXEC); err != nil {
+			return nil, fmt.Errorf("pipe: %w", err)
+		}
+		p = &pipe{r: fds[0], w: fds[1]}
+		if err := unix.SetNonblock(p.w, true); err != nil {
+			p.close()
+			return nil, fmt.Errorf("pipe: %w", err)
+		}
+		sz, err := unix.FcntlInt(uintptr(p.r), unix.F_GETPIPE_SZ, 0)
+		if err != nil {
+			p.close()
+			return nil, fmt.Errorf("pipe: %w", err)
+		}
+		p.slots = sz / pageSize
+	}
+	if p.slots < slots {
+		sz, err := unix.FcntlInt(uintptr(p.r), unix.F_SETPIPE_SZ, slots*pageSize)
+		if err != nil {
+			p.close()
+			return nil, fmt.Errorf("growing a pipe to %d pages: %w", slots, err)
+		}
+		p.slots = sz / pageSize
+	}
+	return p, nil
+}
+
+// write copies b into the pipe.
+func (p *pipe) write(b []byte) error {
+	for len(b) > 0 {
+		n, err := unix.Write(p.w, b)
+		if errors.Is(err, syscall.EINTR) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("writing a reply into its pipe: %w", err)
+		}
+		b = b[n:]
+	}
+	return nil
+}
+
+// vmsplice puts b's pages in the pipe by reference.
+func (p *pipe) vmsplice(b []byte) error {
+	for len(b) > 0 {
+		n, err := unix.Vmsplice(p.w, []unix.Iovec{{Base: &b[0], Len: uint64(len(b))}}, 0)
+		if errors.Is(err, syscall.EINTR) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("vmsplice of a reply's block into its pipe: %w", err)
+		}
+		b = b[n:]
+	}
+	return nil
+}
+
+// release empties the pipe and keeps it for the next reply; a pipe that
+// cannot be emptied is closed.
+func (p *pipe) release() {
+	for {
+		n, err := unix.IoctlGetInt(p.r, unix.TIOCINQ)
+		if err != nil {
+			p.close()
+			return
+		}
+		if n == 0 {
+			break
+		}
+		buf := make([]byte, min(n, 1<<16))
+		if _, err := unix.Read(p.r, buf); err != nil && !errors.Is(err, syscall.EINTR) {
+			p.close()
+			return
+		}
+	}
+	pipes.Lock()
+	defer pipes.Unlock()
+	if len(pipes.free) >= maxFreePipes {
+		p.close()
+		return
+	}
+	pipes.free = append(pipes.free, p)
+}
+
+// go-fuse empties each pipe it is given back into a /dev/null it opens on
+// the first and keeps for the life of the process. It is opened here, at
+// start, so that no mount leaves a descriptor behind that it did not find.
+func init() {
+	if !splice.Resizable() {
+		return
+	}
+	if p, err := splice.Get(); err == nil {
+		splice.Done(p)
+		splice.ClearSplicePool()
+	}
+}
+
+// closeFreePipes closes the pipes kept for reuse, dsfs's and go-fuse's;
+// those a reply holds are kept when given back, as a mount serving in the
+// same process may still use them.
+func closeFreePipes() {
+	pipes.Lock()
+	free := pipes.free
+	pipes.free = nil
+	pipes.Unlock()
+	for _, p := range free {
+		p.close()
+	}
+	splice.ClearSplicePool()
+}
+
+func (p *pipe) close() {
+	unix.Close(p.r)
+	unix.Close(p.w)
+}
