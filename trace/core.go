@@ -49,6 +49,8 @@ type Spec[S, O, R, F any] struct {
 	// Start is the state entering layer 0, made of the prompts' embedding
 	// rows.
 	Start func(rows []float32) S
+	// Started is Options.Started: called once, before the first embedding.
+	Started func()
 	// Run describes a layer forward's outputs for the core.
 	Run func(out *O) Run[S]
 	// Record makes layer l's record from the state entering it and its
@@ -139,6 +141,7 @@ type Core[S, O, R, F any] struct {
 	final     *F
 	embedTime time.Duration
 
+	started  bool // Spec.Started was called; under sem
 	forwards atomic.Int64
 }
 
@@ -274,6 +277,12 @@ func (c *Core[S, O, R, F]) layer(ctx context.Context, l int) (*O, *R, error) {
 
 // embed looks up the prompts' embedding rows; the caller holds the lock.
 func (c *Core[S, O, R, F]) embed() error {
+	if !c.started {
+		c.started = true
+		if c.spec.Started != nil {
+			c.spec.Started()
+		}
+	}
 	start := time.Now()
 	var ids []int
 	for _, s := range c.seqs {

@@ -58,6 +58,10 @@ type Options struct {
 	// for --device cuda or auto (see backend.Start); nil: the program has
 	// none (the CLI passes CUDA's, which loads at run time).
 	GPU backend.GPU
+	// Working, when set, is told the working memory of the views that
+	// have started computing (WorkingMemory) each time a view starts: a
+	// mount raises its memory limit to hold it.
+	Working func(total int64)
 	// Values are the views' declared options (View.Options) by name; an
 	// option not given takes its default.
 	Values map[string]string

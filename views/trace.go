@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"strconv"
+	"sync/atomic"
 
 	"github.com/dsfs/dsfs/tensorfile"
 	"github.com/dsfs/dsfs/tokenizer"
@@ -96,13 +97,18 @@ func buildTrace(s *Set, _ string) (Built, error) {
 	if c, ok := b.(io.Closer); ok {
 		out.Closers = append(out.Closers, c)
 	}
-	tr, err := m.Trace(prompts, trace.Options{Backend: b, Precision: precision, Tokenizer: tok.tok, Log: slog.Default()})
+	// The trace's cost counts once it first computes, not while nothing
+	// reads trace/: it is known once the tracer exists, before any read.
+	var cost atomic.Int64
+	started := func() { s.startWorking(cost.Load()) }
+	tr, err := m.Trace(prompts, trace.Options{Backend: b, Precision: precision, Tokenizer: tok.tok, Log: slog.Default(), Started: started})
 	if err != nil {
 		return out, err
 	}
 	if failed, err := s.withinBudget(&out, tr.Cost(), prompts, user); failed != nil || err != nil {
 		return *failed, err
 	}
+	cost.Store(tr.Cost().Total())
 	out.Stats = func() any { return tr.Stats() }
 	problems = append(problems, m.Problems()...)
 	files, err := trace.Files(tr, m.Layers(), problems)
@@ -138,15 +144,13 @@ func buildTrace(s *Set, _ string) (Built, error) {
 // withinBudget refuses prompts whose trace would hold more than
 // --trace-memory-mb (trace.Cost), before anything runs: the user's with
 // an error, the defaults with ERROR.txt. It closes what out started when
-// it refuses, and counts the cost in out's working memory when it does
-// not.
+// it refuses.
 func (s *Set) withinBudget(out *Built, c trace.Cost, prompts []trace.Prompt, user bool) (failed *Built, err error) {
 	budget, err := traceMemory(s.option("trace", "trace-memory-mb"))
 	if err == nil {
 		err = trace.Within(c, prompts, budget)
 	}
 	if err == nil {
-		out.Working += c.Total()
 		return nil, nil
 	}
 	for _, cl := range out.Closers {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 
@@ -275,5 +276,37 @@ func TestTracePromptsBudget(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestTraceWorkingMemoryOnceRead: trace/'s working memory counts from its
+// first forward, not from the build, so a mount's memory limit does not
+// let other views' garbage grow into it while nothing reads trace/; and
+// it counts once, whatever is read after.
+func TestTraceWorkingMemoryOnceRead(t *testing.T) {
+	dir := t.TempDir()
+	if err := synth.Write("v3-tiny", dir); err != nil {
+		t.Fatal(err)
+	}
+	var told []int64
+	s, err := traceSet(t, dir, Options{Values: map[string]string{"device": "cpu"}, Working: func(total int64) { told = append(told, total) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := s.WorkingMemory(); w != 0 || len(told) != 0 {
+		t.Fatalf("working memory %d (told %v) before anything is read, want 0", w, told)
+	}
+	cache := blockcache.New(16<<20, 2)
+	defer cache.Close()
+	v := s.Root.Child("trace")
+	for _, p := range []string{"prompts.json", "layers/01.json", "layers/03.safetensors", "trace.json"} {
+		n, err := v.Lookup(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		readAll(t, n, cache)
+	}
+	if w := s.WorkingMemory(); w <= 0 || !slices.Equal(told, []int64{w}) {
+		t.Errorf("working memory %d after reading trace/, told %v: want it told once", w, told)
 	}
 }

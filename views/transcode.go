@@ -114,7 +114,7 @@ func (s *Set) nvfp4Calibration(file string) (*nvfp4.Calibration, error) {
 	if err := trace.Within(tr.Cost(), prompts, budget); err != nil {
 		return nil, err
 	}
-	s.working += tr.Cost().Total()
+	s.startWorking(tr.Cost().Total())
 	calibrator, ok := tr.(trace.Calibrator)
 	if !ok {
 		return nil, errors.New("the trace engine records nothing of the experts")

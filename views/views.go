@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/sourcefile"
@@ -51,9 +52,6 @@ type Built struct {
 	// Closers are what the view started (a compute backend, the views
 	// manifest/ builds to describe them); the set closes them.
 	Closers []io.Closer
-	// Working is the memory the view may hold outside the block cache
-	// while it computes, for the caller's memory limit.
-	Working int64
 }
 
 // keep takes over what the builder of view name made.
@@ -63,7 +61,6 @@ func (s *Set) keep(name string, b Built) {
 	}
 	s.warnings = append(s.warnings, b.Warnings...)
 	s.closers = append(s.closers, b.Closers...)
-	s.working += b.Working
 }
 
 // Set is the views of one catalog. It owns the source files it opened.
@@ -95,9 +92,10 @@ type Set struct {
 	// file of that name is served in its place.
 	shadowed map[string][]string
 	closers  []io.Closer // backends the views started
-	// working is memory views use outside the block cache while they
-	// compute (trace/'s decoded matrices and hidden states).
-	working int64
+	// working is memory the views that have started computing use
+	// outside the block cache (trace/'s decoded matrices and hidden
+	// states).
+	working atomic.Int64
 }
 
 // newSet is an empty set of the views of registry, sharing the rewriters
@@ -131,9 +129,23 @@ func (s *Set) merge(v *Set) {
 	}
 }
 
-// WorkingMemory is what the views may hold outside the block cache while
-// they compute, for the caller's memory limit.
-func (s *Set) WorkingMemory() int64 { return s.working }
+// WorkingMemory is what the views that have started computing outside the
+// block cache (trace/'s forwards, nvfp4/'s calibration) may hold there
+// from then on: 0 until something reads them.
+func (s *Set) WorkingMemory() int64 { return s.working.Load() }
+
+// startWorking counts n bytes more of working memory, held from now on,
+// and tells Options.Working.
+func (s *Set) startWorking(n int64) {
+	if s.top != nil && s.top != s {
+		s.top.startWorking(n) // a view's builder counts in the set it builds for
+		return
+	}
+	total := s.working.Add(n)
+	if s.Opt.Working != nil {
+		s.Opt.Working(total)
+	}
+}
 
 // Build builds the views of cat chosen by opt under one root directory.
 func Build(cat *checkpoint.Catalog, opt Options) (*Set, error) {

@@ -10,6 +10,7 @@ import (
 	"runtime/debug"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -145,6 +146,11 @@ func runMount(args []string) (err error) {
 	budget := int64(*cacheMB) << 20
 	cache := blockcache.New(budget, runtime.NumCPU())
 	opt.Cache = cache
+	// The memory limit grows by a view's working memory once the view
+	// starts computing (trace/'s first forward): counted from the mount
+	// on, it let the GC keep that much garbage of every other view's reads.
+	var baseLimit atomic.Int64
+	opt.Working = func(total int64) { debug.SetMemoryLimit(baseLimit.Load() + total) }
 	src, err := openSource(srcDir, opt)
 	if err != nil {
 		cache.Close()
@@ -154,13 +160,14 @@ func runMount(args []string) (err error) {
 	defer cache.Close() // computations stop before the sources close
 	// Freed blocks go back to the OS soon after eviction, so anonymous
 	// memory tracks the catalog, the cache budget and what views compute
-	// with, rather than the GC's high-water mark. The heap in use counts
+	// with (Options.Working above), rather than the GC's high-water mark. The heap in use counts
 	// the build's garbage not yet collected too (at most 60% of what it
 	// keeps, at the build's GC percent), so the limit errs high rather
 	// than holding up the mount for a collection.
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	debug.SetMemoryLimit(int64(ms.HeapAlloc) + budget + src.set.WorkingMemory() + 64<<20)
+	baseLimit.Store(int64(ms.HeapAlloc) + budget + 64<<20)
+	debug.SetMemoryLimit(baseLimit.Load() + src.set.WorkingMemory())
 	blocks := blocksOf(src.set.Root)
 	m, err := stop.serve(func() (*vfs.Mount, error) {
 		return vfs.Serve(mp.Dir, src.set.Root, vfile.CacheOpener(cache), vfs.Options{

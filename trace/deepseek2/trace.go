@@ -67,7 +67,7 @@ func (t traced) Trace(prompts []trace.Prompt, opt trace.Options) (trace.Tracer, 
 	cfg := t.m.Config
 	tr.core = trace.NewCore[[]float32, Output, LayerRecord, struct{}](tr, trace.Spec[[]float32, Output, LayerRecord, struct{}]{
 		Layers: cfg.Layers, Runnable: t.m.Runnable(), Backend: b.Name(),
-		Start: func(rows []float32) []float32 { return rows },
+		Start: func(rows []float32) []float32 { return rows }, Started: opt.Started,
 		Run: func(o *Output) trace.Run[[]float32] {
 			return trace.Run[[]float32]{Layer: o.Layer, Next: o.HiddenOut, Load: o.LoadTime, Total: o.Time,
 				Note: []any{"weight_mib", o.WeightBytes >> 20}}

@@ -96,7 +96,7 @@ func (t model) Trace(prompts []trace.Prompt, opt trace.Options) (trace.Tracer, e
 	cfg := t.m.Config
 	return trace.NewCore(tr, trace.Spec[[]float32, v4.LayerOutput, LayerRecord, v4.Final]{
 		Layers: cfg.Layers, Runnable: t.m.Runnable(), Backend: v4family.Name(t.m.Backend()),
-		Start: cfg.InitialStream,
+		Start: cfg.InitialStream, Started: opt.Started,
 		Run: func(o *v4.LayerOutput) trace.Run[[]float32] {
 			return trace.Run[[]float32]{Layer: o.Layer, Next: o.StreamOut, Load: o.LoadTime, Total: o.Time, Note: []any{"precision", string(p)}}
 		},

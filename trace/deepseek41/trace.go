@@ -81,7 +81,7 @@ func (t model) Trace(prompts []trace.Prompt, opt trace.Options) (trace.Tracer, e
 	cfg := t.m.Config
 	return trace.NewCore(tr, trace.Spec[*v4.State41, v4.LayerOutput41, LayerRecord, v4.Final41]{
 		Layers: cfg.Layers, Runnable: t.m.Runnable(), Backend: v4family.Name(t.m.Backend()),
-		Start: func(e []float32) *v4.State41 { return cfg.InitialState41(e, len(prompts)) },
+		Start: func(e []float32) *v4.State41 { return cfg.InitialState41(e, len(prompts)) }, Started: opt.Started,
 		Run: func(o *v4.LayerOutput41) trace.Run[*v4.State41] {
 			return trace.Run[*v4.State41]{Layer: o.Layer, Next: o.Out, Load: o.LoadTime, Total: o.Time, Note: []any{"precision", string(p)}}
 		},
