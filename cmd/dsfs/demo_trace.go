@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/dsfs/dsfs/synth"
+	"github.com/dsfs/dsfs/trace"
 )
 
 // presetNames lists the synth presets for a flag's help.
@@ -59,23 +60,7 @@ func printTraceSample(w io.Writer, dir string) error {
 				LatentCacheBytes int64 `json:"latent_cache_bytes"`
 				EagerCacheBytes  int64 `json:"eager_cache_bytes"`
 			} `json:"mla"`
-			Routing *struct {
-				AggregateMetrics struct {
-					Routes           int     `json:"routes"`
-					Gini             float64 `json:"gini"`
-					EffectiveExperts float64 `json:"effective_experts"`
-				} `json:"aggregate_metrics"`
-				PerPrompt []struct {
-					ID          string `json:"id"`
-					TokenRoutes []struct {
-						Piece   *string `json:"decoded_piece"`
-						Experts []struct {
-							Expert int     `json:"expert"`
-							Weight float64 `json:"weight"`
-						} `json:"experts_by_weight"`
-					} `json:"token_routes"`
-				} `json:"per_prompt"`
-			} `json:"routing"`
+			Routing *trace.RoutingTrace `json:"routing"`
 		}
 		if err := json.Unmarshal(b, &rec); err != nil {
 			return fmt.Errorf("%s: %w", p, err)
@@ -93,11 +78,11 @@ func printTraceSample(w io.Writer, dir string) error {
 		pr := r.PerPrompt[min(1, len(r.PerPrompt)-1)]
 		for i, tr := range pr.TokenRoutes[:min(6, len(pr.TokenRoutes))] {
 			piece := "null"
-			if tr.Piece != nil {
-				piece = fmt.Sprintf("%q", *tr.Piece)
+			if tr.DecodedPiece != nil {
+				piece = fmt.Sprintf("%q", *tr.DecodedPiece)
 			}
 			var es []string
-			for _, e := range tr.Experts {
+			for _, e := range tr.ExpertsByWeight {
 				es = append(es, fmt.Sprintf("%d (%.2f)", e.Expert, e.Weight))
 			}
 			fmt.Fprintf(w, "  %s token %d %-12s -> experts %s\n", pr.ID, i, piece, strings.Join(es, ", "))

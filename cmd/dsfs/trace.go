@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/dsfs/dsfs/trace"
 	"github.com/dsfs/dsfs/vfile"
 	"github.com/dsfs/dsfs/views"
 )
@@ -88,19 +89,8 @@ func printLayers(ctx context.Context, w io.Writer, dir *vfile.Node) error {
 			return fmt.Errorf("layers/%s: %w", p, err)
 		}
 		var rec struct {
-			Layer   int `json:"layer"`
-			Routing *struct {
-				AggregateMetrics struct {
-					Routes           int     `json:"routes"`
-					Gini             float64 `json:"gini"`
-					EffectiveExperts float64 `json:"effective_experts"`
-				} `json:"aggregate_metrics"`
-				AggregateLoad []int `json:"aggregate_load"`
-				TopExperts    []struct {
-					Expert int `json:"expert"`
-					Routes int `json:"routes"`
-				} `json:"top_experts"`
-			} `json:"routing"`
+			Layer   int                 `json:"layer"`
+			Routing *trace.RoutingTrace `json:"routing"`
 		}
 		if err := json.Unmarshal(b, &rec); err != nil {
 			return fmt.Errorf("layers/%s: %w", p, err)
