@@ -150,7 +150,7 @@ func Serve(dir string, root *vfile.Node, open vfile.Opener, opt Options) (*Mount
 			m.passthrough, m.passthroughOff = false, why
 		}
 	}
-	if m.passthroughOff != "" && hasSource(top) {
+	if m.passthroughOff != "" && firstSource(top) != nil {
 		m.log.Info("source files are read through dsfs, not passed through to the kernel", "reason", m.passthroughOff)
 	}
 	if err := RaiseReadAhead(dir); err != nil {
@@ -198,8 +198,6 @@ func firstSource(n *vfile.Node) *vfile.File {
 	}
 	return nil
 }
-
-func hasSource(n *vfile.Node) bool { return firstSource(n) != nil }
 
 // MountOptions are the FUSE options of a dsfs mount: read-only, requests
 // of MaxRequest bytes, 64 background requests, direct mount(2) as root

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/bits"
 	"os"
+	"slices"
 	"sync"
 	"syscall"
 	"unsafe"
@@ -104,20 +105,14 @@ func pipeSlotsFor(size int) int {
 // The files whose pages a spliced reply carries are checked again once it
 // has been sent (recheck).
 func (h *fileHandle) answer(pieces []vfile.Piece, n int, dest []byte) (fuse.ReadResult, error) {
-	files := 0
-	for _, pc := range pieces {
-		if pc.File != nil {
-			files++
+	if slices.ContainsFunc(pieces, func(pc vfile.Piece) bool { return pc.File != nil }) {
+		if h.m.splice {
+			r, err := h.spliced(pieces, n, dest)
+			if err == nil || errors.Is(err, sourcefile.ErrChanged) {
+				return r, err
+			}
+			// A pipe that cannot be had or filled: copy, as without splicing.
 		}
-	}
-	if files > 0 && h.m.splice {
-		r, err := h.spliced(pieces, n, dest)
-		if err == nil || errors.Is(err, sourcefile.ErrChanged) {
-			return r, err
-		}
-		// A pipe that cannot be had or filled: copy, as without splicing.
-		h.m.ctr.copiedReplies.Add(1)
-	} else if files > 0 {
 		h.m.ctr.copiedReplies.Add(1)
 	}
 	vec := make([][]byte, 0, len(pieces))
