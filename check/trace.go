@@ -14,7 +14,6 @@ import (
 	"path"
 	"path/filepath"
 	"slices"
-	"strings"
 
 	"golang.org/x/sys/unix"
 
@@ -54,9 +53,11 @@ type TraceResult struct {
 // what the scoring function guarantees, not recomputed.
 func Trace(srcDir, dir string, want []string) (TraceResult, error) {
 	var r TraceResult
-	if b, err := os.ReadFile(filepath.Join(dir, "ERROR.txt")); err == nil {
-		first, _, _ := strings.Cut(string(b), "\n")
-		return r, fmt.Errorf("trace/ERROR.txt: %s", first)
+	if why, err := Unserved(dir); err != nil || why != "" {
+		if err == nil {
+			err = fmt.Errorf("trace/ERROR.txt: %s", why)
+		}
+		return r, err
 	}
 	cat, err := checkpoint.Open(srcDir)
 	if err != nil {

@@ -50,7 +50,7 @@ type Spec[S, O, R, F any] struct {
 	// rows.
 	Start func(rows []float32) S
 	// Started is Options.Started: called once, before the first embedding.
-	Started func()
+	Started func(Cost)
 	// Run describes a layer forward's outputs for the core.
 	Run func(out *O) Run[S]
 	// Record makes layer l's record from the state entering it and its
@@ -280,7 +280,7 @@ func (c *Core[S, O, R, F]) embed() error {
 	if !c.started {
 		c.started = true
 		if c.spec.Started != nil {
-			c.spec.Started()
+			c.spec.Started(c.Cost())
 		}
 	}
 	start := time.Now()

@@ -55,11 +55,11 @@ type Options struct {
 	Tokenizer *tokenizer.Tokenizer
 	// Log receives a line per layer forward.
 	Log *slog.Logger
-	// Started, when set, is called once, before the tracer first computes:
-	// from then on it holds up to its Cost, which the caller may now count
-	// (a mount raises its memory limit then, not while nothing reads
-	// trace/).
-	Started func()
+	// Started, when set, is called once, before the tracer first computes,
+	// with its Cost: from then on it holds up to that, which the caller may
+	// now count (a mount raises its memory limit then, not while nothing
+	// reads trace/).
+	Started func(Cost)
 }
 
 // A Tracer runs prompts through a model's layers when its files are read

@@ -7,10 +7,10 @@ import (
 	"github.com/dsfs/dsfs/figures"
 )
 
-// routed reports whether layer l of tr routes tokens to experts: its
-// activations hold their ids.
-func routed(tr Tracer, l int) bool {
-	for _, a := range tr.Activations(l) {
+// routed reports whether a layer with activations acts routes tokens to
+// experts: they hold their ids.
+func routed(acts []Activation) bool {
+	for _, a := range acts {
 		if a.Kind == "topk_ids" {
 			return true
 		}

@@ -38,12 +38,13 @@ func Files(tr Tracer, layers int, problems []string) ([]File, error) {
 	anyRouted := false
 	for l := range tr.Layers() {
 		name := fmt.Sprintf("layers/%0*d", width, l)
+		acts := tr.Activations(l)
 		files = append(files,
 			File{Name: name + ".json", Doc: func(ctx context.Context) ([]byte, error) { return tr.LayerJSON(ctx, l) }},
-			File{Name: name + ".safetensors", Tensors: tr.Activations(l), Read: func(ctx context.Context, a Activation, r0, r1 int, dst []byte) error {
+			File{Name: name + ".safetensors", Tensors: acts, Read: func(ctx context.Context, a Activation, r0, r1 int, dst []byte) error {
 				return tr.ReadActivation(ctx, l, a, r0, r1, dst)
 			}})
-		if routed(tr, l) {
+		if routed(acts) {
 			anyRouted = true
 			files = append(files, File{Name: name + ".load.png", Doc: func(ctx context.Context) ([]byte, error) { return loadPNG(ctx, tr, l) }})
 		}

@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"strconv"
-	"sync/atomic"
 
 	"github.com/dsfs/dsfs/tensorfile"
 	"github.com/dsfs/dsfs/tokenizer"
@@ -97,18 +96,13 @@ func buildTrace(s *Set, _ string) (Built, error) {
 	if c, ok := b.(io.Closer); ok {
 		out.Closers = append(out.Closers, c)
 	}
-	// The trace's cost counts once it first computes, not while nothing
-	// reads trace/: it is known once the tracer exists, before any read.
-	var cost atomic.Int64
-	started := func() { s.startWorking(cost.Load()) }
-	tr, err := m.Trace(prompts, trace.Options{Backend: b, Precision: precision, Tokenizer: tok.tok, Log: slog.Default(), Started: started})
+	tr, err := m.Trace(prompts, trace.Options{Backend: b, Precision: precision, Tokenizer: tok.tok, Log: slog.Default(), Started: s.traceStarted})
 	if err != nil {
 		return out, err
 	}
 	if failed, err := s.withinBudget(&out, tr.Cost(), prompts, user); failed != nil || err != nil {
 		return *failed, err
 	}
-	cost.Store(tr.Cost().Total())
 	out.Stats = func() any { return tr.Stats() }
 	problems = append(problems, m.Problems()...)
 	files, err := trace.Files(tr, m.Layers(), problems)
@@ -146,11 +140,7 @@ func buildTrace(s *Set, _ string) (Built, error) {
 // an error, the defaults with ERROR.txt. It closes what out started when
 // it refuses.
 func (s *Set) withinBudget(out *Built, c trace.Cost, prompts []trace.Prompt, user bool) (failed *Built, err error) {
-	budget, err := traceMemory(s.option("trace", "trace-memory-mb"))
-	if err == nil {
-		err = trace.Within(c, prompts, budget)
-	}
-	if err == nil {
+	if err = s.traceBudget(c, prompts); err == nil {
 		return nil, nil
 	}
 	for _, cl := range out.Closers {
@@ -234,3 +224,17 @@ func traceError(summary, reason string, details ...string) Built {
 func traceWarning(summary string) string {
 	return "trace/ " + summary + "; details in trace/ERROR.txt"
 }
+
+// traceBudget refuses prompts whose trace would hold more than
+// --trace-memory-mb (trace.Within).
+func (s *Set) traceBudget(c trace.Cost, prompts []trace.Prompt) error {
+	budget, err := traceMemory(s.option("trace", "trace-memory-mb"))
+	if err != nil {
+		return err
+	}
+	return trace.Within(c, prompts, budget)
+}
+
+// traceStarted counts a tracer's cost in the working memory once it first
+// computes (trace.Options.Started), not while nothing reads it.
+func (s *Set) traceStarted(c trace.Cost) { s.startWorking(c.Total()) }

@@ -103,18 +103,13 @@ func (s *Set) nvfp4Calibration(file string) (*nvfp4.Calibration, error) {
 	if c, ok := b.(io.Closer); ok {
 		s.closers = append(s.closers, c)
 	}
-	tr, err := m.Trace(prompts, trace.Options{Backend: b, Precision: precision, Log: slog.Default()})
+	tr, err := m.Trace(prompts, trace.Options{Backend: b, Precision: precision, Log: slog.Default(), Started: s.traceStarted})
 	if err != nil {
 		return nil, err
 	}
-	budget, err := traceMemory(s.option("trace", "trace-memory-mb"))
-	if err != nil {
+	if err := s.traceBudget(tr.Cost(), prompts); err != nil {
 		return nil, err
 	}
-	if err := trace.Within(tr.Cost(), prompts, budget); err != nil {
-		return nil, err
-	}
-	s.startWorking(tr.Cost().Total())
 	calibrator, ok := tr.(trace.Calibrator)
 	if !ok {
 		return nil, errors.New("the trace engine records nothing of the experts")

@@ -221,12 +221,6 @@ func allComputed(st *mountStatus) bool {
 	return true
 }
 
-// warmFile is a file dsfs warm reads.
-type warmFile struct {
-	path string
-	size int64 // as stat shows it: 0 for a document not generated yet
-}
-
 func runWarm(args []string) error {
 	fs := flags("warm")
 	jobs := fs.Int("jobs", 4, "files read at once")
@@ -234,7 +228,7 @@ func runWarm(args []string) error {
 	if err != nil {
 		return err
 	}
-	var files []warmFile
+	var files []string
 	var total int64
 	for _, p := range pos {
 		if _, err := vfs.MountOf(p); err != nil {
@@ -254,7 +248,7 @@ func runWarm(args []string) error {
 			if err != nil {
 				return err
 			}
-			files = append(files, warmFile{path, fi.Size()})
+			files = append(files, path)
 			total += fi.Size()
 			return nil
 		})
@@ -299,14 +293,14 @@ type warmResult struct {
 // file is read or as soon as ctx ends, leaving reads in flight behind: a
 // read waiting for a computation cannot be interrupted from here, and
 // ends when the process exits.
-func warm(ctx context.Context, files []warmFile, jobs int, read *atomic.Int64) warmResult {
-	next := make(chan warmFile)
+func warm(ctx context.Context, files []string, jobs int, read *atomic.Int64) warmResult {
+	next := make(chan string)
 	results := make(chan error, len(files))
 	for range max(jobs, 1) {
 		go func() {
 			buf := make([]byte, 1<<20)
 			for f := range next {
-				results <- readAll(ctx, f.path, buf, read)
+				results <- readAll(ctx, f, buf, read)
 			}
 		}()
 	}
