@@ -22,6 +22,7 @@ func TestBoundShards(t *testing.T) {
 		names = append(names, name)
 	}
 	rs, err := sourceRoots(dir)
+	c := &Catalog{Dir: dir, roots: rs}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +41,7 @@ func TestBoundShards(t *testing.T) {
 		t.Run(fmt.Sprint(tt.maxTensors, tt.maxBytes), func(t *testing.T) {
 			shards := make([]*Shard, len(names))
 			for i, n := range names {
-				if shards[i], err = openShard(rs, dir, n, semaphore.NewWeighted(maxParsing)); err != nil {
+				if shards[i], err = c.openShard(n, semaphore.NewWeighted(maxParsing)); err != nil {
 					t.Fatal(err)
 				}
 			}

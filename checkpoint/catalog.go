@@ -9,7 +9,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -197,6 +196,12 @@ type Catalog struct {
 
 	roots roots             // where the files may resolve
 	ids   map[string]fileID // by Path: the file checked there, for CheckOpened
+
+	// store holds the files when they are not in a local directory;
+	// listed is its listing by Path, and listedAt its newest file's time.
+	store    Store
+	listed   map[string]fs.FileInfo
+	listedAt time.Time
 }
 
 // BadShard is a shard of the checkpoint that could not be opened.
@@ -237,6 +242,13 @@ func Open(dir string) (*Catalog, error) {
 	if err != nil {
 		return nil, err
 	}
+	return c.build(files, broken, outside)
+}
+
+// build catalogs the checkpoint whose files are files: it reads the
+// configs, the index and every shard's header. broken and outside are
+// the symbolic links walk left out.
+func (c *Catalog) build(files []File, broken, outside []string) (*Catalog, error) {
 	top := make(map[string]bool)
 	for _, f := range files {
 		if !strings.Contains(f.Name, "/") {
@@ -246,7 +258,7 @@ func Open(dir string) (*Catalog, error) {
 	c.readConfig(top[ConfigName], slices.ContainsFunc(files, func(f File) bool { return f.Name == InferenceConfigName }))
 	names, idx := c.shardNames(top, files)
 	if !top[ConfigName] && !top[IndexName] && len(names) == 0 {
-		return nil, fmt.Errorf("%s: no %s and no safetensors files", abs, ConfigName)
+		return nil, fmt.Errorf("%s: no %s and no safetensors files", c.Dir, ConfigName)
 	}
 	if !top[ConfigName] && !slices.Contains(outside, ConfigName) { // else refused, and said so below
 		c.problem(ConfigName, "", "missing")
@@ -425,7 +437,7 @@ func (c *Catalog) walk() (files []File, broken, outside []string, err error) {
 
 func (c *Catalog) readConfig(present, inference bool) {
 	if inference {
-		b, err := c.readJSONFile(filepath.Join(c.Dir, filepath.FromSlash(InferenceConfigName)), maxConfigSize)
+		b, err := c.readJSONFile(InferenceConfigName, maxConfigSize)
 		if err != nil {
 			c.problem(InferenceConfigName, "", "unreadable: "+pathErrReason(err))
 		} else {
@@ -435,7 +447,7 @@ func (c *Catalog) readConfig(present, inference bool) {
 	var b []byte
 	if present {
 		var err error
-		if b, err = c.readJSONFile(filepath.Join(c.Dir, ConfigName), maxConfigSize); err != nil {
+		if b, err = c.readJSONFile(ConfigName, maxConfigSize); err != nil {
 			c.problem(ConfigName, "", "unreadable: "+pathErrReason(err))
 			return
 		}
@@ -460,7 +472,7 @@ func (c *Catalog) readConfig(present, inference bool) {
 // else a lone model.safetensors, else every *.safetensors at the top.
 func (c *Catalog) shardNames(top map[string]bool, files []File) ([]string, *index) {
 	if top[IndexName] {
-		b, err := c.readJSONFile(filepath.Join(c.Dir, IndexName), maxIndexSize)
+		b, err := c.readJSONFile(IndexName, maxIndexSize)
 		if err != nil {
 			c.problem(IndexName, "", "unreadable: "+pathErrReason(err))
 		} else {
@@ -501,7 +513,7 @@ func (c *Catalog) openShards(names []string, idx *index) (shards []*Shard, notSh
 		go func() {
 			defer wg.Done()
 			for i := range work {
-				shards[i], errs[i] = openShard(c.roots, c.Dir, names[i], parsing)
+				shards[i], errs[i] = c.openShard(names[i], parsing)
 			}
 		}()
 	}
@@ -541,7 +553,7 @@ func (c *Catalog) openShards(names []string, idx *index) (shards []*Shard, notSh
 			c.problem(names[i], "", reason)
 		}
 		bad[names[i]] = len(c.BadShards)
-		c.BadShards = append(c.BadShards, BadShard{Name: names[i], Path: filepath.Join(c.Dir, filepath.FromSlash(names[i])), Size: -1, Reason: reason})
+		c.BadShards = append(c.BadShards, BadShard{Name: names[i], Path: c.pathOf(names[i]), Size: -1, Reason: reason})
 	}
 	if idx == nil || len(bad)+len(notShards) == 0 {
 		return shards, notShards
@@ -687,27 +699,6 @@ const (
 	maxConfigSize = 16 << 20
 	maxIndexSize  = 64 << 20
 )
-
-// readJSONFile reads the JSON file at p, of at most max bytes, through the
-// symbolic link rule; a larger file is refused by its size before reading.
-func (c *Catalog) readJSONFile(p string, max int64) ([]byte, error) {
-	f, fi, err := c.roots.open(p)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	if fi.Size() > max {
-		return nil, fmt.Errorf("%d bytes, larger than the %d-byte limit", fi.Size(), max)
-	}
-	b, err := io.ReadAll(io.LimitReader(f, max+1))
-	if err != nil {
-		return nil, err
-	}
-	if int64(len(b)) > max {
-		return nil, fmt.Errorf("grew past the %d-byte limit while read", max)
-	}
-	return b, nil
-}
 
 // pathErrReason drops the path from an *fs.PathError: the Problem names the
 // file already.

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/dsfs/dsfs/safetensors"
@@ -15,15 +14,9 @@ import (
 )
 
 // openShard opens and validates the shard name (slash-separated, relative
-// to dir), which must resolve inside rs. The file stays open in the
-// returned Shard.
-func openShard(rs roots, dir, name string, parsing *semaphore.Weighted) (_ *Shard, err error) {
-	p := filepath.Join(dir, filepath.FromSlash(name))
-	osf, fi, err := rs.open(p)
-	if err != nil {
-		return nil, err
-	}
-	f, err := sourcefile.FromFile(p, osf)
+// to Dir) with openFile. The file stays open in the returned Shard.
+func (c *Catalog) openShard(name string, parsing *semaphore.Weighted) (_ *Shard, err error) {
+	f, err := c.openFile(name)
 	if err != nil {
 		return nil, err
 	}
@@ -32,6 +25,10 @@ func openShard(rs roots, dir, name string, parsing *semaphore.Weighted) (_ *Shar
 			f.Close()
 		}
 	}()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
 	// Headers in the decoder cost a few times their length: take the
 	// length (the reader checks it) from the budget of headers in flight.
 	var n [8]byte
@@ -40,11 +37,11 @@ func openShard(rs roots, dir, name string, parsing *semaphore.Weighted) (_ *Shar
 		parsing.Acquire(context.Background(), w)
 		defer parsing.Release(w)
 	}
-	h, err := safetensors.ReadHeaderLimit(f, fi.Size(), MaxTensors)
+	h, err := safetensors.ReadHeaderLimit(f, f.Size(), MaxTensors)
 	if err != nil {
 		return nil, err
 	}
-	return &Shard{Name: name, Path: p, Size: fi.Size(), ModTime: fi.ModTime(), DataStart: h.DataStart, header: h, f: f, id: idOf(fi)}, nil
+	return &Shard{Name: name, Path: f.Path(), Size: f.Size(), ModTime: fi.ModTime(), DataStart: h.DataStart, header: h, f: f, id: idOf(fi)}, nil
 }
 
 func notRegular(fi os.FileInfo) error {
@@ -85,12 +82,15 @@ func (t *Tensor) ReadAt(p []byte, off int64) (int, error) {
 
 // LocalFile returns the shard's file and 0: a Range of the shard may leave
 // its bytes in the file (vfile.LocalFile).
-func (s *Shard) LocalFile() (*sourcefile.File, int64) { return s.f, 0 }
+func (s *Shard) LocalFile() (*sourcefile.File, int64) { return s.f.LocalFile() }
 
 // LocalFile returns the shard's file and the offset of the tensor's data
 // in it: a Range of the tensor may leave its bytes in the file
 // (vfile.LocalFile).
-func (t *Tensor) LocalFile() (*sourcefile.File, int64) { return t.Shard.f, t.Offset }
+func (t *Tensor) LocalFile() (*sourcefile.File, int64) {
+	f, _ := t.Shard.f.LocalFile()
+	return f, t.Offset
+}
 
 // File is the shard's open source file, for callers that check it (the
 // mount, before it lets the kernel read the file directly).

@@ -5,6 +5,11 @@
 // and what the path names at most every few milliseconds, so a file
 // changed, truncated, grown, or replaced by rename under the mount gives an
 // error, never bytes of two versions or of another file.
+//
+// A File may also stand for an object of a bucket (FromObject): the Object
+// pins the version it opened (an ETag) and its reads fail the same way once
+// that version is gone. Such a file has no descriptor, so what needs one
+// (SpliceTo, Reopen, LocalFile) says it is not local.
 package sourcefile
 
 import (
@@ -70,6 +75,10 @@ type Stamp struct {
 	Size    int64  `json:"size"`
 	MTimeNS int64  `json:"mtime_ns"`
 	CTimeNS int64  `json:"ctime_ns"`
+	// Version is an object's pinned version (its ETag), empty for a
+	// local file: an object store gives a new version a new ETag, so a
+	// stamp with one is proven whenever it was taken.
+	Version string `json:"version,omitempty"`
 }
 
 // RacyWindow is how long after a file's last status change a stamp of it
@@ -84,13 +93,19 @@ const RacyWindow = 2 * time.Second
 // from a racy stamp is derived again, from the bytes, the next time it is
 // asked for (git's "racily clean" entries are treated the same way).
 func (s Stamp) Proven(taken time.Time) bool {
+	if s.Version != "" {
+		return true
+	}
 	return s.CTimeNS+RacyWindow.Nanoseconds() <= taken.UnixNano()
 }
 
 // StampOf is the stamp of fi, which must come from os.Stat, os.Lstat or
 // File.Stat on this platform.
 func StampOf(fi os.FileInfo) Stamp {
-	st := fi.Sys().(*syscall.Stat_t)
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return Stamp{Size: fi.Size(), MTimeNS: fi.ModTime().UnixNano(), CTimeNS: fi.ModTime().UnixNano()}
+	}
 	return Stamp{Dev: uint64(st.Dev), Ino: uint64(st.Ino), Size: st.Size, MTimeNS: st.Mtim.Nano(), CTimeNS: st.Ctim.Nano()}
 }
 
@@ -98,6 +113,10 @@ func StampOf(fi os.FileInfo) Stamp {
 // byte ReadAt returns is of that version (ReadAt fails once the file
 // changes).
 func (f *File) Stamp() (Stamp, time.Time) {
+	if f.obj != nil {
+		mt := f.obj.ModTime().UnixNano()
+		return Stamp{Size: f.obj.Size(), MTimeNS: mt, CTimeNS: mt, Version: f.obj.Version()}, f.opened
+	}
 	id := f.id
 	return Stamp{Dev: id.dev, Ino: id.ino, Size: id.size, MTimeNS: id.mtime.Nano(), CTimeNS: id.ctime.Nano()}, f.opened
 }
@@ -118,6 +137,7 @@ const pathCheckInterval = 5 * time.Millisecond
 type File struct {
 	path   string
 	f      *os.File
+	obj    Object // instead of f, for an object of a bucket
 	id     identity
 	opened time.Time // the clock pathChecked counts from
 
@@ -182,7 +202,12 @@ func FromFile(path string, f *os.File) (*File, error) {
 
 // Stat returns the status of the opened file (not of what its path names
 // now).
-func (f *File) Stat() (os.FileInfo, error) { return f.f.Stat() }
+func (f *File) Stat() (os.FileInfo, error) {
+	if f.obj != nil {
+		return ObjectInfo(f.path, f.obj.Size(), f.obj.ModTime(), false), nil
+	}
+	return f.f.Stat()
+}
 
 // fileType names a stat file type for a message.
 func fileType(t uint32) string {
@@ -203,13 +228,21 @@ func fileType(t uint32) string {
 func (f *File) Path() string { return f.path }
 
 // Size is the file's size when it was opened.
-func (f *File) Size() int64 { return f.id.size }
+func (f *File) Size() int64 {
+	if f.obj != nil {
+		return f.obj.Size()
+	}
+	return f.id.size
+}
 
 // ReadAt reads len(p) bytes at off with pread, then checks that the file
 // is unchanged; if it is not, it returns 0 and an error wrapping
 // ErrChanged. At the end of the file it returns io.EOF, unwrapped, as
 // io.ReaderAt asks.
 func (f *File) ReadAt(p []byte, off int64) (int, error) {
+	if f.obj != nil {
+		return f.obj.ReadAt(p, off)
+	}
 	n, err := f.f.ReadAt(p, off)
 	if cerr := f.check(false); cerr != nil {
 		return 0, cerr
@@ -236,6 +269,9 @@ func (f *File) ReadAt(p []byte, off int64) (int, error) {
 func (f *File) SpliceTo(pipe int, off int64, n int) (int, error) {
 	if ce := f.changed.Load(); ce != nil {
 		return 0, ce
+	}
+	if f.obj != nil {
+		return 0, f.notLocal("splice")
 	}
 	rc, err := f.f.SyscallConn()
 	if err != nil {
@@ -285,6 +321,9 @@ func (f *File) Check() error { return f.check(false) }
 func (f *File) check(statPath bool) error {
 	if ce := f.changed.Load(); ce != nil {
 		return ce
+	}
+	if f.obj != nil {
+		return nil // every read of an object checks its version
 	}
 	fi, err := f.f.Stat()
 	if err != nil {
@@ -361,6 +400,9 @@ func (f *File) Reopen() (int, error) {
 	if err := f.check(true); err != nil {
 		return -1, err
 	}
+	if f.obj != nil {
+		return -1, f.notLocal("reopen")
+	}
 	fd, err := syscall.Open(f.path, syscall.O_RDONLY|syscall.O_CLOEXEC|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return -1, &os.PathError{Op: "open", Path: f.path, Err: err}
@@ -382,8 +424,19 @@ func (f *File) Reopen() (int, error) {
 }
 
 // LocalFile returns f and 0: a Range of f may leave its bytes in the file
-// (vfile.LocalFile).
-func (f *File) LocalFile() (*File, int64) { return f, 0 }
+// (vfile.LocalFile). For an object it returns nil: its bytes are in no
+// local file.
+func (f *File) LocalFile() (*File, int64) {
+	if f.obj != nil {
+		return nil, 0
+	}
+	return f, 0
+}
 
 // Close closes the file; later reads fail.
-func (f *File) Close() error { return f.f.Close() }
+func (f *File) Close() error {
+	if f.obj != nil {
+		return f.obj.Close()
+	}
+	return f.f.Close()
+}

@@ -82,7 +82,8 @@ func (r *Reader) ReadAtContext(ctx context.Context, p []byte, off int64) (int, e
 // them into memory.
 type LocalFile interface {
 	// LocalFile returns the file and the offset in it of the reader's
-	// byte 0.
+	// byte 0, or nil when its bytes are in no local file after all (an
+	// object of a bucket).
 	LocalFile() (*sourcefile.File, int64)
 }
 
@@ -222,9 +223,10 @@ func (r *Reader) readSegment(ctx context.Context, a *assembler, s Segment, m, of
 		a.shared(s[off : off+m])
 	case Range:
 		if lf, ok := s.R.(LocalFile); ok && m >= minLocal {
-			f, base := lf.LocalFile()
-			a.local(f, base+s.Off+off, m)
-			return nil
+			if f, base := lf.LocalFile(); f != nil {
+				a.local(f, base+s.Off+off, m)
+				return nil
+			}
 		}
 		n, err := s.R.ReadAt(a.buf(m), s.Off+off)
 		if int64(n) < m {

@@ -2,7 +2,6 @@ package views
 
 import (
 	"fmt"
-	"os"
 	"syscall"
 	"time"
 
@@ -14,10 +13,10 @@ import (
 // set-id or sticky bits.
 const readOnlyPerm = 0o555
 
-// attrOf is the attributes of a source file or directory as stat(2) gives
-// them (symbolic links followed, as the views open them).
-func attrOf(p string) (vfile.Attr, error) {
-	fi, err := os.Stat(p)
+// attrOf is the attributes of a source file or directory as the catalog
+// states it (stat(2), symbolic links followed, as the views open them).
+func (s *Set) attrOf(p string) (vfile.Attr, error) {
+	fi, err := s.Cat.Stat(p)
 	if err != nil {
 		return vfile.Attr{}, err
 	}
@@ -81,7 +80,7 @@ func (s *Set) setAttrs() {
 		if a, ok := stats[p]; ok {
 			return a
 		}
-		a, err := attrOf(p)
+		a, err := s.attrOf(p)
 		if err != nil {
 			s.warnings = append(s.warnings, fmt.Sprintf("%v: served to root only", err))
 		}

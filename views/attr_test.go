@@ -88,7 +88,7 @@ func TestAttrsFollowSources(t *testing.T) {
 	s, err := Build(cat, Options{})
 	must(err)
 	t.Cleanup(func() { s.Close(); cat.Close() })
-	dirAttr, err := attrOf(dir)
+	dirAttr, err := s.attrOf(dir)
 	must(err)
 	if dirAttr.Perm != 0o550 {
 		t.Fatalf("checkpoint directory: perm %o", dirAttr.Perm)

@@ -26,12 +26,8 @@ func (s *Set) open(p string) (*sourcefile.File, error) {
 	if f, ok := s.files.m[p]; ok {
 		return f, nil
 	}
-	f, err := sourcefile.Open(p)
+	f, err := s.Cat.OpenFile(p)
 	if err != nil {
-		return nil, err
-	}
-	if err := s.Cat.CheckOpened(p, f); err != nil {
-		f.Close()
 		return nil, err
 	}
 	s.files.m[p] = f
@@ -51,7 +47,10 @@ func (s *Set) sourceFile(name, p string) (*vfile.Node, error) {
 // sourceNode serves an opened source file unchanged.
 func sourceNode(name string, f *sourcefile.File) *vfile.Node {
 	file := vfile.NewFile(vfile.Range{R: f, Off: 0, N: f.Size()})
-	file.Source, file.Origin = f.Path(), f
+	file.Source = f.Path()
+	if f.Local() {
+		file.Origin = f // for the kernel to read it directly
+	}
 	return &vfile.Node{Name: name, File: file, From: []string{f.Path()}}
 }
 
