@@ -11,6 +11,11 @@
 // The directory is capped: when it grows past the cap the least recently
 // used entries (by modification time, which a hit refreshes) are removed.
 //
+// A fleet shares one cache in a bucket (OpenShared): the same entries,
+// byte for byte, as objects named as the files are, with an optional
+// directory in front of it on each host. A block is computed once by the
+// whole fleet; what a bucket holds is checked exactly as a file is.
+//
 // Trust model. Every process that can write the directory is trusted: an
 // entry's bytes are not recomputed on read (that would cost what the cache
 // saves), so a writer that computes a wrong payload and a matching digest
@@ -101,6 +106,14 @@ type Stats struct {
 	Entries      int64  `json:"entries"`
 	Bytes        int64  `json:"bytes"`
 	Cap          int64  `json:"cap_bytes"` // 0: no cap
+	// Remote names the shared tier (s3://BUCKET/PREFIX) when there is
+	// one; RemoteHits counts the hits it served, RemoteErrors the
+	// requests to it that failed and RemoteCorrupt the objects of it
+	// that failed their checks (counted in Corrupt too).
+	Remote        string `json:"remote,omitempty"`
+	RemoteHits    int64  `json:"remote_hits,omitempty"`
+	RemoteErrors  int64  `json:"remote_errors,omitempty"`
+	RemoteCorrupt int64  `json:"remote_corrupt,omitempty"`
 }
 
 // Cache is a directory of entries. It is safe for concurrent use.
@@ -118,6 +131,9 @@ type Cache struct {
 	hits, misses, corrupt, writes, writeErrs, bytesRead, bytesWritten, evicted atomic.Int64
 
 	warnPut sync.Once // logs the first store Through fails
+
+	remote                            Remote // the shared tier, if any
+	remoteHits, remoteErrs, remoteBad atomic.Int64
 }
 
 // Open opens (creating it if needed) the cache directory dir, capped at
@@ -171,26 +187,51 @@ func (c *Cache) path(k Key) string {
 // logged, removed and counted as a miss. A hit refreshes the entry's
 // modification time, which eviction orders by.
 func (c *Cache) Get(k Key, dst []byte) bool {
-	_, err := c.read(k, dst, true)
+	_, err := c.get(k, dst, true)
 	return c.finish(k, len(dst), err)
 }
 
 // GetBytes returns the entry of k, whatever its length (documents).
 func (c *Cache) GetBytes(k Key) ([]byte, bool) {
-	b, err := c.read(k, nil, false)
+	b, err := c.get(k, nil, false)
 	return b, c.finish(k, len(b), err)
 }
 
-// finish counts a lookup, drops a corrupt entry and refreshes a hit.
+// finish counts a lookup and refreshes a hit.
 func (c *Cache) finish(k Key, n int, err error) bool {
-	var ce *CorruptError
-	switch {
-	case err == nil:
+	if err == nil {
 		c.hits.Add(1)
 		c.bytesRead.Add(int64(n))
-		now := time.Now()
-		os.Chtimes(c.path(k), now, now) // best effort: a lost touch only ages the entry
+		if c.dir != "" {
+			now := time.Now()
+			os.Chtimes(c.path(k), now, now) // best effort: a lost touch only ages the entry
+		}
 		return true
+	}
+	c.misses.Add(1)
+	return false
+}
+
+// get reads the entry of k from the directory and, when it has none,
+// from the remote (getRemote). A corrupt entry is logged and dropped
+// (drop), then treated as absent.
+func (c *Cache) get(k Key, dst []byte, exact bool) ([]byte, error) {
+	b, err := c.read(k, dst, exact)
+	if err == nil {
+		return b, nil
+	}
+	c.drop(err)
+	if c.remote == nil {
+		return nil, err
+	}
+	return c.getRemote(k, dst, exact)
+}
+
+// drop logs why an entry could not be read and removes it when it is
+// corrupt.
+func (c *Cache) drop(err error) {
+	var ce *CorruptError
+	switch {
 	case errors.As(err, &ce):
 		c.corrupt.Add(1)
 		// Another process may have just replaced the bad file with a good
@@ -205,20 +246,25 @@ func (c *Cache) finish(k Key, n int, err error) bool {
 	case !errors.Is(err, ErrNotFound):
 		c.log.Warn("disk cache: unreadable entry; the block is recomputed", "err", err)
 	}
-	c.misses.Add(1)
-	return false
 }
 
 // Lookup returns the payload of the entry of k without side effects: an
 // error wrapping ErrNotFound when there is none, a *CorruptError when it
 // fails its checks. It is what a verifier uses.
 func (c *Cache) Lookup(k Key) ([]byte, error) {
-	return c.read(k, nil, false)
+	b, err := c.read(k, nil, false)
+	if c.remote != nil && errors.Is(err, ErrNotFound) {
+		return c.lookupRemote(k, nil, false)
+	}
+	return b, err
 }
 
 // read reads and checks the entry of k, into dst when exact (which then
 // requires the payload to be len(dst) bytes).
 func (c *Cache) read(k Key, dst []byte, exact bool) ([]byte, error) {
+	if c.dir == "" {
+		return nil, ErrNotFound
+	}
 	p := c.path(k)
 	f, err := OpenRegular(p)
 	if err != nil {
@@ -234,32 +280,20 @@ func (c *Cache) read(k Key, dst []byte, exact bool) ([]byte, error) {
 	}
 	size := fi.Size()
 	var hdr [headerSize]byte
-	if size >= int64(len(magic)) {
-		if _, err := io.ReadFull(f, hdr[:len(magic)]); err != nil {
-			return bad("reading header: %v", err)
-		}
-		if slices.Contains(oldMagics, string(hdr[:len(magic)])) {
-			return nil, fmt.Errorf("%s: entry of an earlier format: %w", p, ErrNotFound)
-		}
-	}
-	if size < int64(headerSize+sumSize) {
-		return bad("%d bytes, shorter than an empty entry", size)
-	}
-	if _, err := io.ReadFull(f, hdr[len(magic):]); err != nil {
+	h := hdr[:min(size, int64(headerSize))]
+	if _, err := io.ReadFull(f, h); err != nil {
 		return bad("reading header: %v", err)
 	}
-	if string(hdr[:len(magic)]) != magic {
-		return bad("bad magic %q", hdr[:len(magic)])
+	want := -1
+	if exact {
+		want = len(dst)
 	}
-	if !bytes.Equal(hdr[len(magic):len(magic)+len(k)], k[:]) {
-		return bad("holds the entry of key %x", hdr[len(magic):len(magic)+len(k)])
-	}
-	n := binary.LittleEndian.Uint64(hdr[len(magic)+len(k):])
-	if want := uint64(size) - uint64(headerSize+sumSize); n != want {
-		return bad("payload of %d bytes in a file with room for %d (truncated or overlong)", n, want)
-	}
-	if exact && n != uint64(len(dst)) {
-		return bad("payload of %d bytes where %d are expected", n, len(dst))
+	n, err := checkHeader(k, h, size, want)
+	if err != nil {
+		if errors.Is(err, ErrNotFound) {
+			return nil, fmt.Errorf("%s: %w", p, err)
+		}
+		return bad("%v", err)
 	}
 	if !exact {
 		dst = make([]byte, n)
@@ -275,6 +309,35 @@ func (c *Cache) read(k Key, dst []byte, exact bool) ([]byte, error) {
 		return bad("sha256 %x does not match key and payload (%x): edited, swapped or damaged", tail[:8], sum[:8])
 	}
 	return dst, nil
+}
+
+// checkHeader checks the header hdr (its first headerSize bytes, fewer
+// when the entry is shorter) of an entry of size bytes read as the entry
+// of k, whose payload must be want bytes unless want is negative, and
+// returns the payload's length. An entry of an earlier format is a miss
+// (an error wrapping ErrNotFound); any other fault is the reason it
+// cannot be served.
+func checkHeader(k Key, hdr []byte, size int64, want int) (uint64, error) {
+	if len(hdr) >= len(magic) && slices.Contains(oldMagics, string(hdr[:len(magic)])) {
+		return 0, fmt.Errorf("entry of an earlier format: %w", ErrNotFound)
+	}
+	if size < int64(headerSize+sumSize) {
+		return 0, fmt.Errorf("%d bytes, shorter than an empty entry", size)
+	}
+	if string(hdr[:len(magic)]) != magic {
+		return 0, fmt.Errorf("bad magic %q", hdr[:len(magic)])
+	}
+	if !bytes.Equal(hdr[len(magic):len(magic)+len(k)], k[:]) {
+		return 0, fmt.Errorf("holds the entry of key %x", hdr[len(magic):len(magic)+len(k)])
+	}
+	n := binary.LittleEndian.Uint64(hdr[len(magic)+len(k):])
+	if room := uint64(size) - uint64(headerSize+sumSize); n != room {
+		return 0, fmt.Errorf("payload of %d bytes in a file with room for %d (truncated or overlong)", n, room)
+	}
+	if want >= 0 && n != uint64(want) {
+		return 0, fmt.Errorf("payload of %d bytes where %d are expected", n, want)
+	}
+	return n, nil
 }
 
 // entrySum is the digest that binds an entry's header (magic, key,
@@ -345,27 +408,51 @@ func fileKind(m fs.FileMode) string {
 	return "special file"
 }
 
-// Put stores b as the entry of k, replacing any entry there atomically, and
-// evicts old entries if the directory has outgrown its cap. A failure is
-// counted and returned; the caller has the bytes anyway.
+// Put stores b as the entry of k, replacing any entry there atomically, in
+// the directory and in the remote (OpenShared), and evicts old entries if
+// the directory has outgrown its cap. A failure of either is counted and
+// returned; the caller has the bytes anyway.
 func (c *Cache) Put(k Key, b []byte) error {
-	var hdr [headerSize]byte
-	copy(hdr[:], magic)
-	copy(hdr[len(magic):], k[:])
-	binary.LittleEndian.PutUint64(hdr[len(magic)+len(k):], uint64(len(b)))
-	tail := entrySum(hdr[:], b)
-	p := c.path(k)
-	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-		c.writeErrs.Add(1)
-		return fmt.Errorf("disk cache: %w", err)
+	hdr, tail := frame(k, b)
+	var errs []error
+	if c.dir != "" {
+		errs = append(errs, c.putLocal(k, hdr, b, tail))
 	}
-	if err := writeAtomic(p, hdr[:], b, tail[:]); err != nil {
-		c.writeErrs.Add(1)
-		return fmt.Errorf("disk cache: %w", err)
+	if c.remote != nil {
+		errs = append(errs, c.putRemote(k, hdr, b, tail))
 	}
-	n := int64(headerSize + len(b) + sumSize)
+	if err := errors.Join(errs...); err != nil {
+		c.writeErrs.Add(1)
+		return err
+	}
 	c.writes.Add(1)
 	c.bytesWritten.Add(int64(len(b)))
+	return nil
+}
+
+// frame is the header and the digest that frame payload b as the entry
+// of k.
+func frame(k Key, b []byte) (hdr, tail []byte) {
+	h := make([]byte, headerSize)
+	copy(h, magic)
+	copy(h[len(magic):], k[:])
+	binary.LittleEndian.PutUint64(h[len(magic)+len(k):], uint64(len(b)))
+	sum := entrySum(h, b)
+	return h, sum[:]
+}
+
+// putLocal writes the entry of k, made of hdr, payload b and digest tail,
+// to the directory, and evicts old entries if the directory has outgrown
+// its cap.
+func (c *Cache) putLocal(k Key, hdr, b, tail []byte) error {
+	p := c.path(k)
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		return fmt.Errorf("disk cache: %w", err)
+	}
+	if err := writeAtomic(p, hdr, b, tail); err != nil {
+		return fmt.Errorf("disk cache: %w", err)
+	}
+	n := int64(len(hdr) + len(b) + len(tail))
 	c.entries.Add(1)
 	c.size.Add(n)
 	if c.sinceScan.Add(n) >= c.scanEvery() || !c.scanned.Load() {
@@ -519,10 +606,15 @@ func isHex(s string, n int) bool {
 
 // Stats returns a snapshot of the counters.
 func (c *Cache) Stats() Stats {
-	return Stats{
+	st := Stats{
 		Dir: c.dir, Hits: c.hits.Load(), Misses: c.misses.Load(), Corrupt: c.corrupt.Load(),
 		Writes: c.writes.Load(), WriteErrors: c.writeErrs.Load(), BytesRead: c.bytesRead.Load(),
 		BytesWritten: c.bytesWritten.Load(), Evicted: c.evicted.Load(), Entries: c.entries.Load(),
 		Bytes: c.size.Load(), Cap: c.cap,
 	}
+	if c.remote != nil {
+		st.Remote = c.remote.String()
+		st.RemoteHits, st.RemoteErrors, st.RemoteCorrupt = c.remoteHits.Load(), c.remoteErrs.Load(), c.remoteBad.Load()
+	}
+	return st
 }
