@@ -73,7 +73,9 @@ func (c *Cache) getRemote(k Key, dst []byte, exact bool) ([]byte, error) {
 		if c.dir != "" {
 			hdr, tail := frame(k, b)
 			if err := c.putLocal(k, hdr, b, tail); err != nil {
-				c.warnPut.Do(func() { c.log.Warn("disk cache: cannot keep blocks of the shared cache in the local directory", "err", err) })
+				c.warnPut.Do(func() {
+					c.log.Warn("disk cache: cannot keep blocks of the shared cache in the local directory", "err", err)
+				})
 			}
 		}
 		return b, nil
