@@ -1,0 +1,314 @@
+package objstore
+
+import (
+	"container/list"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Chunk file layout: magic, the data's length (little-endian uint64), a
+// SHA-256 per block of the data, then the data. Per-block digests let a
+// read of 128 KiB check 128 KiB, not the whole chunk.
+const (
+	chunkMagic = "dsfsobj1"
+	blockSize  = 64 << 10
+	tmpPrefix  = ".tmp-"
+)
+
+func headerLen(dataLen int64) int64 {
+	return 16 + sha256.Size*((dataLen+blockSize-1)/blockSize)
+}
+
+// errCorrupt is returned by cache reads of a damaged chunk file, which
+// they have deleted.
+var errCorrupt = errors.New("damaged chunk file")
+
+// cache is the on-disk chunk cache: one file per chunk, an in-memory LRU
+// index of them, and a bound on their total size. The index is what this
+// process trusts; a file missing from disk is a miss, a file that fails
+// its digests is deleted.
+type cache struct {
+	dir   string
+	limit int64
+	st    *counters
+	log   *slog.Logger
+
+	mu    sync.Mutex
+	lru   list.List // of *entry, most recently used first
+	index map[string]*list.Element
+	size  int64
+}
+
+type entry struct {
+	name       string
+	size       int64 // of the file
+	prefetched int64 // bytes fetched ahead and not read since, or 0
+}
+
+// openCache creates dir if needed and indexes the chunk files an earlier
+// run left there, oldest modification first out, deleting unfinished
+// temporary files.
+func openCache(dir string, limit int64, st *counters, log *slog.Logger) (*cache, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("chunk cache: %w", err)
+	}
+	c := &cache{dir: dir, limit: limit, st: st, log: log, index: map[string]*list.Element{}}
+	type found struct {
+		name  string
+		size  int64
+		mtime time.Time
+	}
+	var files []found
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		if strings.HasPrefix(d.Name(), tmpPrefix) {
+			os.Remove(path)
+			return nil
+		}
+		if path != c.path(d.Name()) {
+			return nil // not ours
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return nil // deleted meanwhile
+		}
+		files = append(files, found{d.Name(), fi.Size(), fi.ModTime()})
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("chunk cache: scanning %s: %w", dir, err)
+	}
+	slices.SortFunc(files, func(a, b found) int { return a.mtime.Compare(b.mtime) })
+	for _, f := range files {
+		c.index[f.name] = c.lru.PushFront(&entry{name: f.name, size: f.size})
+		c.size += f.size
+	}
+	c.evict()
+	return c, nil
+}
+
+// path is where the chunk file called name lives: two levels of fan-out
+// keep directories small.
+func (c *cache) path(name string) string {
+	if len(name) < 4 {
+		return filepath.Join(c.dir, "short", name)
+	}
+	return filepath.Join(c.dir, name[:2], name[2:4], name)
+}
+
+// has reports whether the chunk is indexed.
+func (c *cache) has(name string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.index[name]
+	return ok
+}
+
+// touch marks the chunk as just used and read.
+func (c *cache) touch(name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e, ok := c.index[name]; ok {
+		c.lru.MoveToFront(e)
+		e.Value.(*entry).prefetched = 0
+	}
+}
+
+// drop forgets the chunk and deletes its file.
+func (c *cache) drop(name string) {
+	c.mu.Lock()
+	if e, ok := c.index[name]; ok {
+		c.lru.Remove(e)
+		delete(c.index, name)
+		c.size -= e.Value.(*entry).size
+	}
+	c.mu.Unlock()
+	os.Remove(c.path(name))
+}
+
+// read fills p with the chunk's bytes at off, checking the digests of the
+// blocks it reads. ok is false when the chunk is not cached; err is
+// errCorrupt (wrapped) when the file was damaged, and then it is deleted.
+func (c *cache) read(name string, off int64, p []byte) (ok bool, err error) {
+	if !c.has(name) {
+		return false, nil
+	}
+	f, err := os.Open(c.path(name))
+	if err != nil {
+		c.drop(name) // evicted or deleted under us: a miss
+		return false, nil
+	}
+	defer f.Close()
+	if err := readVerified(f, off, p); err != nil {
+		c.drop(name)
+		return false, fmt.Errorf("%s: %w", c.path(name), err)
+	}
+	c.touch(name)
+	return true, nil
+}
+
+// readAll returns the whole chunk, verified, or nil when it is not cached
+// or damaged.
+func (c *cache) readAll(name string) []byte {
+	if !c.has(name) {
+		return nil
+	}
+	f, err := os.Open(c.path(name))
+	if err != nil {
+		c.drop(name)
+		return nil
+	}
+	defer f.Close()
+	n, err := dataLen(f)
+	if err == nil {
+		p := make([]byte, n)
+		if err = readVerified(f, 0, p); err == nil {
+			return p
+		}
+	}
+	c.drop(name)
+	return nil
+}
+
+// dataLen reads the header's length and checks it against the file size,
+// which catches truncated files.
+func dataLen(f *os.File) (int64, error) {
+	var h [16]byte
+	if _, err := f.ReadAt(h[:], 0); err != nil || string(h[:8]) != chunkMagic {
+		return 0, fmt.Errorf("%w: bad header", errCorrupt)
+	}
+	n := int64(binary.LittleEndian.Uint64(h[8:]))
+	fi, err := f.Stat()
+	if err != nil {
+		return 0, err
+	}
+	if n > ChunkSize || fi.Size() != headerLen(n)+n {
+		return 0, fmt.Errorf("%w: %d bytes, header says %d of data", errCorrupt, fi.Size(), n)
+	}
+	return n, nil
+}
+
+// readVerified reads p at off from the data of chunk file f, checking
+// every block it touches.
+func readVerified(f *os.File, off int64, p []byte) error {
+	n, err := dataLen(f)
+	if err != nil {
+		return err
+	}
+	if off < 0 || off+int64(len(p)) > n {
+		return fmt.Errorf("%w: read of %d at %d past %d bytes", errCorrupt, len(p), off, n)
+	}
+	if len(p) == 0 {
+		return nil
+	}
+	first, last := off/blockSize, (off+int64(len(p))-1)/blockSize
+	sums := make([]byte, (last-first+1)*sha256.Size)
+	if _, err := f.ReadAt(sums, 16+first*sha256.Size); err != nil {
+		return fmt.Errorf("%w: %v", errCorrupt, err)
+	}
+	start, end := first*blockSize, min((last+1)*blockSize, n)
+	buf := make([]byte, end-start)
+	if _, err := f.ReadAt(buf, headerLen(n)+start); err != nil {
+		return fmt.Errorf("%w: %v", errCorrupt, err)
+	}
+	for i := range last - first + 1 {
+		blk := buf[i*blockSize : min((i+1)*blockSize, int64(len(buf)))]
+		if sum := sha256.Sum256(blk); string(sum[:]) != string(sums[i*sha256.Size:(i+1)*sha256.Size]) {
+			return fmt.Errorf("%w: block %d fails its digest", errCorrupt, first+i)
+		}
+	}
+	copy(p, buf[off-start:])
+	return nil
+}
+
+// write stores a chunk atomically: a temporary file renamed into place,
+// so a reader or a crash never sees half a chunk under the final name. It
+// is not synced: a file damaged by a crash fails its digests and is
+// fetched again, which is cheaper than an fsync per chunk.
+func (c *cache) write(name string, data []byte, prefetched bool) error {
+	path := c.path(name)
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	n := int64(len(data))
+	buf := make([]byte, headerLen(n), headerLen(n)+n)
+	copy(buf, chunkMagic)
+	binary.LittleEndian.PutUint64(buf[8:], uint64(n))
+	for i := int64(0); i*blockSize < n; i++ {
+		sum := sha256.Sum256(data[i*blockSize : min((i+1)*blockSize, n)])
+		copy(buf[16+i*sha256.Size:], sum[:])
+	}
+	f, err := os.CreateTemp(filepath.Dir(path), tmpPrefix)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(buf)
+	if err == nil {
+		_, err = f.Write(data)
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), path)
+	}
+	if err != nil {
+		os.Remove(f.Name())
+		return err
+	}
+	size := headerLen(n) + n
+	c.mu.Lock()
+	if e, ok := c.index[name]; ok {
+		c.size -= e.Value.(*entry).size
+		c.lru.Remove(e)
+	}
+	e := &entry{name: name, size: size}
+	if prefetched {
+		e.prefetched = n
+	}
+	c.index[name] = c.lru.PushFront(e)
+	c.size += size
+	c.mu.Unlock()
+	c.evict()
+	return nil
+}
+
+// evict deletes least recently used chunk files until the total is
+// within the limit.
+func (c *cache) evict() {
+	var victims []string
+	c.mu.Lock()
+	for c.size > c.limit && c.lru.Len() > 0 {
+		e := c.lru.Back()
+		v := e.Value.(*entry)
+		c.lru.Remove(e)
+		delete(c.index, v.name)
+		c.size -= v.size
+		victims = append(victims, v.name)
+		c.st.evictions.Add(1)
+		c.st.prefetchUnused.Add(v.prefetched)
+	}
+	c.mu.Unlock()
+	for _, name := range victims {
+		os.Remove(c.path(name))
+	}
+}
+
+// bytes returns the total size of the indexed chunk files.
+func (c *cache) bytes() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.size
+}

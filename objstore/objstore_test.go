@@ -1,0 +1,494 @@
+package objstore
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"io/fs"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dsfs/dsfs/internal/s3test"
+	"github.com/dsfs/dsfs/sourcefile"
+)
+
+// anonymous points the AWS configuration at srv with no credentials to
+// find anywhere, as on a machine that has none.
+func anonymous(t *testing.T, srv *s3test.Server) {
+	t.Setenv("AWS_ENDPOINT_URL", srv.Endpoint)
+	for _, k := range []string{"AWS_ENDPOINT_URL_S3", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
+		"AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_ROLE_ARN"} {
+		t.Setenv(k, "")
+	}
+	none := filepath.Join(t.TempDir(), "none")
+	t.Setenv("AWS_CONFIG_FILE", none)
+	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", none)
+	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
+}
+
+// rng returns a random source seeded afresh, or from $DSFS_SEED, and
+// prints the seed when the test fails.
+func rng(t *testing.T) *rand.Rand {
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv("DSFS_SEED"); s != "" {
+		seed, _ = strconv.ParseUint(s, 10, 64)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("seed: DSFS_SEED=%d", seed)
+		}
+	})
+	return rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+}
+
+func randomBytes(r *rand.Rand, n int) []byte {
+	b := make([]byte, n)
+	for i := 0; i+8 <= n; i += 8 {
+		v := r.Uint64()
+		for j := range 8 {
+			b[i+j] = byte(v >> (8 * j))
+		}
+	}
+	for i := n &^ 7; i < n; i++ {
+		b[i] = byte(r.Uint32())
+	}
+	return b
+}
+
+// env is a bucket on a server, opened through objstore.
+type env struct {
+	srv    *s3test.Server
+	prefix string // key prefix of the test's objects in bucket testBucket
+	cache  string // chunk cache directory
+	b      *Bucket
+	logBuf *bytes.Buffer
+}
+
+// quiet is the logger of Buckets whose log the test does not look at.
+var quiet = slog.New(slog.DiscardHandler)
+
+// testBucket is the one bucket of each server: SeaweedFS takes seconds
+// to allocate the volumes of a new bucket, so tests use prefixes in one.
+const testBucket = "test"
+
+var prefixSeq int
+
+// newEnv opens a fresh prefix of testBucket with a fresh cache.
+func newEnv(t *testing.T, srv *s3test.Server, opt Options) *env {
+	t.Helper()
+	prefixSeq++
+	e := &env{srv: srv, prefix: "t" + strconv.Itoa(prefixSeq), logBuf: new(bytes.Buffer)}
+	e.cache = t.TempDir()
+	opt.CacheDir = e.cache
+	opt.Logger = slog.New(slog.NewTextHandler(e.logBuf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	e.b = e.open(t, opt)
+	return e
+}
+
+func (e *env) open(t *testing.T, opt Options) *Bucket {
+	t.Helper()
+	b, err := Open(context.Background(), e.srv.URL(testBucket, e.prefix), opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return b
+}
+
+// url names an object of the test.
+func (e *env) url(key string) string { return "s3://" + testBucket + "/" + e.prefix + "/" + key }
+
+func (e *env) put(t *testing.T, key string, data []byte) *Object {
+	t.Helper()
+	e.srv.Put(testBucket, e.prefix+"/"+key, data)
+	o, err := e.b.Open(context.Background(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o
+}
+
+// readAll reads o in pieces of n bytes.
+func readAll(t *testing.T, o *Object, n int) []byte {
+	t.Helper()
+	var out []byte
+	buf := make([]byte, n)
+	for off := int64(0); ; {
+		m, err := o.ReadAt(buf, off)
+		out = append(out, buf[:m]...)
+		off += int64(m)
+		if err == io.EOF {
+			return out
+		}
+		if err != nil {
+			t.Fatalf("read at %d: %v", off, err)
+		}
+	}
+}
+
+// TestObjstore runs the tests that can share one server.
+func TestObjstore(t *testing.T) {
+	srv := s3test.Start(t)
+	anonymous(t, srv)
+	srv.CreateBucket(testBucket)
+	for _, tt := range []struct {
+		name string
+		f    func(*testing.T, *s3test.Server)
+	}{
+		{"Anonymous", testAnonymous},
+		{"RandomRanges", testRandomRanges},
+		{"SecondReadIsFree", testSecondReadIsFree},
+		{"DamagedChunk", testDamagedChunk},
+		{"Replaced", testReplaced},
+		{"Deleted", testDeleted},
+		{"CacheBound", testCacheBound},
+		{"Prefetch", testPrefetch},
+		{"CloseLeavesNoGoroutines", testCloseLeavesNoGoroutines},
+		{"List", testList},
+		{"OpenMissing", testOpenMissing},
+	} {
+		t.Run(tt.name, func(t *testing.T) { tt.f(t, srv) })
+	}
+}
+
+func testAnonymous(t *testing.T, srv *s3test.Server) {
+	e := newEnv(t, srv, Options{})
+	if !strings.Contains(e.logBuf.String(), "reading anonymously") {
+		t.Errorf("no log line about anonymous access; log:\n%s", e.logBuf)
+	}
+	o := e.put(t, "x", []byte("hello"))
+	if got := readAll(t, o, 3); string(got) != "hello" {
+		t.Errorf("read %q, want hello", got)
+	}
+	if got, want := e.b.String(), "s3://test/"+e.prefix; got != want {
+		t.Errorf("String() = %q, want %q", got, want)
+	}
+}
+
+func testRandomRanges(t *testing.T, srv *s3test.Server) {
+	r := rng(t)
+	e := newEnv(t, srv, Options{})
+	for _, size := range []int{0, 1, 4097, ChunkSize, ChunkSize + 1, 2*ChunkSize + r.IntN(ChunkSize)} {
+		data := randomBytes(r, size)
+		o := e.put(t, "obj"+strconv.Itoa(size), data)
+		if o.Size() != int64(size) || o.Version() == "" || o.ModTime().IsZero() {
+			t.Fatalf("size %d: Size %d, Version %q, ModTime %v", size, o.Size(), o.Version(), o.ModTime())
+		}
+		for range 20 {
+			off := r.Int64N(int64(size) + 2)
+			buf := make([]byte, r.IntN(3*ChunkSize/2)+1)
+			n, err := o.ReadAt(buf, off)
+			want := data[min(off, int64(size)):min(off+int64(len(buf)), int64(size))]
+			if n != len(want) || !bytes.Equal(buf[:n], want) {
+				t.Fatalf("size %d: ReadAt(%d bytes, %d) = %d, %v; bytes differ or want %d", size, len(buf), off, n, err, len(want))
+			}
+			if (n < len(buf)) != (err == io.EOF) || (err != nil && err != io.EOF) {
+				t.Fatalf("size %d: ReadAt(%d bytes, %d) = %d, %v", size, len(buf), off, n, err)
+			}
+		}
+	}
+}
+
+func testSecondReadIsFree(t *testing.T, srv *s3test.Server) {
+	r := rng(t)
+	e := newEnv(t, srv, Options{})
+	data := randomBytes(r, 3*ChunkSize+12345)
+	o := e.put(t, "obj", data)
+	if got := readAll(t, o, 1<<20); !bytes.Equal(got, data) {
+		t.Fatal("first read differs")
+	}
+	e.b.Close() // waits for prefetches
+	b2 := e.open(t, Options{CacheDir: e.cache, Logger: quiet})
+	o2, err := b2.Open(context.Background(), "obj")
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := b2.Stats()
+	if got := readAll(t, o2, 1<<20); !bytes.Equal(got, data) {
+		t.Fatal("second read differs")
+	}
+	after := b2.Stats()
+	if after.Requests != before.Requests || after.CacheHitBytes != int64(len(data)) {
+		t.Errorf("second read: %d requests, %d bytes from cache, want 0 and %d\n%+v", after.Requests-before.Requests, after.CacheHitBytes, len(data), after)
+	}
+}
+
+// chunkFiles lists the chunk files under dir.
+func chunkFiles(t *testing.T, dir string) (files []string, total int64) {
+	t.Helper()
+	filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			fi, err := d.Info()
+			if err == nil {
+				files = append(files, path)
+				total += fi.Size()
+			}
+		}
+		return nil
+	})
+	return files, total
+}
+
+func testDamagedChunk(t *testing.T, srv *s3test.Server) {
+	r := rng(t)
+	e := newEnv(t, srv, Options{})
+	data := randomBytes(r, 3*ChunkSize)
+	o := e.put(t, "obj", data)
+	readAll(t, o, ChunkSize)
+	e.b.Close()
+	files, _ := chunkFiles(t, e.cache)
+	if len(files) != 3 {
+		t.Fatalf("%d chunk files, want 3", len(files))
+	}
+	// One flipped byte somewhere, one truncated file.
+	b, err := os.ReadFile(files[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)-1-r.IntN(ChunkSize)] ^= 0x40
+	if err := os.WriteFile(files[0], b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(files[1], int64(len(b)-100)); err != nil {
+		t.Fatal(err)
+	}
+	b2 := e.open(t, Options{CacheDir: e.cache, Logger: quiet})
+	o2, err := b2.Open(context.Background(), "obj")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := readAll(t, o2, ChunkSize); !bytes.Equal(got, data) {
+		t.Fatal("read through damaged chunk files differs")
+	}
+	if s := b2.Stats(); s.CorruptChunks != 2 || s.BytesFetched != 2*ChunkSize {
+		t.Errorf("%d damaged chunks found, %d bytes fetched; want 2 and %d", s.CorruptChunks, s.BytesFetched, 2*ChunkSize)
+	}
+	// And now they are good again.
+	before := b2.Stats().Requests
+	if got := readAll(t, o2, ChunkSize); !bytes.Equal(got, data) || b2.Stats().Requests != before {
+		t.Error("third read differs or sent requests")
+	}
+}
+
+func testReplaced(t *testing.T, srv *s3test.Server) {
+	r := rng(t)
+	e := newEnv(t, srv, Options{})
+	data := randomBytes(r, 2*ChunkSize)
+	o2 := e.put(t, "obj", data)
+	buf := make([]byte, 100)
+	newData := randomBytes(r, 2*ChunkSize)
+	newTag := srv.Put(testBucket, e.prefix+"/obj", newData)
+	n, err := o2.ReadAt(buf, ChunkSize+10) // not cached
+	if n != 0 || !errors.Is(err, sourcefile.ErrChanged) {
+		t.Fatalf("read after replacement: %d, %v; want 0 and ErrChanged", n, err)
+	}
+	var ce *ChangedError
+	if !errors.As(err, &ce) || ce.Now != newTag || !strings.Contains(err.Error(), e.url("obj")) {
+		t.Errorf("error %q: want one naming %s and the new ETag %s", err, e.url("obj"), newTag)
+	}
+	// Every later read fails too, cached or not: the object is not what
+	// was opened.
+	if n, err := o2.ReadAt(buf, 0); n != 0 || !errors.Is(err, sourcefile.ErrChanged) {
+		t.Errorf("later read: %d, %v; want 0 and ErrChanged", n, err)
+	}
+	t.Logf("error: %v", err)
+}
+
+func testDeleted(t *testing.T, srv *s3test.Server) {
+	r := rng(t)
+	e := newEnv(t, srv, Options{})
+	o := e.put(t, "obj", randomBytes(r, 100))
+	srv.Delete(testBucket, e.prefix+"/obj")
+	buf := make([]byte, 10)
+	n, err := o.ReadAt(buf, 0)
+	if n != 0 || !errors.Is(err, sourcefile.ErrChanged) || !strings.Contains(err.Error(), "gone") {
+		t.Fatalf("read after deletion: %d, %v; want 0 and ErrChanged saying gone", n, err)
+	}
+	t.Logf("error: %v", err)
+}
+
+func testCacheBound(t *testing.T, srv *s3test.Server) {
+	r := rng(t)
+	limit := int64(3*ChunkSize + ChunkSize/2)
+	e := newEnv(t, srv, Options{CacheBytes: limit})
+	data := randomBytes(r, 8*ChunkSize)
+	o := e.put(t, "obj", data)
+	if got := readAll(t, o, 1<<20); !bytes.Equal(got, data) {
+		t.Fatal("read differs")
+	}
+	e.b.Close()
+	_, total := chunkFiles(t, e.cache)
+	s := e.b.Stats()
+	if total > limit || s.CachedBytes > limit || s.Evictions == 0 {
+		t.Errorf("chunk files hold %d bytes (Stats: %d, %d evictions), bound %d", total, s.CachedBytes, s.Evictions, limit)
+	}
+	// A new Bucket with a smaller bound trims what it finds.
+	small := int64(ChunkSize + ChunkSize/2)
+	b2 := e.open(t, Options{CacheDir: e.cache, CacheBytes: small, Logger: quiet})
+	if _, total := chunkFiles(t, e.cache); total > small || b2.Stats().CachedBytes > small {
+		t.Errorf("after reopening with bound %d: %d bytes cached", small, total)
+	}
+}
+
+func testPrefetch(t *testing.T, srv *s3test.Server) {
+	r := rng(t)
+	e := newEnv(t, srv, Options{})
+	const chunks = 12
+	data := randomBytes(r, chunks*ChunkSize)
+	o := e.put(t, "obj", data)
+	buf := make([]byte, 128<<10)
+	if _, err := o.ReadAt(buf, 0); err != nil {
+		t.Fatal(err)
+	}
+	// The first read was sequential (it starts at 0): chunk 1 comes
+	// without the reader asking.
+	deadline := time.Now().Add(10 * time.Second)
+	for e.b.Stats().Prefetched < ChunkSize && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	before := e.b.Stats()
+	if n, err := o.ReadAt(buf, ChunkSize); err != nil || !bytes.Equal(buf[:n], data[ChunkSize:ChunkSize+len(buf)]) {
+		t.Fatalf("read of chunk 1: %d, %v", n, err)
+	}
+	// It starts prefetches of chunks 2 and 3, but does not wait.
+	if after := e.b.Stats(); after.ReadWaits != before.ReadWaits || after.CacheHitBytes != before.CacheHitBytes+int64(len(buf)) {
+		t.Errorf("reading prefetched chunk 1 waited %d times, hit %d bytes", after.ReadWaits-before.ReadWaits, after.CacheHitBytes-before.CacheHitBytes)
+	}
+	got := readAll(t, o, 1<<20)
+	if !bytes.Equal(got, data) {
+		t.Fatal("sequential read differs")
+	}
+	e.b.Close()
+	s := e.b.Stats()
+	t.Logf("stats: %+v", s)
+	if s.Prefetched < chunks/2*ChunkSize || s.ReadWaits >= chunks || s.CacheHitBytes == 0 {
+		t.Errorf("sequential read of %d chunks: %d bytes prefetched, %d waits, %d bytes hit", chunks, s.Prefetched, s.ReadWaits, s.CacheHitBytes)
+	}
+	if s.Gets != chunks || s.BytesFetched != chunks*ChunkSize {
+		t.Errorf("%d GETs for %d bytes, want %d for %d: each chunk fetched once", s.Gets, s.BytesFetched, chunks, chunks*ChunkSize)
+	}
+}
+
+func testCloseLeavesNoGoroutines(t *testing.T, srv *s3test.Server) {
+	r := rng(t)
+	data := randomBytes(r, 20*ChunkSize)
+	srv.Put(testBucket, "leak/obj", data)
+	before := runtime.NumGoroutine()
+	b, err := Open(context.Background(), srv.URL(testBucket, "leak"), Options{CacheDir: t.TempDir(), Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := b.Open(context.Background(), "obj")
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 1<<20)
+	for off := int64(0); off < 4*ChunkSize; off += int64(len(buf)) {
+		if _, err := o.ReadAt(buf, off); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Prefetches are in flight now; Close cancels and waits for them.
+	b.Close()
+	if _, err := o.ReadAt(buf, 19*ChunkSize); err == nil {
+		t.Error("read after Close succeeded")
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := runtime.NumGoroutine(); n > before {
+		stacks := make([]byte, 1<<20)
+		stacks = stacks[:runtime.Stack(stacks, true)]
+		t.Errorf("%d goroutines after Close, %d before:\n%s", n, before, stacks)
+	}
+}
+
+func testList(t *testing.T, srv *s3test.Server) {
+	e := newEnv(t, srv, Options{})
+	for _, k := range []string{"p/a.bin", "p/dir/b.bin", "p/.hidden/x", "p/dir/.y", "p/dir/", "pq/no", "other/c", "p/z"} {
+		srv.Put(testBucket, e.prefix+"/"+k, []byte(k))
+	}
+	b := e.b
+	b2, err := Open(context.Background(), e.srv.URL(testBucket, e.prefix+"/p/"), Options{CacheDir: t.TempDir(), Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b2.Close()
+	if got, want := b2.String(), "s3://test/"+e.prefix+"/p"; got != want {
+		t.Errorf("String() = %q, want %q", got, want)
+	}
+	for _, tt := range []struct {
+		b    *Bucket
+		want []string
+	}{
+		{b2, []string{"a.bin", "dir/b.bin", "z"}},
+		{b, []string{"other/c", "p/a.bin", "p/dir/b.bin", "p/z", "pq/no"}},
+	} {
+		fis, err := tt.b.List(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, fi := range fis {
+			got = append(got, fi.Name())
+			if fi.Mode() != 0o444 || fi.IsDir() || fi.ModTime().IsZero() {
+				t.Errorf("%s: mode %v, dir %v, mtime %v", fi.Name(), fi.Mode(), fi.IsDir(), fi.ModTime())
+			}
+		}
+		if strings.Join(got, " ") != strings.Join(tt.want, " ") {
+			t.Errorf("%s: List = %q, want %q", tt.b, got, tt.want)
+		}
+	}
+	o, err := b2.Open(context.Background(), "dir/b.bin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := readAll(t, o, 100); string(got) != "p/dir/b.bin" {
+		t.Errorf("read %q", got)
+	}
+}
+
+func testOpenMissing(t *testing.T, srv *s3test.Server) {
+	e := newEnv(t, srv, Options{})
+	_, err := e.b.Open(context.Background(), "nothing")
+	if !errors.Is(err, fs.ErrNotExist) || !strings.Contains(err.Error(), e.url("nothing")) {
+		t.Errorf("Open of a missing object: %v, want ErrNotExist naming it", err)
+	}
+}
+
+// TestOutage stops the server under an open object, then restarts it.
+func TestOutage(t *testing.T) {
+	srv := s3test.Start(t)
+	anonymous(t, srv)
+	srv.CreateBucket(testBucket)
+	r := rng(t)
+	e := newEnv(t, srv, Options{})
+	data := randomBytes(r, 3*ChunkSize)
+	o := e.put(t, "obj", data)
+	srv.Stop()
+	buf := make([]byte, 1000)
+	start := time.Now()
+	n, err := o.ReadAt(buf, 2*ChunkSize)
+	took := time.Since(start)
+	t.Logf("read with the server down: %v after %v", err, took)
+	if err == nil || n != 0 || took > 15*time.Second || !strings.Contains(err.Error(), e.url("obj")) {
+		t.Fatalf("read with the server down: %d, %v after %v; want an error naming the object within 15 s", n, err, took)
+	}
+	if s := e.b.Stats(); s.Retries != Attempts-1 || s.Errors == 0 {
+		t.Errorf("%d retries, %d errors; want %d and some", s.Retries, s.Errors, Attempts-1)
+	}
+	srv.Restart()
+	n, err = o.ReadAt(buf, 2*ChunkSize)
+	if err != nil || !bytes.Equal(buf[:n], data[2*ChunkSize:2*ChunkSize+len(buf)]) {
+		t.Fatalf("read after restart: %d, %v", n, err)
+	}
+}
