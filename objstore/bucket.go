@@ -32,7 +32,8 @@ const (
 
 // Options configure a Bucket.
 type Options struct {
-	// CacheDir is the directory of the chunk cache; required. Buckets of
+	// CacheDir is the directory of the chunk cache, which Bucket.Open
+	// needs; a Bucket without one serves Get, Put and Delete only. Buckets of
 	// one process should not share it: each bounds only what it knows.
 	CacheDir string
 	// CacheBytes bounds the size of the chunk files; 0 means
@@ -72,9 +73,6 @@ func Open(ctx context.Context, url string, opt Options) (*Bucket, error) {
 	if err != nil {
 		return nil, err
 	}
-	if opt.CacheDir == "" {
-		return nil, fmt.Errorf("%s: objstore.Options.CacheDir is required", url)
-	}
 	if opt.CacheBytes <= 0 {
 		opt.CacheBytes = DefaultCacheBytes
 	}
@@ -89,9 +87,10 @@ func Open(ctx context.Context, url string, opt Options) (*Bucket, error) {
 	if err != nil {
 		return nil, err
 	}
-	b.cache, err = openCache(opt.CacheDir, opt.CacheBytes, &b.stats, b.log)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", url, err)
+	if opt.CacheDir != "" {
+		if b.cache, err = openCache(opt.CacheDir, opt.CacheBytes, &b.stats, b.log); err != nil {
+			return nil, fmt.Errorf("%s: %w", url, err)
+		}
 	}
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	return b, nil
@@ -185,6 +184,9 @@ func (b *Bucket) Open(ctx context.Context, name string) (*Object, error) {
 	if !fs.ValidPath(name) || name == "." {
 		return nil, fmt.Errorf("%s: %w", b.url(b.prefix+name), fs.ErrInvalid)
 	}
+	if b.cache == nil {
+		return nil, fmt.Errorf("%s: opened without a chunk cache (objstore.Options.CacheDir), so its objects cannot be read piecewise", b.url(b.prefix+name))
+	}
 	key := b.prefix + name
 	ctx, cancel := b.scope(ctx)
 	defer cancel()
@@ -213,10 +215,11 @@ func (b *Bucket) Open(ctx context.Context, name string) (*Object, error) {
 // Stats returns the Bucket's counts so far.
 func (b *Bucket) Stats() Stats {
 	s := &b.stats
-	return Stats{
+	st := Stats{
 		Requests:       s.requests.Load(),
 		Gets:           s.gets.Load(),
 		BytesFetched:   s.bytesFetched.Load(),
+		BytesPut:       s.bytesPut.Load(),
 		Retries:        s.retries.Load(),
 		Errors:         s.errors.Load(),
 		CacheHitBytes:  s.hit.Load(),
@@ -226,8 +229,11 @@ func (b *Bucket) Stats() Stats {
 		PrefetchUnused: s.prefetchUnused.Load(),
 		CorruptChunks:  s.corrupt.Load(),
 		Evictions:      s.evictions.Load(),
-		CachedBytes:    b.cache.bytes(),
 	}
+	if b.cache != nil {
+		st.CachedBytes = b.cache.bytes()
+	}
+	return st
 }
 
 // Close cancels every request of the Bucket, waits for its background

@@ -7,6 +7,7 @@ type Stats struct {
 	Requests       int64 `json:"requests"`         // HTTP requests sent, every attempt of HEAD, LIST and GET
 	Gets           int64 `json:"gets"`             // GET attempts among them
 	BytesFetched   int64 `json:"bytes_fetched"`    // object bytes received by GETs
+	BytesPut       int64 `json:"bytes_put"`        // object bytes sent by PUTs (a shared cache's blocks)
 	Retries        int64 `json:"retries"`          // attempts after a failed one
 	Errors         int64 `json:"errors"`           // requests that failed for good, after their retries
 	CacheHitBytes  int64 `json:"cache_hit_bytes"`  // bytes read served from chunk files
@@ -24,6 +25,7 @@ type Stats struct {
 // counters are the live counts behind Stats.
 type counters struct {
 	requests, gets, bytesFetched, retries, errors atomic.Int64
+	bytesPut                                      atomic.Int64
 	hit, miss, waits, prefetched, prefetchUnused  atomic.Int64
 	corrupt, evictions                            atomic.Int64
 }

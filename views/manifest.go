@@ -38,7 +38,7 @@ func buildManifest(s *Set, name string) (Built, error) {
 	if opt.NoHash, err = s.boolOption(name, "no-hash"); err != nil {
 		return Built{}, err
 	}
-	if s.Opt.DiskCache != nil {
+	if s.Opt.DiskCache != nil && s.Opt.DiskCache.Dir() != "" { // a shared cache without a directory keeps no digests
 		c, err := inventory.OpenCache(ManifestCacheDir(s.Opt.DiskCache.Dir()))
 		if err != nil {
 			return Built{}, err

@@ -18,12 +18,10 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/dsfs/dsfs/blockcache"
 	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/codecs"
-	"github.com/dsfs/dsfs/sourcefile"
 	"github.com/dsfs/dsfs/vfile"
 	"github.com/dsfs/dsfs/views"
 	"golang.org/x/sys/unix"
@@ -156,13 +154,14 @@ func exportIdentity(view string, opt views.Options, cat *checkpoint.Catalog) (st
 		racy = racy || !st.Proven(taken)
 	}
 	for _, f := range cat.Files {
-		fi, err := os.Stat(f.Path)
+		sf, err := cat.OpenFile(f.Path)
 		if err != nil {
 			return "", err
 		}
-		st := sourcefile.StampOf(fi)
+		st, taken := sf.Stamp()
+		sf.Close()
 		fmt.Fprintf(h, "file %q %+v\n", f.Name, st)
-		racy = racy || !st.Proven(time.Now())
+		racy = racy || !st.Proven(taken)
 	}
 	if racy {
 		fmt.Fprintf(h, "racy %x\n", rand.Uint64())

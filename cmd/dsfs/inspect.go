@@ -38,20 +38,31 @@ func addInventoryFlags(fs interface {
 	}
 }
 
-// open opens the checkpoint at dir and its inventory.
-func (f inventoryFlags) open(dir string) (*inventory.Inventory, error) {
-	cat, err := checkpoint.Open(dir)
+// open opens the checkpoint at dir (a directory or s3://BUCKET/PREFIX)
+// and its inventory; done closes them.
+func (f inventoryFlags) open(dir string) (inv *inventory.Inventory, done func(), err error) {
+	var chunkDir string
+	if *f.cacheDir != "" {
+		chunkDir = chunkDirIn(*f.cacheDir)
+	}
+	cat, bucket, err := openCatalog(dir, chunkDir, 0)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
+	}
+	done = func() {
+		cat.Close()
+		if bucket != nil {
+			bucket.Close()
+		}
 	}
 	opt := inventory.Options{TP: *f.tp, NoHash: *f.noHash}
 	if *f.cacheDir != "" {
 		if opt.Cache, err = inventory.OpenCache(views.ManifestCacheDir(*f.cacheDir)); err != nil {
-			cat.Close()
-			return nil, err
+			done()
+			return nil, nil, err
 		}
 	}
-	return inventory.New(cat, opt), nil
+	return inventory.New(cat, opt), done, nil
 }
 
 // interruptible returns a context that SIGINT and SIGTERM cancel.
@@ -69,11 +80,11 @@ func runInspect(args []string) error {
 	if err != nil {
 		return err
 	}
-	inv, err := inf.open(pos[0])
+	inv, done, err := inf.open(pos[0])
 	if err != nil {
 		return err
 	}
-	defer inv.Catalog().Close()
+	defer done()
 	var shards []string
 	if *shard != "" {
 		shards = []string{*shard}
@@ -252,11 +263,11 @@ func recordsOf(ctx context.Context, path string, inf inventoryFlags) ([]inventor
 		}
 		return m.Tensors, nil
 	}
-	inv, err := inf.open(path)
+	inv, done, err := inf.open(path)
 	if err != nil {
 		return nil, err
 	}
-	defer inv.Catalog().Close()
+	defer done()
 	for _, p := range inv.Catalog().Problems {
 		fmt.Fprintf(os.Stderr, "%s: %s\n", path, p)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/hfcache"
 	"github.com/dsfs/dsfs/internal/sdnotify"
+	"github.com/dsfs/dsfs/objstore"
 	"github.com/dsfs/dsfs/vfile"
 	"github.com/dsfs/dsfs/vfs"
 	"github.com/dsfs/dsfs/views"
@@ -26,12 +27,17 @@ import (
 // source is an opened checkpoint with its views.
 type source struct {
 	cat      *checkpoint.Catalog
+	bucket   *objstore.Bucket // where cat's files are, if not on a local disk
 	set      *views.Set
 	problems *problemReport
 }
 
 // openSource opens the checkpoint at dir, logs the problems found (one
 // line per file and reason) and builds the views.
+//
+// dir may be s3://BUCKET/PREFIX: the objects' chunks are then cached in
+// opt.DiskCache's local directory (chunkDirIn), under its cap, or in the
+// user's cache directory.
 //
 // A Hugging Face hub cache folder (models--ORG--NAME) stands for its
 // snapshot of opt.Revision (a ref or commit, default main), and q2/ then
@@ -52,24 +58,36 @@ func openSource(dir string, opt views.Options) (*source, error) {
 	// 20 MB for 15% more time, the default 100 costs 70 MB
 	// (bench/mount-release.sh).
 	defer debug.SetGCPercent(debug.SetGCPercent(60))
-	cat, err := checkpoint.Open(dir)
+	var chunkDir string
+	var chunkBytes int64
+	if opt.DiskCache != nil && opt.DiskCache.Dir() != "" {
+		chunkDir, chunkBytes = chunkDirIn(opt.DiskCache.Dir()), opt.DiskCache.Stats().Cap
+	}
+	cat, bucket, err := openCatalog(dir, chunkDir, chunkBytes)
 	if err != nil {
 		return nil, err
 	}
-	problems := newProblemReport(cat.Problems)
-	problems.log()
+	src := &source{cat: cat, bucket: bucket}
+	src.problems = newProblemReport(cat.Problems)
+	src.problems.log()
 	opt.GPU = gpu
-	set, err := views.Build(cat, opt)
-	if err != nil {
-		cat.Close()
+	if src.set, err = views.Build(cat, opt); err != nil {
+		src.closeCatalog()
 		return nil, err
 	}
-	return &source{cat: cat, set: set, problems: problems}, nil
+	return src, nil
 }
 
 func (s *source) Close() {
 	s.set.Close()
+	s.closeCatalog()
+}
+
+func (s *source) closeCatalog() {
 	s.cat.Close()
+	if s.bucket != nil {
+		s.bucket.Close()
+	}
 }
 
 func splitList(s string) []string {
@@ -134,7 +152,7 @@ func runMount(args []string) (err error) {
 	}
 	defer removePID()
 	stop.atExit(removePID)
-	srcDir, err := filepath.Abs(pos[0])
+	srcDir, err := sourceArg(pos[0])
 	if err != nil {
 		return err
 	}
@@ -194,6 +212,12 @@ func runMount(args []string) (err error) {
 				}
 				if opt.DiskCache != nil {
 					st["disk_cache"] = opt.DiskCache.Stats()
+				}
+				if src.bucket != nil {
+					st["object_store"] = src.bucket.Stats()
+				}
+				if qf.cacheBucket != nil {
+					st["cache_object_store"] = qf.cacheBucket.Stats()
 				}
 				return st
 			},

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/dsfs/dsfs/objstore"
 )
 
 // fuseOptions are the -o options of dsfs mount, as users of FUSE file
@@ -95,7 +97,7 @@ func mountHelperArgs(argv []string) ([]string, bool) {
 		if slices.ContainsFunc(commands, func(c command) bool { return c.name == args[0] }) {
 			return nil, false
 		}
-		if fi, err := os.Stat(args[0]); err != nil || !fi.IsDir() {
+		if fi, err := os.Stat(args[0]); !objstore.IsURL(args[0]) && (err != nil || !fi.IsDir()) {
 			return nil, false
 		}
 	}

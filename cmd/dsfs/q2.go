@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dsfs/dsfs/diskcache"
+	"github.com/dsfs/dsfs/objstore"
 	"github.com/dsfs/dsfs/q2"
 	"github.com/dsfs/dsfs/q2check"
 	"github.com/dsfs/dsfs/vfile"
@@ -18,25 +19,45 @@ import (
 
 // q2Flags are the flags of the commands that serve or read q2/.
 type q2Flags struct {
-	cacheDir string
-	cacheGB  float64
-	revision string
+	cacheDir, cacheDirLocal string
+	cacheGB                 float64
+	revision                string
+
+	cacheBucket *objstore.Bucket // the bucket of --cache-dir s3://..., for its stats
 }
 
-// addQ2Flags registers --cache-dir, --cache-dir-gb and --revision.
+// addQ2Flags registers --cache-dir, --cache-dir-local, --cache-dir-gb and
+// --revision.
 func addQ2Flags(fs *flag.FlagSet) *q2Flags {
 	f := &q2Flags{}
-	fs.StringVar(&f.cacheDir, "cache-dir", "", "keep computed q2/ blocks and manifest/ digests in this directory across mounts (may be shared by several mounts or hosts)")
-	fs.Float64Var(&f.cacheGB, "cache-dir-gb", 200, "cap of --cache-dir in GiB; least recently used blocks are removed past it (0: no cap)")
+	fs.StringVar(&f.cacheDir, "cache-dir", "", "keep computed q2/ blocks and manifest/ digests in this directory across mounts (may be shared by several mounts or hosts), or in a bucket, s3://BUCKET/PREFIX, that a fleet shares")
+	fs.StringVar(&f.cacheDirLocal, "cache-dir-local", "", "with --cache-dir s3://...: a local directory in front of the bucket (blocks, digests, and the chunks of a checkpoint read from a bucket)")
+	fs.Float64Var(&f.cacheGB, "cache-dir-gb", 200, "cap of the local cache directory in GiB; least recently used blocks are removed past it (0: no cap)")
 	fs.StringVar(&f.revision, "revision", "", "source revision q2/ records (default: the Hugging Face snapshot name, else unknown)")
 	return f
 }
 
-// apply sets the q2/ fields of opt, opening the disk cache.
+// apply sets the q2/ fields of opt, opening the disk cache: a directory,
+// or a bucket with --cache-dir-local in front of it.
 func (f *q2Flags) apply(opt *views.Options) error {
 	opt.Revision = f.revision
-	if f.cacheDir != "" {
-		c, err := diskcache.Open(f.cacheDir, int64(f.cacheGB*(1<<30)), nil)
+	capBytes := int64(f.cacheGB * (1 << 30))
+	switch {
+	case objstore.IsURL(f.cacheDir):
+		b, err := objstore.Open(context.Background(), f.cacheDir, objstore.Options{})
+		if err != nil {
+			return err
+		}
+		c, err := diskcache.OpenShared(b, f.cacheDirLocal, capBytes, nil)
+		if err != nil {
+			b.Close()
+			return err
+		}
+		opt.DiskCache, f.cacheBucket = c, b
+	case f.cacheDirLocal != "":
+		return usagef("--cache-dir-local goes with --cache-dir s3://BUCKET/PREFIX; for a local cache give --cache-dir alone")
+	case f.cacheDir != "":
+		c, err := diskcache.Open(f.cacheDir, capBytes, nil)
 		if err != nil {
 			return err
 		}
