@@ -85,6 +85,36 @@ if ((profile)); then
 fi
 status=0
 "$bin/fusebench" "${args[@]}" || status=$?
+
+# The object-store row: v41-bench in a SeaweedFS bucket on loopback,
+# nvfp4/'s first shard read once through a mount of the bucket against a
+# plain GET of the source shard by the same client, in the same run.
+if [[ -x ${DSFS_WEED:-$HOME/.cache/dsfs/weed} ]]; then
+	echo "run.sh: object store (SeaweedFS on loopback)" >&2
+	DSFS_BENCH_SRC=$work/v41-bench go test -run '^$' -bench 'BenchmarkS3FirstRead$' -benchtime 1x \
+		-count "$passes" ./integration 2>/dev/null | tee "$work/s3.txt" | grep '^BenchmarkS3FirstRead' >&2 || true
+	awk '/^BenchmarkS3FirstRead/ {
+			for (i = 3; i < NF; i += 2) { k = $(i + 1); v[k, ++n[k]] = $i }
+		}
+		function median(k,   m, a, i, j, x) {
+			m = n[k]
+			for (i = 1; i <= m; i++) {
+				x = v[k, i]
+				for (j = i - 1; j >= 1 && a[j] > x; j--) a[j + 1] = a[j]
+				a[j + 1] = x
+			}
+			return m % 2 ? a[(m + 1) / 2] : (a[m / 2] + a[m / 2 + 1]) / 2
+		}
+		END {
+			if (!n["ratio"]) { print "object store: not measured (see " FILENAME ")"; exit 2 }
+			r = median("ratio")
+			printf "object store: nvfp4/ first read from S3 %.0f MB/s, plain GET %.0f MB/s: %.2f (target >= 0.80: %s); fetched %.2f bytes per byte read\n",
+				median("mount-MB/s"), median("get-MB/s"), r, (r >= 0.8 ? "PASS" : "FAIL"), median("fetched/read")
+			exit (r >= 0.8 ? 0 : 1)
+		}' "$work/s3.txt" || { s=$?; ((s > status)) && status=$s; }
+else
+	echo "object store: not measured (no SeaweedFS binary; .ci/run builds it into ~/.cache/dsfs/weed)"
+fi
 if ((profile)); then
 	echo "profiles of every dsfs mount: $work/profiles, e.g." \
 		"go tool pprof -top $bin/dsfs $work/profiles/read-1.cpu.pprof;" \

@@ -63,7 +63,7 @@ func mmapSHA256(path string) int {
 	return 0
 }
 
-func needMount(t *testing.T) {
+func needMount(t testing.TB) {
 	t.Helper()
 	if skip != "" {
 		t.Skip(skip)
@@ -84,7 +84,7 @@ type proc struct {
 	exited error
 }
 
-func startProc(t *testing.T, cmd *exec.Cmd) *proc {
+func startProc(t testing.TB, cmd *exec.Cmd) *proc {
 	t.Helper()
 	p := &proc{cmd: cmd, log: newLogFile(t), done: make(chan struct{})}
 	if cmd.Stdout == nil {
@@ -107,7 +107,7 @@ func startProc(t *testing.T, cmd *exec.Cmd) *proc {
 
 // waitReady waits until dir/.dsfs/stats.json can be read, or the process
 // exits.
-func (p *proc) waitReady(t *testing.T, dir string) {
+func (p *proc) waitReady(t testing.TB, dir string) {
 	t.Helper()
 	p.waitReadyAs(t, dir, nil)
 }
@@ -115,7 +115,7 @@ func (p *proc) waitReady(t *testing.T, dir string) {
 // waitReadyAs is waitReady for a mount that only another user may look
 // into: as is the command prefix that runs as that user (from nobody),
 // nil for this process's user.
-func (p *proc) waitReadyAs(t *testing.T, dir string, as []string) {
+func (p *proc) waitReadyAs(t testing.TB, dir string, as []string) {
 	t.Helper()
 	stats := filepath.Join(dir, ".dsfs", "stats.json")
 	ready := func() bool {
@@ -156,7 +156,7 @@ func (p *proc) waitExit(t *testing.T, d time.Duration, what string) {
 // the answer arrives (a pipe would be copied by a goroutine, later).
 type logFile struct{ f *os.File }
 
-func newLogFile(t *testing.T) *logFile {
+func newLogFile(t testing.TB) *logFile {
 	t.Helper()
 	f, err := os.Create(filepath.Join(t.TempDir(), "log"))
 	if err != nil {
@@ -184,7 +184,7 @@ func (l *logFile) linesWith(s string) []string {
 
 // startMount mounts src with `dsfs mount` and waits until .dsfs/stats.json
 // can be read; the mount is undone when the test ends.
-func startMount(t *testing.T, src string, args ...string) *mount {
+func startMount(t testing.TB, src string, args ...string) *mount {
 	t.Helper()
 	needMount(t)
 	m := &mount{dir: t.TempDir()}
@@ -196,7 +196,7 @@ func startMount(t *testing.T, src string, args ...string) *mount {
 
 // stop unmounts with SIGTERM, as a service manager would, and checks that
 // the process exits cleanly.
-func (m *mount) stop(t *testing.T) {
+func (m *mount) stop(t testing.TB) {
 	select {
 	case <-m.done:
 		return

@@ -49,7 +49,7 @@ func s3Source(t *testing.T) (*s3test.Server, string) {
 }
 
 // objectStats reads the object_store section of a mount's stats.json.
-func objectStats(t *testing.T, m *mount) map[string]int64 {
+func objectStats(t testing.TB, m *mount) map[string]int64 {
 	t.Helper()
 	b, err := os.ReadFile(m.path(".dsfs", "stats.json"))
 	if err != nil {

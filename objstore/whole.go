@@ -18,14 +18,14 @@ import (
 // caller checks what it gets.
 
 // Get returns the bytes of the object name (relative to the prefix), at
-// most max+1 of them: a longer object is cut there, so that a caller that
+// most limit+1 of them: a longer object is cut there, so that a caller that
 // knows how long the object should be never reads a foreign one whole. A
 // missing object gives an error wrapping fs.ErrNotExist.
-func (b *Bucket) Get(ctx context.Context, name string, max int64) ([]byte, error) {
+func (b *Bucket) Get(ctx context.Context, name string, limit int64) ([]byte, error) {
 	key := b.prefix + name
 	ctx, cancel := b.scope(ctx)
 	defer cancel()
-	rng := fmt.Sprintf("bytes=0-%d", max)
+	rng := fmt.Sprintf("bytes=0-%d", limit)
 	what := "GET " + b.url(key)
 	var data []byte
 	err := b.retry(ctx, what, func(ctx context.Context) error {
@@ -37,8 +37,16 @@ func (b *Bucket) Get(ctx context.Context, name string, max int64) ([]byte, error
 			return err
 		}
 		defer out.Body.Close()
-		buf, err := io.ReadAll(io.LimitReader(out.Body, max+1))
-		if err != nil {
+		body := io.LimitReader(out.Body, limit+1)
+		var buf []byte
+		if n := aws.ToInt64(out.ContentLength); n >= 0 && out.ContentLength != nil {
+			// The answer's length sizes the buffer once; ReadAll's
+			// doubling would copy a large object several times.
+			buf = make([]byte, min(n, limit+1))
+			if _, err := io.ReadFull(body, buf); err != nil {
+				return err // cut short: retried
+			}
+		} else if buf, err = io.ReadAll(body); err != nil {
 			return err
 		}
 		b.stats.bytesFetched.Add(int64(len(buf)))
