@@ -18,7 +18,7 @@
 // shorter), each kept in its own file under Options.CacheDir, named by the
 // SHA-256 of bucket, key, ETag and chunk index, so a cached chunk belongs
 // to exactly one version and a new version never finds an old one's bytes.
-// Files are written to a temporary name and renamed, and carry a SHA-256
+// Files are written to a temporary name and renamed, and carry a CRC-32C
 // per 64 KiB block in a header that each read checks for the blocks it
 // serves: a damaged file is deleted and its chunk fetched again, never
 // served. The files' total size is bounded by Options.CacheBytes, the
