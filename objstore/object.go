@@ -237,7 +237,7 @@ func (o *Object) readAhead(off, end int64) {
 		case o.window == 0:
 			o.window = ChunkSize
 		case c > o.lastChunk:
-			o.window = min(2*o.window, MaxWindow)
+			o.window = min(2*o.window, o.b.maxWindow)
 		}
 	} else {
 		o.window, o.ahead = 0, 0

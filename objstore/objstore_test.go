@@ -152,6 +152,7 @@ func TestObjstore(t *testing.T) {
 		{"CacheBound", testCacheBound},
 		{"Prefetch", testPrefetch},
 		{"CloseLeavesNoGoroutines", testCloseLeavesNoGoroutines},
+		{"SharedGet", testSharedGet},
 		{"List", testList},
 		{"OpenMissing", testOpenMissing},
 	} {
@@ -409,6 +410,38 @@ func testCloseLeavesNoGoroutines(t *testing.T, srv *s3test.Server) {
 		stacks := make([]byte, 1<<20)
 		stacks = stacks[:runtime.Stack(stacks, true)]
 		t.Errorf("%d goroutines after Close, %d before:\n%s", n, before, stacks)
+	}
+}
+
+// testSharedGet has readers of one chunk that is not cached share one GET.
+func testSharedGet(t *testing.T, srv *s3test.Server) {
+	r := rng(t)
+	e := newEnv(t, srv, Options{})
+	data := randomBytes(r, ChunkSize/2) // one chunk: nothing to fetch ahead
+	o := e.put(t, "obj", data)
+	const readers = 8
+	errs := make(chan error, readers)
+	start := make(chan struct{})
+	for i := range readers {
+		go func() {
+			<-start
+			off := int64(i) * 4096
+			buf := make([]byte, 1000)
+			n, err := o.ReadAt(buf, off)
+			if err == nil && !bytes.Equal(buf[:n], data[off:off+1000]) {
+				err = errors.New("bytes differ")
+			}
+			errs <- err
+		}()
+	}
+	close(start)
+	for range readers {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s := e.b.Stats(); s.Gets != 1 {
+		t.Errorf("%d readers of one chunk sent %d GETs, want 1", readers, s.Gets)
 	}
 }
 
