@@ -397,8 +397,35 @@ func testCloseLeavesNoGoroutines(t *testing.T, srv *s3test.Server) {
 			t.Fatal(err)
 		}
 	}
-	// Prefetches are in flight now; Close cancels and waits for them.
+	// Prefetches are in flight now, and readers read on: Close cancels
+	// the GETs of both and waits for the prefetches.
+	done := make(chan error, 2)
+	for i := range 2 {
+		go func() {
+			buf := make([]byte, 1<<20)
+			for off := int64(4+8*i) * ChunkSize; off < 20*ChunkSize; off += int64(len(buf)) {
+				if _, err := o.ReadAt(buf, off); err != nil {
+					done <- err
+					return
+				}
+			}
+			done <- nil
+		}()
+	}
+	time.Sleep(10 * time.Millisecond)
+	start := time.Now()
 	b.Close()
+	for range 2 {
+		select {
+		case err := <-done:
+			t.Logf("reader ended with %v", err)
+		case <-time.After(10 * time.Second):
+			t.Fatal("a reader still runs 10 s after Close")
+		}
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("Close and the readers' end took %v", took)
+	}
 	if _, err := o.ReadAt(buf, 19*ChunkSize); err == nil {
 		t.Error("read after Close succeeded")
 	}
