@@ -67,8 +67,8 @@ func Start(t testing.TB) *Server {
 	t.Helper()
 	bin := Binary()
 	if _, err := os.Stat(bin); err != nil {
-		t.Skipf("s3test: no SeaweedFS binary at %s (set $DSFS_WEED, or build it: "+
-			"go build -o %s github.com/seaweedfs/seaweedfs/weed)", bin, bin)
+		t.Skipf("s3test: no SeaweedFS binary at %s (set $DSFS_WEED to one, or build it: "+
+			"GOBIN=%s go install github.com/seaweedfs/seaweedfs/weed@latest)", bin, filepath.Dir(bin))
 	}
 	root := t.TempDir()
 	s := &Server{
