@@ -56,6 +56,7 @@ type Bucket struct {
 	stats          counters
 	flight         singleflight.Group
 	sem            chan struct{} // one token per prefetch GET in flight
+	maxWindow      int64         // MaxWindow, or less for a small cache
 
 	ctx    context.Context // ends at Close, and with it every request
 	cancel context.CancelFunc
@@ -83,6 +84,9 @@ func Open(ctx context.Context, url string, opt Options) (*Bucket, error) {
 		opt.Logger = slog.Default()
 	}
 	b := &Bucket{bucket: bucket, prefix: prefix, log: opt.Logger, sem: make(chan struct{}, opt.Prefetches)}
+	// Chunks fetched ahead must not push each other out of the cache
+	// before they are read: a window of a quarter of it at most.
+	b.maxWindow = max(ChunkSize, min(MaxWindow, opt.CacheBytes/4/ChunkSize*ChunkSize))
 	b.client, b.transport, err = newClient(ctx, url, b.log)
 	if err != nil {
 		return nil, err

@@ -2,10 +2,10 @@ package objstore
 
 import (
 	"container/list"
-	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -17,16 +17,23 @@ import (
 )
 
 // Chunk file layout: magic, the data's length (little-endian uint64), a
-// SHA-256 per block of the data, then the data. Per-block digests let a
-// read of 128 KiB check 128 KiB, not the whole chunk.
+// CRC-32C per block of the data, then the data. Per-block sums let a
+// read of 128 KiB check 128 KiB, not the whole chunk. CRC-32C, not a
+// cryptographic digest, because the damage to catch is accidental (a
+// torn write, a flipped bit, a truncated file) and it runs at memory
+// speed: with SHA-256, a cold sequential read of 256 MiB ran at 140-200
+// MB/s on a 2-core machine, with CRC-32C at 270-300.
 const (
-	chunkMagic = "dsfsobj1"
+	chunkMagic = "dsfsobj2"
 	blockSize  = 64 << 10
+	sumSize    = 4
 	tmpPrefix  = ".tmp-"
 )
 
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
 func headerLen(dataLen int64) int64 {
-	return 16 + sha256.Size*((dataLen+blockSize-1)/blockSize)
+	return 16 + sumSize*((dataLen+blockSize-1)/blockSize)
 }
 
 // errCorrupt is returned by cache reads of a damaged chunk file, which
@@ -214,8 +221,8 @@ func readVerified(f *os.File, off int64, p []byte) error {
 		return nil
 	}
 	first, last := off/blockSize, (off+int64(len(p))-1)/blockSize
-	sums := make([]byte, (last-first+1)*sha256.Size)
-	if _, err := f.ReadAt(sums, 16+first*sha256.Size); err != nil {
+	sums := make([]byte, (last-first+1)*sumSize)
+	if _, err := f.ReadAt(sums, 16+first*sumSize); err != nil {
 		return fmt.Errorf("%w: %v", errCorrupt, err)
 	}
 	start, end := first*blockSize, min((last+1)*blockSize, n)
@@ -225,7 +232,7 @@ func readVerified(f *os.File, off int64, p []byte) error {
 	}
 	for i := range last - first + 1 {
 		blk := buf[i*blockSize : min((i+1)*blockSize, int64(len(buf)))]
-		if sum := sha256.Sum256(blk); string(sum[:]) != string(sums[i*sha256.Size:(i+1)*sha256.Size]) {
+		if crc32.Checksum(blk, castagnoli) != binary.LittleEndian.Uint32(sums[i*sumSize:]) {
 			return fmt.Errorf("%w: block %d fails its digest", errCorrupt, first+i)
 		}
 	}
@@ -247,8 +254,8 @@ func (c *cache) write(name string, data []byte, prefetched bool) error {
 	copy(buf, chunkMagic)
 	binary.LittleEndian.PutUint64(buf[8:], uint64(n))
 	for i := int64(0); i*blockSize < n; i++ {
-		sum := sha256.Sum256(data[i*blockSize : min((i+1)*blockSize, n)])
-		copy(buf[16+i*sha256.Size:], sum[:])
+		sum := crc32.Checksum(data[i*blockSize:min((i+1)*blockSize, n)], castagnoli)
+		binary.LittleEndian.PutUint32(buf[16+i*sumSize:], sum)
 	}
 	f, err := os.CreateTemp(filepath.Dir(path), tmpPrefix)
 	if err != nil {

@@ -18,7 +18,7 @@
 // shorter), each kept in its own file under Options.CacheDir, named by the
 // SHA-256 of bucket, key, ETag and chunk index, so a cached chunk belongs
 // to exactly one version and a new version never finds an old one's bytes.
-// Files are written to a temporary name and renamed, and carry a SHA-256
+// Files are written to a temporary name and renamed, and carry a CRC-32C
 // per 64 KiB block in a header that each read checks for the blocks it
 // serves: a damaged file is deleted and its chunk fetched again, never
 // served. The files' total size is bounded by Options.CacheBytes, the
@@ -31,9 +31,9 @@
 // Each Object watches its reads. A read that starts where the last one
 // ended, or in the chunk after it, is sequential: it sets a read-ahead
 // window of one chunk, doubled at every later sequential read that moves
-// into a new chunk, up to MaxWindow, and the chunks of the window that are
-// not cached are fetched in the background, at most Options.Prefetches
-// GETs at once per Bucket. A read elsewhere resets the window. Readers
+// into a new chunk, up to MaxWindow (or a quarter of CacheBytes, if
+// less), and the chunks of the window that are not cached are fetched in
+// the background, at most Options.Prefetches GETs at once per Bucket. A read elsewhere resets the window. Readers
 // never wait for a prefetch unless it fetches the chunk they need; their
 // own GETs do not queue behind prefetches.
 //

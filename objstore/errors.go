@@ -17,13 +17,14 @@ type ChangedError struct {
 	Now string // the ETag now, or "" when the object is gone
 }
 
-// Error names the object and both ETags.
+// Error names the object and both ETags, e.g. `s3://b/k: source object
+// changed since it was opened: ETag "x", now "y"` (or `, gone`).
 func (e *ChangedError) Error() string {
 	now := "gone"
 	if e.Now != "" {
 		now = "now " + e.Now
 	}
-	return e.URL + ": " + sourcefile.ErrChanged.Error() + ": ETag " + e.Was + ", " + now
+	return e.URL + ": source object changed since it was opened: ETag " + e.Was + ", " + now
 }
 
 // Unwrap makes errors.Is(err, sourcefile.ErrChanged) hold.

@@ -146,11 +146,13 @@ func (o *Object) fetch(ci int64, name string, prefetch bool) ([]byte, error) {
 		if err != nil {
 			return nil, err
 		}
-		if prefetch {
-			b.stats.prefetched.Add(int64(len(data)))
-		}
 		if err := b.cache.write(name, data, prefetch); err != nil {
 			b.log.Warn("objstore: cannot cache chunk", "object", o.url, "chunk", ci, "err", err)
+		}
+		// Counted once cached, so that a count seen says the chunk is
+		// there to read.
+		if prefetch {
+			b.stats.prefetched.Add(int64(len(data)))
 		}
 		return data, nil
 	})
@@ -237,7 +239,7 @@ func (o *Object) readAhead(off, end int64) {
 		case o.window == 0:
 			o.window = ChunkSize
 		case c > o.lastChunk:
-			o.window = min(2*o.window, MaxWindow)
+			o.window = min(2*o.window, o.b.maxWindow)
 		}
 	} else {
 		o.window, o.ahead = 0, 0

@@ -152,6 +152,7 @@ func TestObjstore(t *testing.T) {
 		{"CacheBound", testCacheBound},
 		{"Prefetch", testPrefetch},
 		{"CloseLeavesNoGoroutines", testCloseLeavesNoGoroutines},
+		{"SharedGet", testSharedGet},
 		{"List", testList},
 		{"OpenMissing", testOpenMissing},
 	} {
@@ -396,8 +397,35 @@ func testCloseLeavesNoGoroutines(t *testing.T, srv *s3test.Server) {
 			t.Fatal(err)
 		}
 	}
-	// Prefetches are in flight now; Close cancels and waits for them.
+	// Prefetches are in flight now, and readers read on: Close cancels
+	// the GETs of both and waits for the prefetches.
+	done := make(chan error, 2)
+	for i := range 2 {
+		go func() {
+			buf := make([]byte, 1<<20)
+			for off := int64(4+8*i) * ChunkSize; off < 20*ChunkSize; off += int64(len(buf)) {
+				if _, err := o.ReadAt(buf, off); err != nil {
+					done <- err
+					return
+				}
+			}
+			done <- nil
+		}()
+	}
+	time.Sleep(10 * time.Millisecond)
+	start := time.Now()
 	b.Close()
+	for range 2 {
+		select {
+		case err := <-done:
+			t.Logf("reader ended with %v", err)
+		case <-time.After(10 * time.Second):
+			t.Fatal("a reader still runs 10 s after Close")
+		}
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("Close and the readers' end took %v", took)
+	}
 	if _, err := o.ReadAt(buf, 19*ChunkSize); err == nil {
 		t.Error("read after Close succeeded")
 	}
@@ -409,6 +437,38 @@ func testCloseLeavesNoGoroutines(t *testing.T, srv *s3test.Server) {
 		stacks := make([]byte, 1<<20)
 		stacks = stacks[:runtime.Stack(stacks, true)]
 		t.Errorf("%d goroutines after Close, %d before:\n%s", n, before, stacks)
+	}
+}
+
+// testSharedGet has readers of one chunk that is not cached share one GET.
+func testSharedGet(t *testing.T, srv *s3test.Server) {
+	r := rng(t)
+	e := newEnv(t, srv, Options{})
+	data := randomBytes(r, ChunkSize/2) // one chunk: nothing to fetch ahead
+	o := e.put(t, "obj", data)
+	const readers = 8
+	errs := make(chan error, readers)
+	start := make(chan struct{})
+	for i := range readers {
+		go func() {
+			<-start
+			off := int64(i) * 4096
+			buf := make([]byte, 1000)
+			n, err := o.ReadAt(buf, off)
+			if err == nil && !bytes.Equal(buf[:n], data[off:off+1000]) {
+				err = errors.New("bytes differ")
+			}
+			errs <- err
+		}()
+	}
+	close(start)
+	for range readers {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s := e.b.Stats(); s.Gets != 1 {
+		t.Errorf("%d readers of one chunk sent %d GETs, want 1", readers, s.Gets)
 	}
 }
 

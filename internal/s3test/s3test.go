@@ -67,8 +67,8 @@ func Start(t testing.TB) *Server {
 	t.Helper()
 	bin := Binary()
 	if _, err := os.Stat(bin); err != nil {
-		t.Skipf("s3test: no SeaweedFS binary at %s (set $DSFS_WEED, or build it: "+
-			"go build -o %s github.com/seaweedfs/seaweedfs/weed)", bin, bin)
+		t.Skipf("s3test: no SeaweedFS binary at %s (set $DSFS_WEED to one, or build it: "+
+			"GOBIN=%s go install github.com/seaweedfs/seaweedfs/weed@latest)", bin, filepath.Dir(bin))
 	}
 	root := t.TempDir()
 	s := &Server{
@@ -136,6 +136,9 @@ func (s *Server) start() error {
 		// Listeners the tests do not use, some on fixed ports by default.
 		"-s3.port.iceberg=0", "-s3.port.lance=0", "-s3.iam=false",
 		"-master.telemetry=false",
+		// A restarted master waits an election timeout (10 s by default)
+		// before it leads again; one peer needs no patience.
+		"-master.electionTimeout=1s",
 		// Small volumes: the default 30 GB limit is pointless for tests.
 		"-master.volumeSizeLimitMB=1024", "-volume.max=16",
 	}
@@ -219,29 +222,48 @@ func (s *Server) waitReady(exited <-chan struct{}) error {
 	return nil
 }
 
-// probe creates ProbeBucket if needed, writes an object, and reads it.
+// probe reads the probe object, and when it is not there (a fresh
+// server), creates ProbeBucket, writes the object and reads it. A
+// restarted server is only read: a write would wait on the filer's lock
+// ring for many seconds more.
 func (s *Server) probe() error {
-	for _, r := range []struct {
-		method, path string
-		body         []byte
-		ok           []int
-	}{
-		{http.MethodGet, "/", nil, []int{http.StatusOK}},
+	get := request{http.MethodGet, "/" + ProbeBucket + "/probe", nil, []int{http.StatusOK}}
+	code, err := s.try(get)
+	if err == nil || code != http.StatusNotFound {
+		return err
+	}
+	for _, r := range []request{
 		{http.MethodPut, "/" + ProbeBucket, nil, []int{http.StatusOK, http.StatusConflict}},
 		{http.MethodPut, "/" + ProbeBucket + "/probe", []byte("probe"), []int{http.StatusOK}},
-		{http.MethodGet, "/" + ProbeBucket + "/probe", nil, []int{http.StatusOK}},
+		get,
 	} {
-		resp, err := s.do(r.method, r.path, r.body)
-		if err != nil {
+		if _, err := s.try(r); err != nil {
 			return err
-		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if !slices.Contains(r.ok, resp.StatusCode) {
-			return fmt.Errorf("%s %s: %s", r.method, r.path, resp.Status)
 		}
 	}
 	return nil
+}
+
+// request is a probe's request and the statuses that mean success.
+type request struct {
+	method, path string
+	body         []byte
+	ok           []int
+}
+
+// try sends r and returns the status, with an error unless it is one of
+// r.ok.
+func (s *Server) try(r request) (int, error) {
+	resp, err := s.do(r.method, r.path, r.body)
+	if err != nil {
+		return 0, err
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if !slices.Contains(r.ok, resp.StatusCode) {
+		return resp.StatusCode, fmt.Errorf("%s %s: %s", r.method, r.path, resp.Status)
+	}
+	return resp.StatusCode, nil
 }
 
 // Stop kills the server's process group and waits for it. The data
