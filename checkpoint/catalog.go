@@ -437,7 +437,7 @@ func (c *Catalog) walk() (files []File, broken, outside []string, err error) {
 
 func (c *Catalog) readConfig(present, inference bool) {
 	if inference {
-		b, err := c.readJSONFile(InferenceConfigName, maxConfigSize)
+		b, err := c.ReadFile(InferenceConfigName, maxConfigSize)
 		if err != nil {
 			c.problem(InferenceConfigName, "", "unreadable: "+pathErrReason(err))
 		} else {
@@ -447,7 +447,7 @@ func (c *Catalog) readConfig(present, inference bool) {
 	var b []byte
 	if present {
 		var err error
-		if b, err = c.readJSONFile(ConfigName, maxConfigSize); err != nil {
+		if b, err = c.ReadFile(ConfigName, maxConfigSize); err != nil {
 			c.problem(ConfigName, "", "unreadable: "+pathErrReason(err))
 			return
 		}
@@ -472,7 +472,7 @@ func (c *Catalog) readConfig(present, inference bool) {
 // else a lone model.safetensors, else every *.safetensors at the top.
 func (c *Catalog) shardNames(top map[string]bool, files []File) ([]string, *index) {
 	if top[IndexName] {
-		b, err := c.readJSONFile(IndexName, maxIndexSize)
+		b, err := c.ReadFile(IndexName, maxIndexSize)
 		if err != nil {
 			c.problem(IndexName, "", "unreadable: "+pathErrReason(err))
 		} else {

@@ -31,13 +31,15 @@ func (c *Catalog) openShard(name string, parsing *semaphore.Weighted) (_ *Shard,
 	}
 	// Headers in the decoder cost a few times their length: take the
 	// length (the reader checks it) from the budget of headers in flight.
+	// The header is read once and kept: from a bucket, just its bytes are
+	// fetched (ReadOnceAt), not the chunks around them.
 	var n [8]byte
-	if _, err := f.ReadAt(n[:], 0); err == nil {
+	if _, err := f.ReadOnceAt(n[:], 0); err == nil {
 		w := int64(min(binary.LittleEndian.Uint64(n[:]), maxParsing))
 		parsing.Acquire(context.Background(), w)
 		defer parsing.Release(w)
 	}
-	h, err := safetensors.ReadHeaderLimit(f, f.Size(), MaxTensors)
+	h, err := safetensors.ReadHeaderLimit(f.Once(), f.Size(), MaxTensors)
 	if err != nil {
 		return nil, err
 	}

@@ -136,9 +136,13 @@ func (c *Catalog) Stat(p string) (fs.FileInfo, error) {
 // directory.
 func (c *Catalog) Remote() bool { return c.store != nil }
 
-// readJSONFile reads the JSON file name, of at most max bytes; a larger
-// file is refused by its size before reading.
-func (c *Catalog) readJSONFile(name string, max int64) ([]byte, error) {
+// ReadFile reads the catalogued file name (slash-separated, relative to
+// Dir), of at most max bytes, whole: from the store, or in a directory
+// through the symbolic link rule the catalog checked. A larger file is
+// refused by its size before reading. Whoever reads a file of the
+// checkpoint (a tokenizer, a config) reads it here, never by its path,
+// which for a store is no path at all.
+func (c *Catalog) ReadFile(name string, max int64) ([]byte, error) {
 	f, err := c.openFile(name)
 	if err != nil {
 		return nil, err
@@ -147,12 +151,14 @@ func (c *Catalog) readJSONFile(name string, max int64) ([]byte, error) {
 	if f.Size() > max {
 		return nil, fmt.Errorf("%d bytes, larger than the %d-byte limit", f.Size(), max)
 	}
-	b, err := io.ReadAll(io.NewSectionReader(f, 0, max+1))
-	if err != nil {
+	// One read of the size the file had when opened: a file that grew or
+	// shrank since fails it (sourcefile's check), so no limit is passed.
+	b := make([]byte, f.Size())
+	if n, err := f.ReadOnceAt(b, 0); n < len(b) {
+		if err == nil || err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
 		return nil, err
-	}
-	if int64(len(b)) > max {
-		return nil, fmt.Errorf("grew past the %d-byte limit while read", max)
 	}
 	return b, nil
 }

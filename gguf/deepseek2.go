@@ -388,9 +388,9 @@ func checkpointTokenizer(cat *checkpoint.Catalog, pre string, vocab int) ([]KV, 
 		var err error
 		switch f.Name {
 		case "tokenizer.json":
-			tokJSON, err = readBounded(f.Path, maxTokenizerFile)
+			tokJSON, err = cat.ReadFile(f.Name, maxTokenizerFile)
 		case "tokenizer_config.json":
-			tokConfig, err = readBounded(f.Path, maxTokenizerFile)
+			tokConfig, err = cat.ReadFile(f.Name, maxTokenizerFile)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", f.Name, err)

@@ -3,7 +3,6 @@ package gguf
 import (
 	"encoding/json"
 	"fmt"
-	"os"
 	"strings"
 
 	"github.com/dsfs/dsfs/checkpoint"
@@ -21,19 +20,6 @@ const (
 // maxTokenizerFile bounds tokenizer.json and tokenizer_config.json, as the
 // catalog bounds them.
 const maxTokenizerFile = 64 << 20
-
-// readBounded reads a small checkpoint file, refusing one over max bytes
-// by its size before reading it.
-func readBounded(path string, max int64) ([]byte, error) {
-	st, err := os.Stat(path)
-	if err != nil {
-		return nil, err
-	}
-	if st.Size() > max {
-		return nil, fmt.Errorf("%d bytes, more than the %d allowed", st.Size(), max)
-	}
-	return os.ReadFile(path)
-}
 
 // TokenizerKVs is the tokenizer.* metadata of a byte-level BPE tokenizer
 // as convert_hf_to_gguf.py writes it for DeepSeek: model gpt2, the

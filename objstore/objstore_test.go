@@ -155,6 +155,8 @@ func TestObjstore(t *testing.T) {
 		{"SharedGet", testSharedGet},
 		{"List", testList},
 		{"OpenMissing", testOpenMissing},
+		{"ReadOnce", testReadOnce},
+		{"WholeObjects", testWholeObjects},
 	} {
 		t.Run(tt.name, func(t *testing.T) { tt.f(t, srv) })
 	}
@@ -550,5 +552,91 @@ func TestOutage(t *testing.T) {
 	n, err = o.ReadAt(buf, 2*ChunkSize)
 	if err != nil || !bytes.Equal(buf[:n], data[2*ChunkSize:2*ChunkSize+len(buf)]) {
 		t.Fatalf("read after restart: %d, %v", n, err)
+	}
+}
+
+// testReadOnce: bytes read once (a header) cost a GET of just them and
+// leave no chunk behind, unless their chunk is cached, which serves them;
+// a replaced object fails them as it fails ReadAt.
+func testReadOnce(t *testing.T, srv *s3test.Server) {
+	r := rng(t)
+	e := newEnv(t, srv, Options{})
+	data := randomBytes(r, 2*ChunkSize+777)
+	o := e.put(t, "shard", data)
+	for _, rg := range [][2]int64{{0, 8}, {8, 300_000}, {ChunkSize - 5, 10}, {int64(len(data)) - 3, 3}} {
+		before := e.b.Stats()
+		p := make([]byte, rg[1])
+		if n, err := o.ReadOnceAt(p, rg[0]); n != len(p) || err != nil || !bytes.Equal(p, data[rg[0]:rg[0]+rg[1]]) {
+			t.Fatalf("ReadOnceAt(%d bytes at %d) = %d, %v, or other bytes", rg[1], rg[0], n, err)
+		}
+		after := e.b.Stats()
+		if got := after.BytesFetched - before.BytesFetched; got != rg[1] || after.Gets-before.Gets != 1 || after.CachedBytes != 0 {
+			t.Errorf("ReadOnceAt(%d bytes at %d) fetched %d bytes in %d GETs and cached %d", rg[1], rg[0], got, after.Gets-before.Gets, after.CachedBytes)
+		}
+	}
+	p := make([]byte, 10)
+	if n, err := o.ReadOnceAt(p, int64(len(data))-5); n != 5 || err != io.EOF {
+		t.Errorf("ReadOnceAt past the end = %d, %v; want 5, EOF", n, err)
+	}
+	if _, err := o.ReadAt(make([]byte, 1), 0); err != nil { // caches chunk 0
+		t.Fatal(err)
+	}
+	e.b.Close()
+	b2 := e.open(t, Options{CacheDir: e.cache, Logger: quiet, Prefetches: 1})
+	o2, err := b2.Open(context.Background(), "shard")
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := b2.Stats()
+	if n, err := o2.ReadOnceAt(p, 100); n != len(p) || err != nil || !bytes.Equal(p, data[100:110]) {
+		t.Fatalf("ReadOnceAt of a cached chunk = %d, %v, or other bytes", n, err)
+	}
+	if after := b2.Stats(); after.Gets != before.Gets {
+		t.Errorf("ReadOnceAt of a cached chunk sent %d GETs", after.Gets-before.Gets)
+	}
+	o3, err := b2.Open(context.Background(), "shard")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.srv.Put(testBucket, e.prefix+"/shard", randomBytes(r, len(data)+1))
+	b2.cache.drop(o3.chunkName(1)) // else its pinned bytes are served
+	if _, err := o3.ReadOnceAt(p, ChunkSize+10); !errors.Is(err, sourcefile.ErrChanged) {
+		t.Errorf("ReadOnceAt of a replaced object: %v, want ErrChanged", err)
+	}
+}
+
+// testWholeObjects: Put, Get and Delete, as a shared block cache uses
+// them, with Get's limit cutting a longer object.
+func testWholeObjects(t *testing.T, srv *s3test.Server) {
+	r := rng(t)
+	e := newEnv(t, srv, Options{})
+	ctx := context.Background()
+	for _, size := range []int{0, 1, 70_000} {
+		data := randomBytes(r, size)
+		name := "ab/entry" + strconv.Itoa(size)
+		if err := e.b.Put(ctx, name, data); err != nil {
+			t.Fatal(err)
+		}
+		got, err := e.b.Get(ctx, name, int64(size))
+		if err != nil || !bytes.Equal(got, data) {
+			t.Fatalf("Get of %d bytes: %d bytes, %v", size, len(got), err)
+		}
+		if size > 1 {
+			if got, err := e.b.Get(ctx, name, 0); err != nil || len(got) != 1 {
+				t.Errorf("Get with limit 0 of %d bytes: %d bytes, %v; want 1", size, len(got), err)
+			}
+		}
+		if err := e.b.Delete(ctx, name); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.b.Get(ctx, name, int64(size)); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("Get after Delete: %v, want ErrNotExist", err)
+		}
+	}
+	if err := e.b.Delete(ctx, "ab/never"); err != nil {
+		t.Errorf("Delete of a missing object: %v", err)
+	}
+	if st := e.b.Stats(); st.BytesPut != 70_001 {
+		t.Errorf("bytes_put %d, want 70001", st.BytesPut)
 	}
 }

@@ -1,6 +1,7 @@
 package sourcefile
 
 import (
+	"io"
 	"io/fs"
 	"os"
 	"syscall"
@@ -29,6 +30,25 @@ func FromObject(path string, o Object) *File {
 	f.pathChecked.Store(-1)
 	return f
 }
+
+// ReadOnceAt reads like ReadAt bytes the caller reads once and keeps (a
+// header, a config file): an object that can (objstore's) fetches just
+// those bytes instead of the chunks of its cache around them.
+func (f *File) ReadOnceAt(p []byte, off int64) (int, error) {
+	if o, ok := f.obj.(interface {
+		ReadOnceAt(p []byte, off int64) (int, error)
+	}); ok {
+		return o.ReadOnceAt(p, off)
+	}
+	return f.ReadAt(p, off)
+}
+
+// Once is f as an io.ReaderAt that reads with ReadOnceAt.
+func (f *File) Once() io.ReaderAt { return once{f} }
+
+type once struct{ f *File }
+
+func (r once) ReadAt(p []byte, off int64) (int, error) { return r.f.ReadOnceAt(p, off) }
 
 // Local reports whether the file is a local file with a descriptor, whose
 // pages can be spliced and which the kernel can read directly.

@@ -2,7 +2,7 @@ package trace
 
 import (
 	"fmt"
-	"path"
+	"slices"
 
 	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/tokenizer"
@@ -12,25 +12,27 @@ import (
 // token settings of its tokenizer_config.json. It returns nil and no error
 // when the checkpoint has no tokenizer.json.
 func LoadTokenizer(cat *checkpoint.Catalog) (*tokenizer.Tokenizer, error) {
-	var tokPath, cfgPath string
-	for _, f := range cat.Files {
-		switch f.Name {
-		case "tokenizer.json":
-			tokPath = f.Path
-		case "tokenizer_config.json":
-			cfgPath = f.Path
-		}
+	has := func(name string) bool {
+		return slices.ContainsFunc(cat.Files, func(f checkpoint.File) bool { return f.Name == name })
 	}
-	if tokPath == "" {
+	if !has("tokenizer.json") {
 		return nil, nil
 	}
-	tok, err := tokenizer.Load(tokPath)
+	data, err := cat.ReadFile("tokenizer.json", tokenizer.MaxFileSize)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("tokenizer.json: %w", err)
 	}
-	if cfgPath != "" {
-		if err := tok.LoadConfig(cfgPath); err != nil {
-			return nil, fmt.Errorf("%s: %w", path.Base(cfgPath), err)
+	tok, err := tokenizer.Parse(data)
+	if err != nil {
+		return nil, fmt.Errorf("tokenizer.json: %w", err)
+	}
+	if has("tokenizer_config.json") {
+		data, err := cat.ReadFile("tokenizer_config.json", tokenizer.MaxFileSize)
+		if err == nil {
+			err = tok.ParseConfig(data)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("tokenizer_config.json: %w", err)
 		}
 	}
 	return tok, nil

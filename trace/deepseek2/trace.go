@@ -6,8 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
-	"os"
 
 	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/safetensors"
@@ -446,27 +444,15 @@ func provenance(cat *checkpoint.Catalog, naming Naming) Provenance {
 		if key == "" {
 			continue
 		}
-		if s, err := hashFile(f.Path); err == nil {
-			p.SHA256[key] = s
+		if b, err := cat.ReadFile(f.Name, tokenizer.MaxFileSize); err == nil {
+			sum := sha256.Sum256(b)
+			p.SHA256[key] = hex.EncodeToString(sum[:])
 		}
 	}
 	for _, t := range cat.Tensors {
 		p.CheckpointTensorBytes += t.Size
 	}
 	return p
-}
-
-func hashFile(path string) (string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
 func configuration(c *Config) Configuration {

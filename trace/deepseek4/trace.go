@@ -9,7 +9,6 @@ package deepseek4
 import (
 	"context"
 	"fmt"
-	"os"
 
 	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/safetensors"
@@ -44,12 +43,16 @@ func (Family) Open(cat *checkpoint.Catalog, _ *tokenizer.Tokenizer) (trace.Model
 	return model{m}, nil
 }
 
+// maxInferenceConfig bounds inference/config.json, a few hundred bytes in
+// every release.
+const maxInferenceConfig = 16 << 20
+
 // InferenceConfig reads the checkpoint's inference/config.json, DeepSeek's
 // ModelArgs, or returns nil when it has none.
 func InferenceConfig(cat *checkpoint.Catalog) ([]byte, error) {
 	for _, f := range cat.Files {
 		if f.Name == checkpoint.InferenceConfigName {
-			b, err := os.ReadFile(f.Path)
+			b, err := cat.ReadFile(f.Name, maxInferenceConfig)
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", f.Name, err)
 			}
