@@ -8,7 +8,6 @@ import (
 	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/figures"
 	"github.com/dsfs/dsfs/gguf"
-	"github.com/dsfs/dsfs/inventory"
 	"github.com/dsfs/dsfs/vfile"
 )
 
@@ -27,7 +26,7 @@ func (p *provenance) bytesPNG(ctx context.Context, views []string) ([]byte, erro
 
 // bytesFigure is what bytesPNG draws.
 func (p *provenance) bytesFigure(ctx context.Context, views []string) (figures.Bytes, error) {
-	o := inventory.NewOverview(p.set.Cat)
+	o := p.set.overview()
 	src := newByteBar("source")
 	for k, t := range o.ByRole {
 		src.ByRole[k] = t.Bytes

@@ -47,9 +47,9 @@ func buildManifest(s *Set, name string) (Built, error) {
 	}
 	inv := inventory.New(s.Cat, opt)
 	files := map[string]*vfile.Node{
-		"summary.json": {Doc: vfile.NewHeaderDoc(jsonText(func(context.Context) (any, error) { return inventory.NewOverview(s.Cat), nil }))},
+		"summary.json": {Doc: vfile.NewHeaderDoc(jsonText(func(context.Context) (any, error) { return s.overview(), nil }))},
 		"README.md": {Doc: vfile.NewHeaderDoc(func(context.Context) ([]byte, error) {
-			return inventory.NewOverview(s.Cat).Markdown(), nil
+			return s.overview().Markdown(), nil
 		})},
 		"manifest.json": manifestDoc(inv, opt.NoHash),
 	}

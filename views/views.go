@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 
 	"github.com/dsfs/dsfs/checkpoint"
+	"github.com/dsfs/dsfs/inventory"
 	"github.com/dsfs/dsfs/sourcefile"
 	"github.com/dsfs/dsfs/vfile"
 	"golang.org/x/sync/errgroup"
@@ -85,7 +86,10 @@ type Set struct {
 	records map[*vfile.File][]tensorRecord
 	laidOut map[*vfile.File]laidOut
 	files   *openFiles
-	stats   map[string]func() any // live counters of views that keep any
+	// overview is the catalog's overview from its headers, made once for
+	// manifest/'s summary, README and figure.
+	overview func() *inventory.Overview
+	stats    map[string]func() any // live counters of views that keep any
 	// warnings are what views could not serve, for the log once mounted.
 	warnings []string
 	// shadowed lists, by source file name, the views whose own generated
@@ -106,7 +110,8 @@ func newSet(cat *checkpoint.Catalog, opt Options, registry []View, shared *rewri
 	}
 	s := &Set{Cat: cat, Opt: opt, registry: registry, files: &openFiles{m: make(map[string]*sourcefile.File)},
 		stats: make(map[string]func() any), shadowed: make(map[string][]string), rewritten: shared,
-		records: make(map[*vfile.File][]tensorRecord), laidOut: make(map[*vfile.File]laidOut)}
+		records: make(map[*vfile.File][]tensorRecord), laidOut: make(map[*vfile.File]laidOut),
+		overview: sync.OnceValue(func() *inventory.Overview { return inventory.NewOverview(cat) })}
 	s.top = s
 	return s
 }
@@ -116,7 +121,7 @@ func newSet(cat *checkpoint.Catalog, opt Options, registry []View, shared *rewri
 // shadowed files of its own, which build merges back in registry order.
 func (s *Set) forView() *Set {
 	return &Set{Cat: s.Cat, Opt: s.Opt, registry: s.registry, rewritten: s.rewritten,
-		top: s, files: s.files, shadowed: make(map[string][]string),
+		top: s, files: s.files, overview: s.overview, shadowed: make(map[string][]string),
 		records: make(map[*vfile.File][]tensorRecord), laidOut: make(map[*vfile.File]laidOut)}
 }
 
