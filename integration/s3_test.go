@@ -2,6 +2,7 @@ package integration
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/dsfs/dsfs/internal/s3test"
+	"github.com/dsfs/dsfs/objstore"
 )
 
 // s3Source uploads the tiny checkpoint to a fresh SeaweedFS server as
@@ -200,10 +202,10 @@ func TestS3ServerOutage(t *testing.T) {
 	t.Logf("the failed read took %v", took)
 }
 
-// TestS3SharedCache: two hosts (mounts with empty local directories, or
-// none) share the q2/ block cache in a bucket; the first quantises, the
-// second quantises nothing and serves the same bytes. A damaged block in
-// the bucket is detected, never served.
+// TestS3SharedCache: hosts (mounts with empty local directories, or none)
+// share the q2/ block cache in a bucket; the first quantises, the others
+// quantise nothing and serve the same bytes. A damaged entry in the bucket
+// is detected, deleted and recomputed, never served.
 func TestS3SharedCache(t *testing.T) {
 	srv, url := s3Source(t)
 	srv.CreateBucket("fleet")
@@ -240,5 +242,35 @@ func TestS3SharedCache(t *testing.T) {
 				local, s2.ViewStats.Q2.Quantised, s2.ViewStats.Q2.FromDisk, s1.ViewStats.Q2.Quantised, raw2)
 		}
 		second.stop(t)
+	}
+
+	// A damaged entry in the bucket is found, deleted and recomputed.
+	bk, err := objstore.Open(context.Background(), cache, objstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bk.Close()
+	entries, err := bk.List(context.Background())
+	if err != nil || len(entries) == 0 {
+		t.Fatalf("the shared cache holds %d entries, %v", len(entries), err)
+	}
+	victim := entries[0].Name()
+	b, err := bk.Get(context.Background(), victim, 1<<30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)/2] ^= 0x40
+	srv.Put("fleet", "dsfs-cache/"+victim, b)
+	third := startMount(t, url, "--cache-dir", cache, "--views", "q2")
+	for _, f := range want {
+		b, err := os.ReadFile(third.path("q2", f))
+		if err != nil || !bytes.Equal(b, data[f]) {
+			t.Fatalf("third host: q2/%s differs from the first host's (%v)", f, err)
+		}
+	}
+	s3, raw3 := readStats(t, third)
+	if s3.ViewStats.Q2.Quantised != 1 || s3.DiskCache.Corrupt != 1 || !strings.Contains(third.log.String(), victim) {
+		t.Errorf("third host, one entry damaged: quantised %d, corrupt %d, want 1 and 1 and a line naming %s:\n%s\n%s",
+			s3.ViewStats.Q2.Quantised, s3.DiskCache.Corrupt, victim, raw3, third.log)
 	}
 }
