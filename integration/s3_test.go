@@ -259,8 +259,9 @@ func TestS3SharedCache(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b[len(b)/2] ^= 0x40
-	srv.Put("fleet", "dsfs-cache/"+victim, b)
+	damaged := bytes.Clone(b)
+	damaged[len(b)/2] ^= 0x40
+	srv.Put("fleet", "dsfs-cache/"+victim, damaged)
 	third := startMount(t, url, "--cache-dir", cache, "--views", "q2")
 	for _, f := range want {
 		b, err := os.ReadFile(third.path("q2", f))
@@ -269,8 +270,12 @@ func TestS3SharedCache(t *testing.T) {
 		}
 	}
 	s3, raw3 := readStats(t, third)
-	if s3.ViewStats.Q2.Quantised != 1 || s3.DiskCache.Corrupt != 1 || !strings.Contains(third.log.String(), victim) {
-		t.Errorf("third host, one entry damaged: quantised %d, corrupt %d, want 1 and 1 and a line naming %s:\n%s\n%s",
+	// The entry may be a block (quantised again) or a shard's digests.
+	if s3.ViewStats.Q2.Quantised > 1 || s3.DiskCache.Corrupt != 1 || !strings.Contains(third.log.String(), victim) {
+		t.Errorf("third host, one entry damaged: quantised %d, corrupt %d, want at most 1, 1 and a line naming %s:\n%s\n%s",
 			s3.ViewStats.Q2.Quantised, s3.DiskCache.Corrupt, victim, raw3, third.log)
+	}
+	if b, err := bk.Get(context.Background(), victim, 1<<30); err != nil || bytes.Equal(b, damaged) {
+		t.Errorf("the damaged entry was not replaced by a good one (%v)", err)
 	}
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/inventory"
+	"github.com/dsfs/dsfs/objstore"
 	"github.com/dsfs/dsfs/views"
 )
 
@@ -41,6 +42,9 @@ func addInventoryFlags(fs interface {
 // open opens the checkpoint at dir (a directory or s3://BUCKET/PREFIX)
 // and its inventory; done closes them.
 func (f inventoryFlags) open(dir string) (inv *inventory.Inventory, done func(), err error) {
+	if objstore.IsURL(*f.cacheDir) {
+		return nil, nil, usagef("--cache-dir of inspect and diff is a local directory: manifest/'s digests are kept on each host, not in a bucket")
+	}
 	var chunkDir string
 	if *f.cacheDir != "" {
 		chunkDir = chunkDirIn(*f.cacheDir)

@@ -59,6 +59,7 @@ var floors = map[string]int{
 	"tokenizer":                base,
 	"internal/build":           base,
 	"figures":                  base,
+	"objstore":                 base,
 
 	"checkpoint": catalog,
 
@@ -96,6 +97,7 @@ var floors = map[string]int{
 	"cmd/dsfs": cli,
 
 	"integration":        harness,
+	"internal/s3test":    harness,
 	"bench/fusebench":    harness,
 	"bench/gpucheck":     harness,
 	"bench/hostile":      harness,
