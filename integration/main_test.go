@@ -183,7 +183,8 @@ func (l *logFile) linesWith(s string) []string {
 }
 
 // startMount mounts src with `dsfs mount` and waits until .dsfs/stats.json
-// can be read; the mount is undone when the test ends.
+// can be read and dsfs has logged that it mounted; the mount is undone
+// when the test ends.
 func startMount(t testing.TB, src string, args ...string) *mount {
 	t.Helper()
 	needMount(t)
@@ -191,6 +192,14 @@ func startMount(t testing.TB, src string, args ...string) *mount {
 	m.proc = startProc(t, exec.Command(dsfsBin, append(append([]string{"mount"}, args...), src, m.dir)...))
 	t.Cleanup(func() { m.stop(t) })
 	m.waitReady(t, m.dir)
+	// The mount answers before dsfs logs what the views cannot serve and
+	// then "mounted": wait for that line, so a test sees the whole log.
+	for deadline := time.Now().Add(30 * time.Second); len(m.log.linesWith("msg=mounted")) == 0; {
+		if time.Now().After(deadline) {
+			t.Fatalf("no \"mounted\" line 30 s after the mount answered\n%s", m.log)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	return m
 }
 
