@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"math"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -37,7 +38,7 @@ type source struct {
 //
 // dir may be s3://BUCKET/PREFIX: the objects' chunks are then cached in
 // opt.DiskCache's local directory (chunkDirIn), under its cap, or in the
-// user's cache directory.
+// user's cache directory under objstore's default cap.
 //
 // A Hugging Face hub cache folder (models--ORG--NAME) stands for its
 // snapshot of opt.Revision (a ref or commit, default main), and q2/ then
@@ -62,6 +63,9 @@ func openSource(dir string, opt views.Options) (*source, error) {
 	var chunkBytes int64
 	if opt.DiskCache != nil && opt.DiskCache.Dir() != "" {
 		chunkDir, chunkBytes = chunkDirIn(opt.DiskCache.Dir()), opt.DiskCache.Stats().Cap
+		if chunkBytes == 0 { // --cache-dir-gb 0: no cap
+			chunkBytes = math.MaxInt64
+		}
 	}
 	cat, bucket, err := openCatalog(dir, chunkDir, chunkBytes)
 	if err != nil {
