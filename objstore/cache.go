@@ -1,11 +1,13 @@
 package objstore
 
 import (
+	"bytes"
 	"container/list"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"io"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -35,6 +37,10 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 func headerLen(dataLen int64) int64 {
 	return 16 + sumSize*((dataLen+blockSize-1)/blockSize)
 }
+
+// errNotCached is wrapped by the errors of writeFrom that come from the
+// cache's files, not from the data's reader.
+var errNotCached = errors.New("chunk not cached")
 
 // errCorrupt is returned by cache reads of a damaged chunk file, which
 // they have deleted.
@@ -240,42 +246,72 @@ func readVerified(f *os.File, off int64, p []byte) error {
 	return nil
 }
 
-// write stores a chunk atomically: a temporary file renamed into place,
-// so a reader or a crash never sees half a chunk under the final name. It
-// is not synced: a file damaged by a crash fails its digests and is
-// fetched again, which is cheaper than an fsync per chunk.
+// write stores a chunk atomically, as writeFrom does.
 func (c *cache) write(name string, data []byte, prefetched bool) error {
+	return c.writeFrom(name, bytes.NewReader(data), int64(len(data)), prefetched)
+}
+
+// copyBuf is the size of writeFrom's buffer: small enough to stay in the
+// CPU's cache between reading the data and writing it to the file, a
+// multiple of blockSize.
+const copyBuf = 4 * blockSize
+
+var copyBufs = sync.Pool{New: func() any { return new([copyBuf]byte) }}
+
+// writeFrom stores the chunk of n bytes read from r atomically: a
+// temporary file renamed into place, so a reader or a crash never sees
+// half a chunk under the final name. It is not synced: a file damaged by
+// a crash fails its digests and is fetched again, which is cheaper than
+// an fsync per chunk. The errors of r are returned as they are; those of
+// the cache's files wrap errNotCached.
+func (c *cache) writeFrom(name string, r io.Reader, n int64, prefetched bool) error {
 	path := c.path(name)
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
-	n := int64(len(data))
-	buf := make([]byte, headerLen(n), headerLen(n)+n)
-	copy(buf, chunkMagic)
-	binary.LittleEndian.PutUint64(buf[8:], uint64(n))
-	for i := int64(0); i*blockSize < n; i++ {
-		sum := crc32.Checksum(data[i*blockSize:min((i+1)*blockSize, n)], castagnoli)
-		binary.LittleEndian.PutUint32(buf[16+i*sumSize:], sum)
+		return fmt.Errorf("%w: %v", errNotCached, err)
 	}
 	f, err := os.CreateTemp(filepath.Dir(path), tmpPrefix)
 	if err != nil {
-		return err
+		return fmt.Errorf("%w: %v", errNotCached, err)
 	}
-	_, err = f.Write(buf)
-	if err == nil {
-		_, err = f.Write(data)
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(f.Name(), path)
-	}
-	if err != nil {
+	hl := headerLen(n)
+	hdr := make([]byte, hl)
+	copy(hdr, chunkMagic)
+	binary.LittleEndian.PutUint64(hdr[8:], uint64(n))
+	buf := copyBufs.Get().(*[copyBuf]byte)
+	defer copyBufs.Put(buf)
+	fail := func(err error) error {
+		f.Close()
 		os.Remove(f.Name())
 		return err
 	}
-	size := headerLen(n) + n
+	// The data first, each piece summed while it is in the CPU's cache,
+	// then the header with the sums.
+	for off := int64(0); off < n; {
+		p := buf[:min(copyBuf, n-off)]
+		if _, err := io.ReadFull(r, p); err != nil {
+			return fail(err)
+		}
+		for i := 0; i < len(p); i += blockSize {
+			sum := crc32.Checksum(p[i:min(i+blockSize, len(p))], castagnoli)
+			binary.LittleEndian.PutUint32(hdr[16+(off+int64(i))/blockSize*sumSize:], sum)
+		}
+		if _, err := f.WriteAt(p, hl+off); err != nil {
+			return fail(fmt.Errorf("%w: %v", errNotCached, err))
+		}
+		off += int64(len(p))
+	}
+	if _, err := f.WriteAt(hdr, 0); err != nil {
+		return fail(fmt.Errorf("%w: %v", errNotCached, err))
+	}
+	if err := f.Close(); err != nil {
+		os.Remove(f.Name())
+		return fmt.Errorf("%w: %v", errNotCached, err)
+	}
+	if err := os.Rename(f.Name(), path); err != nil {
+		os.Remove(f.Name())
+		return fmt.Errorf("%w: %v", errNotCached, err)
+	}
+	size := hl + n
 	c.mu.Lock()
 	if e, ok := c.index[name]; ok {
 		c.size -= e.Value.(*entry).size
