@@ -4,6 +4,8 @@ import (
 	"context"
 	"io"
 	"math/rand/v2"
+	"os"
+	"strconv"
 	"testing"
 	"time"
 
@@ -15,7 +17,8 @@ import (
 // BenchmarkSequentialRead reads a 256 MiB object sequentially through
 // Object.ReadAt in 1 MiB reads with a cold cache, and with one plain GET
 // of the whole object through the same client, and reports both rates
-// and their ratio.
+// and their ratio. DSFS_BENCH_PREFETCHES sets Options.Prefetches, to
+// compare settings.
 func BenchmarkSequentialRead(b *testing.B) {
 	const size = 256 << 20
 	srv := s3test.Start(b)
@@ -28,9 +31,10 @@ func BenchmarkSequentialRead(b *testing.B) {
 	srv.Put("bench", "obj", data)
 	data = nil
 	var objTime, getTime time.Duration
+	prefetches, _ := strconv.Atoi(os.Getenv("DSFS_BENCH_PREFETCHES"))
 	buf := make([]byte, 1<<20)
 	for b.Loop() {
-		bk, err := Open(context.Background(), srv.URL("bench", ""), Options{CacheDir: b.TempDir()})
+		bk, err := Open(context.Background(), srv.URL("bench", ""), Options{CacheDir: b.TempDir(), Prefetches: prefetches})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -24,7 +24,9 @@
 // served. The files' total size is bounded by Options.CacheBytes, the
 // least recently used being deleted first; Open scans the directory to
 // learn what an earlier run left there. Readers of a chunk that is not
-// cached share one GET.
+// cached share one GET, whose body goes straight to the chunk file; they
+// then read the file. A chunk that cannot be cached (a full disk) is
+// read by a GET of the reader's own, into memory.
 //
 // # Prefetch
 //

@@ -45,7 +45,7 @@ func statusOf(err error) int {
 // changed.
 func permanent(err error) bool {
 	var ce *ChangedError
-	if errors.As(err, &ce) {
+	if errors.As(err, &ce) || errors.Is(err, errNotCached) {
 		return true
 	}
 	switch s := statusOf(err); {

@@ -153,6 +153,7 @@ func TestObjstore(t *testing.T) {
 		{"Prefetch", testPrefetch},
 		{"CloseLeavesNoGoroutines", testCloseLeavesNoGoroutines},
 		{"SharedGet", testSharedGet},
+		{"Uncachable", testUncachable},
 		{"List", testList},
 		{"OpenMissing", testOpenMissing},
 		{"ReadOnce", testReadOnce},
@@ -471,6 +472,88 @@ func testSharedGet(t *testing.T, srv *s3test.Server) {
 	}
 	if s := e.b.Stats(); s.Gets != 1 {
 		t.Errorf("%d readers of one chunk sent %d GETs, want 1", readers, s.Gets)
+	}
+}
+
+// testUncachable has chunk files that cannot be written (their
+// directories are files): readers get the right bytes by GETs of their
+// own, and nothing is cached.
+func testUncachable(t *testing.T, srv *s3test.Server) {
+	r := rng(t)
+	e := newEnv(t, srv, Options{})
+	for i := range 256 {
+		name := filepath.Join(e.cache, strconv.FormatInt(int64(i)|0x100, 16)[1:])
+		if err := os.WriteFile(name, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	data := randomBytes(r, 2*ChunkSize+100)
+	o := e.put(t, "obj", data)
+	if got := readAll(t, o, 1<<20); !bytes.Equal(got, data) {
+		t.Fatal("read differs")
+	}
+	e.b.Close()
+	if s := e.b.Stats(); s.CachedBytes != 0 || s.CacheHitBytes != 0 || s.BytesFetched < int64(len(data)) {
+		t.Errorf("%d bytes cached, %d hit, %d fetched; want 0, 0 and at least %d", s.CachedBytes, s.CacheHitBytes, s.BytesFetched, len(data))
+	}
+	if !strings.Contains(e.logBuf.String(), "cannot cache chunk") {
+		t.Errorf("no log line about the chunks not cached; log:\n%s", e.logBuf)
+	}
+}
+
+// TestReadVerified reads every kind of range of a chunk file: whole
+// blocks, parts of blocks, the short last block, runs longer than one
+// read's buffer, and a damaged block inside the range or just outside it.
+func TestReadVerified(t *testing.T) {
+	r := rng(t)
+	c, err := openCache(t.TempDir(), 1<<30, new(counters), quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 20*blockSize + 1234
+	data := randomBytes(r, n)
+	if err := c.write("x", data, false); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(c.path("x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for range 500 {
+		off := r.Int64N(n + 1)
+		p := make([]byte, r.Int64N(n-off+1))
+		if err := readVerified(f, off, p); err != nil || !bytes.Equal(p, data[off:off+int64(len(p))]) {
+			t.Fatalf("read of %d at %d: %v, or bytes differ", len(p), off, err)
+		}
+	}
+	if err := readVerified(f, n-10, make([]byte, 11)); !errors.Is(err, errCorrupt) {
+		t.Errorf("read past the end: %v, want errCorrupt", err)
+	}
+	// Damage block 7: reads touching it fail, reads beside it do not.
+	b, err := os.ReadFile(c.path("x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[headerLen(n)+7*blockSize+100] ^= 1
+	if err := os.WriteFile(c.path("x"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		off, len int64
+		bad      bool
+	}{
+		{0, n, true},
+		{7*blockSize + 5000, 1, true},
+		{6*blockSize + 1, blockSize, true},
+		{0, 7 * blockSize, false},
+		{8 * blockSize, n - 8*blockSize, false},
+		{7*blockSize - 3, 3, false},
+	} {
+		err := readVerified(f, tt.off, make([]byte, tt.len))
+		if tt.bad != errors.Is(err, errCorrupt) {
+			t.Errorf("read of %d at %d of a file damaged in block 7: %v", tt.len, tt.off, err)
+		}
 	}
 }
 

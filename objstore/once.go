@@ -1,14 +1,9 @@
 package objstore
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"io/fs"
-	"net/http"
-
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/s3"
 )
 
 // ReadOnceAt reads like ReadAt, for bytes its caller reads once and keeps
@@ -57,46 +52,4 @@ func (o *Object) ReadOnceAt(p []byte, off int64) (int, error) {
 		return int(end - off), io.EOF
 	}
 	return len(p), nil
-}
-
-// getRange fetches n bytes at start of the pinned version with a range
-// GET.
-func (o *Object) getRange(start, n int64) ([]byte, error) {
-	b := o.b
-	rng := fmt.Sprintf("bytes=%d-%d", start, start+n-1)
-	what := "GET " + o.url + " " + rng
-	var data []byte
-	err := b.retry(b.ctx, what, func(ctx context.Context) error {
-		b.stats.gets.Add(1)
-		ctx, cancel := context.WithTimeout(ctx, getTimeout)
-		defer cancel()
-		out, err := b.client.GetObject(ctx, &s3.GetObjectInput{
-			Bucket: &b.bucket, Key: &o.key, Range: &rng, IfMatch: &o.etag,
-		})
-		if err != nil {
-			if s := statusOf(err); s == http.StatusPreconditionFailed || s == http.StatusNotFound {
-				return o.markChanged(ctx)
-			}
-			return err
-		}
-		defer out.Body.Close()
-		// Servers that ignore If-Match still say which version they send.
-		if got := aws.ToString(out.ETag); got != o.etag {
-			return o.setChanged(got)
-		}
-		if l := aws.ToInt64(out.ContentLength); l != n {
-			return fmt.Errorf("answer of %d bytes, want %d", l, n)
-		}
-		buf := make([]byte, n)
-		if _, err := io.ReadFull(out.Body, buf); err != nil {
-			return err
-		}
-		b.stats.bytesFetched.Add(n)
-		data = buf
-		return nil
-	})
-	if err != nil {
-		return nil, wrap(what, err)
-	}
-	return data, nil
 }
