@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"testing"
@@ -84,7 +85,8 @@ func s3MountRead(b *testing.B, url, shard string) (float64, float64) {
 // configuration a mount uses, and returns the rate in MB/s.
 func s3PlainGet(b *testing.B, url, shard string) float64 {
 	b.Helper()
-	bk, err := objstore.Open(context.Background(), url, objstore.Options{})
+	// Its log would land in the middle of the benchmark's line.
+	bk, err := objstore.Open(context.Background(), url, objstore.Options{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		b.Fatal(err)
 	}

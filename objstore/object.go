@@ -65,17 +65,8 @@ func (o *Object) Close() error {
 // *ChangedError (wrapping sourcefile.ErrChanged) and returns no bytes, now
 // and at every later read. At the end of the object it returns io.EOF.
 func (o *Object) ReadAt(p []byte, off int64) (int, error) {
-	if o.closed.Load() || o.b.ctx.Err() != nil {
-		return 0, fmt.Errorf("%s: %w", o.url, fs.ErrClosed)
-	}
-	if off < 0 {
-		return 0, fmt.Errorf("%s: read at negative offset %d", o.url, off)
-	}
-	if ce := o.changed.Load(); ce != nil {
-		return 0, ce
-	}
-	if off >= o.size {
-		return 0, io.EOF
+	if err := o.readable(off); err != nil {
+		return 0, err
 	}
 	end := min(off+int64(len(p)), o.size)
 	o.readAhead(off, end)
@@ -96,6 +87,25 @@ func (o *Object) ReadAt(p []byte, off int64) (int, error) {
 		return n, io.EOF
 	}
 	return n, nil
+}
+
+// readable is what a read at off checks first: the Object and its Bucket
+// open, off not negative, the version not known to be gone, and off
+// before the end (else io.EOF).
+func (o *Object) readable(off int64) error {
+	switch {
+	case o.closed.Load() || o.b.ctx.Err() != nil:
+		return fmt.Errorf("%s: %w", o.url, fs.ErrClosed)
+	case off < 0:
+		return fmt.Errorf("%s: read at negative offset %d", o.url, off)
+	}
+	if ce := o.changed.Load(); ce != nil {
+		return ce
+	}
+	if off >= o.size {
+		return io.EOF
+	}
+	return nil
 }
 
 // chunkName names the cache file of chunk ci of this version.

@@ -1,9 +1,7 @@
 package objstore
 
 import (
-	"fmt"
 	"io"
-	"io/fs"
 )
 
 // ReadOnceAt reads like ReadAt, for bytes its caller reads once and keeps
@@ -13,17 +11,8 @@ import (
 // read-ahead. So opening a checkpoint of many shards costs each shard its
 // header's few hundred kilobytes, not a chunk.
 func (o *Object) ReadOnceAt(p []byte, off int64) (int, error) {
-	if o.closed.Load() || o.b.ctx.Err() != nil {
-		return 0, fmt.Errorf("%s: %w", o.url, fs.ErrClosed)
-	}
-	if off < 0 {
-		return 0, fmt.Errorf("%s: read at negative offset %d", o.url, off)
-	}
-	if ce := o.changed.Load(); ce != nil {
-		return 0, ce
-	}
-	if off >= o.size {
-		return 0, io.EOF
+	if err := o.readable(off); err != nil {
+		return 0, err
 	}
 	end := min(off+int64(len(p)), o.size)
 	cached := true
