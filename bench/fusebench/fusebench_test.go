@@ -111,13 +111,14 @@ func TestPredictDataBytes(t *testing.T) {
 	srcA, srcB := int64(1024+64+1024+2048+64+512+16), int64(32+256+8+256)
 	want := map[string]map[string]int64{
 		"nvfp4": {
-			"a": srcA + 64 + 4 + 2*32 + 4, // w1 scale doubled in place; w2's doubled scale arrives
-			"b": srcB - 32 + 8 + 4,        // w2's scale leaves; the MTP expert's doubles
+			// Each expert matrix gains weight_scale_2 and input_scale (4 bytes each).
+			"a": srcA + 64 + 8 + 2*32 + 8, // w1 scale doubled in place; w2's doubled scale arrives
+			"b": srcB - 32 + 8 + 8,        // w2's scale leaves; the MTP expert's doubles
 		},
 		"engram-fp4": {"a": srcA - 1024, "b": srcB},
 		"nvfp4+engram-fp4": {
-			"a": srcA + 64 + 4 + 2*32 + 4 - 1024,
-			"b": srcB - 32 + 8 + 4,
+			"a": srcA + 64 + 8 + 2*32 + 8 - 1024,
+			"b": srcB - 32 + 8 + 8,
 		},
 	}
 	if !reflect.DeepEqual(got, want) {

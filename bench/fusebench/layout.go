@@ -94,8 +94,8 @@ type placed struct {
 // predictDataBytes returns, per shard file name, the data bytes each view
 // (nvfp4, engram-fp4, nvfp4+engram-fp4) should hold, from the source
 // shards' headers: nvfp4 replaces an MXFP4 expert's E8M0 scale (one byte
-// per 32-block) with an E4M3 scale of twice the bytes plus a 4-byte F32,
-// in the weight's shard; engram-fp4 halves an FP8 table (two E2M1 codes per
+// per 32-block) with an E4M3 scale of twice the bytes plus two 4-byte F32
+// scalars (weight_scale_2 and input_scale), in the weight's shard; engram-fp4 halves an FP8 table (two E2M1 codes per
 // byte) and keeps its scale's size, in the table's shard.
 func predictDataBytes(src map[string]header) map[string]map[string]int64 {
 	all := make(map[string]placed)
@@ -118,7 +118,7 @@ func predictDataBytes(src map[string]header) map[string]map[string]int64 {
 		switch {
 		case expertWeight.MatchString(name) && w.DType == "I8":
 			nv[scale.shard] -= scale.size()
-			nv[w.shard] += 2*scale.size() + 4
+			nv[w.shard] += 2*scale.size() + 8
 		case engramWeight.MatchString(name) && w.DType == "F8_E4M3" && len(w.Shape) == 2 && w.Shape[1]%32 == 0:
 			en[scale.shard] -= scale.size()
 			en[w.shard] += scale.size() - w.size()/2
