@@ -90,16 +90,21 @@ func (e *Transcoder) Rewrite(t *checkpoint.Tensor) ([]tensorfile.Out, bool) {
 		return err
 	}
 	weight := tensorfile.RowBlocks("engram-fp4/"+b+".weight", rows, cols/2, func(ctx context.Context, lo, hi int64, dst []byte) error {
-		src, sc := make([]byte, (hi-lo)*cols), make([]byte, (hi-lo)*nb)
+		n := hi - lo
+		buf, scr := tensorfile.Scratch(n * (cols + 2*nb))
+		defer tensorfile.PutScratch(buf)
+		src, sc, unused := scr[:n*cols], scr[n*cols:n*(cols+nb)], scr[n*(cols+nb):]
 		if err := read(lo, hi, src, sc); err != nil {
 			return err
 		}
-		codecs.EngramFP4(dst, make([]byte, len(sc)), src, sc)
+		codecs.EngramFP4(dst, unused, src, sc)
 		return nil
 	})
 	scale := tensorfile.RowBlocks("engram-fp4/"+b+".scale", rows, nb, func(ctx context.Context, lo, hi int64, dst []byte) error {
 		chunk := min(hi-lo, chunkRows)
-		src, sc := make([]byte, chunk*cols), make([]byte, chunk*nb)
+		buf, scr := tensorfile.Scratch(chunk * (cols + nb))
+		defer tensorfile.PutScratch(buf)
+		src, sc := scr[:chunk*cols], scr[chunk*cols:]
 		for r := lo; r < hi; r += chunk {
 			if err := ctx.Err(); err != nil {
 				return err

@@ -1,12 +1,14 @@
 package engramfp4
 
 import (
+	"context"
 	"slices"
 	"testing"
 
 	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/internal/tinyckpt"
 	"github.com/dsfs/dsfs/safetensors"
+	"github.com/dsfs/dsfs/vfile"
 )
 
 // tinyDir holds a v41-tiny checkpoint written once for the package's tests.
@@ -46,6 +48,41 @@ func TestRewriteClaims(t *testing.T) {
 			}
 		case ok:
 			t.Fatalf("%s: claimed, but it is no Engram table", src.Name)
+		}
+	}
+}
+
+// BenchmarkTranscode computes every block of v41-tiny's transcoded tables
+// (codes and scales), as a first read of engram-fp4/ does; bytes are the
+// output's.
+func BenchmarkTranscode(b *testing.B) {
+	cat, err := checkpoint.Open(tinyDir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cat.Close()
+	e := New(cat)
+	var blocks []*vfile.Blocks
+	var n int64
+	for _, t := range e.tables {
+		outs, _ := e.Rewrite(t)
+		for _, o := range outs {
+			bl := o.Data.(*vfile.Blocks)
+			blocks = append(blocks, bl)
+			n += bl.N
+		}
+	}
+	b.SetBytes(n)
+	b.ReportAllocs()
+	dst := make([]byte, 0, 4<<20)
+	for b.Loop() {
+		for _, bl := range blocks {
+			for i := int64(0); i*bl.BlockLen < bl.N; i++ {
+				d := dst[:min(bl.BlockLen, bl.N-i*bl.BlockLen)]
+				if err := bl.Compute(context.Background(), i, d); err != nil {
+					b.Fatal(err)
+				}
+			}
 		}
 	}
 }

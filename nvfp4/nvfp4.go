@@ -142,7 +142,8 @@ func (n *Transcoder) Rewrite(t *checkpoint.Tensor) ([]tensorfile.Out, bool) {
 		if err != nil {
 			return err
 		}
-		src := make([]byte, (hi-lo)*scaleRow)
+		buf, src := tensorfile.Scratch((hi - lo) * scaleRow)
+		defer tensorfile.PutScratch(buf)
 		if _, err := t.Scale.ReadAt(src, lo*scaleRow); err != nil {
 			return err
 		}
