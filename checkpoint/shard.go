@@ -34,16 +34,32 @@ func (c *Catalog) openShard(name string, parsing *semaphore.Weighted) (_ *Shard,
 	// The header is read once and kept: from a bucket, just its bytes are
 	// fetched (ReadOnceAt), not the chunks around them.
 	var n [8]byte
+	r := f.Once()
 	if _, err := f.ReadOnceAt(n[:], 0); err == nil {
 		w := int64(min(binary.LittleEndian.Uint64(n[:]), maxParsing))
 		parsing.Acquire(context.Background(), w)
 		defer parsing.Release(w)
+		r = knownPrefix{n[:], r} // the parser reads the length again: from a bucket, a GET
 	}
-	h, err := safetensors.ReadHeaderLimit(f.Once(), f.Size(), MaxTensors)
+	h, err := safetensors.ReadHeaderLimit(r, f.Size(), MaxTensors)
 	if err != nil {
 		return nil, err
 	}
 	return &Shard{Name: name, Path: f.Path(), Size: f.Size(), ModTime: fi.ModTime(), DataStart: h.DataStart, header: h, f: f, id: idOf(fi)}, nil
+}
+
+// knownPrefix reads like r, answering a read of its first bytes, which
+// were read already, from head.
+type knownPrefix struct {
+	head []byte
+	r    io.ReaderAt
+}
+
+func (k knownPrefix) ReadAt(p []byte, off int64) (int, error) {
+	if off == 0 && len(p) <= len(k.head) {
+		return copy(p, k.head), nil
+	}
+	return k.r.ReadAt(p, off)
 }
 
 func notRegular(fi os.FileInfo) error {

@@ -67,7 +67,7 @@ func (r *Reader) ReadAtContext(ctx context.Context, p []byte, off int64) (int, e
 	pieces, n, err := r.ReadPieces(ctx, p, off)
 	pos := 0
 	for _, pc := range pieces {
-		if perr := pc.fill(p[pos : pos+pc.N]); perr != nil {
+		if perr := pc.Fill(p[pos : pos+pc.N]); perr != nil {
 			return pos, perr
 		}
 		pos += pc.N
@@ -98,8 +98,11 @@ type Piece struct {
 	N     int
 }
 
-// fill puts the piece's bytes in p (len N) unless they are there already.
-func (pc Piece) fill(p []byte) error {
+// Fill puts the piece's bytes in p (len N) unless they are there already:
+// what a reader that does not leave pieces in their files (a copied reply)
+// does with each. A file that ends early gives an error wrapping
+// io.ErrUnexpectedEOF, naming it.
+func (pc Piece) Fill(p []byte) error {
 	if pc.File == nil {
 		if len(pc.Bytes) > 0 && &pc.Bytes[0] != &p[0] {
 			copy(p, pc.Bytes)
@@ -109,7 +112,7 @@ func (pc Piece) fill(p []byte) error {
 	n, err := pc.File.ReadAt(p, pc.Off)
 	if n < len(p) {
 		if err == nil || err == io.EOF {
-			err = io.ErrUnexpectedEOF
+			err = fmt.Errorf("%s at %d: %w", pc.File.Path(), pc.Off+int64(n), io.ErrUnexpectedEOF)
 		}
 		return err
 	}

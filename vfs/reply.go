@@ -119,11 +119,7 @@ func (h *fileHandle) answer(pieces []vfile.Piece, n int, dest []byte) (fuse.Read
 	pos := 0
 	for _, pc := range pieces {
 		if pc.File != nil {
-			m, err := pc.File.ReadAt(dest[pos:pos+pc.N], pc.Off)
-			if m < pc.N {
-				if err == nil {
-					err = fmt.Errorf("%s at %d: %w", pc.File.Path(), pc.Off+int64(m), errShort)
-				}
+			if err := pc.Fill(dest[pos : pos+pc.N]); err != nil {
 				return nil, err
 			}
 			vec = append(vec, dest[pos:pos+pc.N])
@@ -134,10 +130,6 @@ func (h *fileHandle) answer(pieces []vfile.Piece, n int, dest []byte) (fuse.Read
 	}
 	return fuse.ReadResultVector(vec), nil
 }
-
-// errShort is the error of a source read that came back short without an
-// error of its own.
-var errShort = errors.New("source file ends early")
 
 // spliced builds the pipe reply. A file found changed fails the read with
 // its error; any other failure leaves the reply to be copied instead.

@@ -47,6 +47,7 @@ func runExport(args []string) error {
 	if err := qf.apply(&opt); err != nil {
 		return err
 	}
+	defer qf.close() // after the views and caches that write to it, deferred below
 	vf.apply(&opt)
 	cache := blockcache.New(int64(*cacheMB)<<20, runtime.NumCPU())
 	opt.Cache = cache

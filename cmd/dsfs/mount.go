@@ -164,6 +164,7 @@ func runMount(args []string) (err error) {
 	if err := qf.apply(&opt); err != nil {
 		return err
 	}
+	defer qf.close() // after the views and caches that write to it, deferred below
 	vf.apply(&opt)
 	budget := int64(*cacheMB) << 20
 	cache := blockcache.New(budget, runtime.NumCPU())

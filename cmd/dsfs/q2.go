@@ -26,6 +26,13 @@ type q2Flags struct {
 	cacheBucket *objstore.Bucket // the bucket of --cache-dir s3://..., for its stats
 }
 
+// close closes the bucket of --cache-dir s3://..., if apply opened one.
+func (f *q2Flags) close() {
+	if f.cacheBucket != nil {
+		f.cacheBucket.Close()
+	}
+}
+
 // addQ2Flags registers --cache-dir, --cache-dir-local, --cache-dir-gb and
 // --revision.
 func addQ2Flags(fs *flag.FlagSet) *q2Flags {
@@ -147,6 +154,7 @@ func runAudit(args []string) error {
 	if err := qf.apply(&opt); err != nil {
 		return err
 	}
+	defer qf.close() // after the views and caches that write to it, deferred below
 	src, q, err := openQ2(pos[1], opt)
 	if err != nil {
 		return err
