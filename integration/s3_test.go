@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -277,5 +278,26 @@ func TestS3SharedCache(t *testing.T) {
 	}
 	if b, err := bk.Get(context.Background(), victim, 1<<30); err != nil || bytes.Equal(b, damaged) {
 		t.Errorf("the damaged entry was not replaced by a good one (%v)", err)
+	}
+}
+
+// TestS3BadSource: a bucket that does not exist, a prefix that holds no
+// checkpoint and a malformed URL each end dsfs mount at once with a line
+// naming the source and why.
+func TestS3BadSource(t *testing.T) {
+	srv, _ := s3Source(t)
+	for _, tc := range []struct{ src, want string }{
+		{srv.URL("nosuchbucket", "x"), "s3://nosuchbucket/x"},
+		{srv.URL("ckpt", "nothing-here"), "no config.json and no safetensors files"},
+		{"s3://", "s3://"},
+	} {
+		start := time.Now()
+		out, err := exec.Command(dsfsBin, "mount", tc.src, t.TempDir()).CombinedOutput()
+		if err == nil || !strings.Contains(string(out), tc.want) {
+			t.Errorf("dsfs mount %s: %v, output %q; want a failure naming %q", tc.src, err, out, tc.want)
+		}
+		if took := time.Since(start); took > 20*time.Second {
+			t.Errorf("dsfs mount %s took %v to fail", tc.src, took)
+		}
 	}
 }
