@@ -103,7 +103,7 @@ func TestPredictDataBytes(t *testing.T) {
 		"b": hdr(
 			"layers.3.ffn.experts.0.w2.scale", "F8_E8M0", 32,
 			"mtp.0.ffn.experts.1.w3.weight", "I8", 256,
-			"mtp.0.ffn.experts.1.w3.scale", "F8_E8M0", 8,
+			"mtp.0.ffn.experts.1.w3.scale", "F8_E8M0", 8, // MTP: stays MXFP4
 			"layers.3.ffn.experts.1.w1.weight", "I8", 256, // no scale: passes through
 		),
 	}
@@ -113,12 +113,12 @@ func TestPredictDataBytes(t *testing.T) {
 		"nvfp4": {
 			// Each expert matrix gains weight_scale_2 and input_scale (4 bytes each).
 			"a": srcA + 64 + 8 + 2*32 + 8, // w1 scale doubled in place; w2's doubled scale arrives
-			"b": srcB - 32 + 8 + 8,        // w2's scale leaves; the MTP expert's doubles
+			"b": srcB - 32,                // w2's scale leaves; the MTP expert's stays
 		},
 		"engram-fp4": {"a": srcA - 1024, "b": srcB},
 		"nvfp4+engram-fp4": {
 			"a": srcA + 64 + 8 + 2*32 + 8 - 1024,
-			"b": srcB - 32 + 8 + 8,
+			"b": srcB - 32,
 		},
 	}
 	if !reflect.DeepEqual(got, want) {

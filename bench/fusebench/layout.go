@@ -79,9 +79,11 @@ func readHeader(path string) (header, error) {
 }
 
 var (
-	// expertWeight names a routed or MTP expert matrix (FORMATS.md, source
-	// checkpoint table).
-	expertWeight = regexp.MustCompile(`^(layers|mtp)\.\d+\.ffn\.experts\.\d+\.w[123]\.weight$`)
+	// expertWeight names a routed expert matrix nvfp4/ converts
+	// (FORMATS.md): the MTP blocks' experts (mtp.N.ffn.experts) stay MXFP4,
+	// byte for byte, as dsfs mounts without --nvfp4-mtp, which fusebench
+	// never passes.
+	expertWeight = regexp.MustCompile(`^layers\.\d+\.ffn\.experts\.\d+\.w[123]\.weight$`)
 	engramWeight = regexp.MustCompile(`^layers\.\d+\.engram\.embed\.weight$`)
 )
 
@@ -93,7 +95,7 @@ type placed struct {
 
 // predictDataBytes returns, per shard file name, the data bytes each view
 // (nvfp4, engram-fp4, nvfp4+engram-fp4) should hold, from the source
-// shards' headers: nvfp4 replaces an MXFP4 expert's E8M0 scale (one byte
+// shards' headers: nvfp4 replaces a routed MXFP4 expert's E8M0 scale (one byte
 // per 32-block) with an E4M3 scale of twice the bytes plus two 4-byte F32
 // scalars (weight_scale_2 and input_scale), in the weight's shard; engram-fp4 halves an FP8 table (two E2M1 codes per
 // byte) and keeps its scale's size, in the table's shard.
