@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/dsfs/dsfs/checkpoint"
+	"github.com/dustin/go-humanize"
 )
 
 // OverviewSchema names the layout of an Overview document.
@@ -185,7 +186,7 @@ func NewOverview(cat *checkpoint.Catalog) *Overview {
 func (o *Overview) Markdown() []byte {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# %s: manifest\n\n", filepath.Base(o.Root))
-	fmt.Fprintf(&b, "Source `%s`: %d shards, %d tensors, %s of tensor data.\n\n", o.Root, o.Shards, o.Tensors, human(o.Bytes))
+	fmt.Fprintf(&b, "Source `%s`: %d shards, %d tensors, %s of tensor data.\n\n", o.Root, o.Shards, o.Tensors, humanize.IBytes(uint64(o.Bytes)))
 	b.WriteString("This directory is the checkpoint's inventory. `summary.json` and this page come from the\n" +
 		"headers alone. `manifest.json` has one record per tensor (byte range, sha256, value checks,\n" +
 		"tensor-parallel cut) and is computed when first read, which reads every byte once;\n" +
@@ -213,12 +214,12 @@ func (o *Overview) Markdown() []byte {
 	row("MTP blocks", fmt.Sprintf("%v (routed experts per block: %v)", m.MTP, m.MTPExpertsPerBlock))
 	row("Engram tables in layers", fmt.Sprint(m.EngramLayers))
 	row("vision path", fmt.Sprintf("%d tensors, %s (tower %d, projector %d, image tokens %d)",
-		m.Vision.Tensors, human(m.Vision.Bytes), m.Vision.Tower, m.Vision.Projector, m.Vision.ImageTokens))
+		m.Vision.Tensors, humanize.IBytes(uint64(m.Vision.Bytes)), m.Vision.Tower, m.Vision.Projector, m.Vision.ImageTokens))
 
 	table := func(title, key string, t map[string]Tally) {
 		fmt.Fprintf(&b, "\n## By %s\n\n| %s | tensors | bytes |\n|---|---:|---:|\n", title, key)
 		for _, k := range slices.Sorted(maps.Keys(t)) {
-			fmt.Fprintf(&b, "| %s | %d | %s |\n", k, t[k].Count, human(t[k].Bytes))
+			fmt.Fprintf(&b, "| %s | %d | %s |\n", k, t[k].Count, humanize.IBytes(uint64(t[k].Bytes)))
 		}
 	}
 	table("format", "format", o.ByFormat)
@@ -255,18 +256,4 @@ func (o *Overview) Markdown() []byte {
 		fmt.Fprintf(&b, "- and %d more problems, listed in summary.json\n", omitted)
 	}
 	return []byte(b.String())
-}
-
-// human writes a byte count in binary units.
-func human(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }

@@ -90,23 +90,29 @@ type LocalFile interface {
 // Piece is one run of a read's answer, in order: bytes in memory, or N
 // bytes of a local source file at Off, not read yet (File set).
 type Piece struct {
-	// Bytes are the piece's bytes when File is nil: the read's own buffer,
-	// or a cached block or a literal segment, shared and never modified.
+	// Bytes are the piece's bytes when File is nil: the read's own buffer
+	// (Buffered), or a cached block or a literal segment, shared and never
+	// modified.
 	Bytes []byte
 	File  *sourcefile.File
 	Off   int64
 	N     int
+	// Buffered says Bytes lie in the read's buffer, at their place in the
+	// read: they need no copy into it, and whoever answers from the buffer
+	// must copy them before it is used again.
+	Buffered bool
 }
 
-// Fill puts the piece's bytes in p (len N) unless they are there already:
-// what a reader that does not leave pieces in their files (a copied reply)
-// does with each. A file that ends early gives an error wrapping
-// io.ErrUnexpectedEOF, naming it.
+// Fill puts the piece's bytes in p (len N), the piece's place in the
+// read's buffer, unless they are there already: what a reader that does
+// not leave pieces in their files (a copied reply) does with each. A file
+// that ends early gives an error wrapping io.ErrUnexpectedEOF, naming it.
 func (pc Piece) Fill(p []byte) error {
-	if pc.File == nil {
-		if len(pc.Bytes) > 0 && &pc.Bytes[0] != &p[0] {
-			copy(p, pc.Bytes)
-		}
+	switch {
+	case pc.Buffered:
+		return nil
+	case pc.File == nil:
+		copy(p, pc.Bytes)
 		return nil
 	}
 	n, err := pc.File.ReadAt(p, pc.Off)
@@ -179,19 +185,17 @@ func (a *assembler) buf(m int64) []byte { return a.p[a.n : a.n+m] }
 
 // inBuf answers the next m bytes from the read's buffer, where the caller
 // has put them; they join the last piece when it is the buffer's bytes
-// just before.
+// just before (a Buffered piece ends where the answer does, pieces being
+// in order).
 func (a *assembler) inBuf(m int64) {
-	b := a.p[a.n : a.n+m]
-	if k := len(a.pieces) - 1; k >= 0 {
+	if k := len(a.pieces) - 1; k >= 0 && a.pieces[k].Buffered {
 		last := &a.pieces[k]
-		if last.File == nil && len(last.Bytes) > 0 && &last.Bytes[0] == &a.p[a.n-int64(len(last.Bytes))] {
-			last.Bytes = a.p[a.n-int64(len(last.Bytes)) : a.n+m]
-			last.N += int(m)
-			a.n += m
-			return
-		}
+		last.Bytes = a.p[a.n-int64(last.N) : a.n+m]
+		last.N += int(m)
+		a.n += m
+		return
 	}
-	a.pieces = append(a.pieces, Piece{Bytes: b, N: int(m)})
+	a.pieces = append(a.pieces, Piece{Bytes: a.p[a.n : a.n+m], N: int(m), Buffered: true})
 	a.n += m
 }
 

@@ -212,8 +212,8 @@ func TestAdjacentRangesAreOneSourceRead(t *testing.T) {
 
 // TestReadPiecesLeavesLocalBytesInTheirFile: a read's pieces leave long
 // runs of a local file in the file, answer long cached blocks from the
-// cache and copy the rest into the read's buffer, and filled in they are
-// ReadAt's bytes.
+// cache and copy the rest into the read's buffer (Buffered, at their
+// place), and filled in they are ReadAt's bytes.
 func TestReadPiecesLeavesLocalBytesInTheirFile(t *testing.T) {
 	src := make([]byte, 200<<10)
 	for i := range src {
@@ -239,14 +239,19 @@ func TestReadPiecesLeavesLocalBytesInTheirFile(t *testing.T) {
 		t.Fatalf("ReadPieces = %d, %v", n, err)
 	}
 	type kind struct {
-		file bool
-		n    int
+		file, buffered bool
+		n              int
 	}
 	var got []kind
+	pos := 0
 	for _, pc := range pieces {
-		got = append(got, kind{pc.File != nil, pc.N})
+		got = append(got, kind{pc.File != nil, pc.Buffered, pc.N})
+		if pc.Buffered && &pc.Bytes[0] != &buf[pos] {
+			t.Errorf("buffered piece at %d is not at its place in the buffer", pos)
+		}
+		pos += pc.N
 	}
-	want := []kind{{false, 4}, {true, 100 << 10}, {false, 32 << 10}, {false, 32 << 10}, {false, 104}}
+	want := []kind{{false, true, 4}, {true, false, 100 << 10}, {false, false, 32 << 10}, {false, false, 32 << 10}, {false, true, 104}}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("pieces %v, want %v", got, want)
 	}
@@ -254,7 +259,7 @@ func TestReadPiecesLeavesLocalBytesInTheirFile(t *testing.T) {
 	if _, err := r.ReadAt(filled, 0); err != nil {
 		t.Fatal(err)
 	}
-	pos := 0
+	pos = 0
 	for _, pc := range pieces {
 		b := pc.Bytes
 		if pc.File != nil {

@@ -244,8 +244,8 @@ func RaiseReadAhead(dir string) error {
 }
 
 // Wait serves requests until the file system is unmounted. It then closes
-// the pipes kept for spliced replies (dsfs's and go-fuse's) that no reply
-// holds, so that an unmounted file system leaves no descriptor behind.
+// the pipes go-fuse's pool keeps for spliced replies that no reply holds,
+// so that an unmounted file system leaves no descriptor behind.
 func (m *Mount) Wait() {
 	m.server.Wait()
 	closeFreePipes()

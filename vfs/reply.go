@@ -6,7 +6,6 @@ import (
 	"math/bits"
 	"os"
 	"slices"
-	"sync"
 	"syscall"
 	"unsafe"
 
@@ -101,13 +100,14 @@ func pipeSlotsFor(size int) int {
 }
 
 // answer turns a read's pieces into the reply: see the top of this file.
-// dest is the request's buffer, which the pieces' in-buffer bytes lie in.
+// dest is the request's buffer: Buffered pieces lie in it, and a copied
+// reply reads file pieces into it.
 // The files whose pages a spliced reply carries are checked again once it
 // has been sent (recheck).
 func (h *fileHandle) answer(pieces []vfile.Piece, n int, dest []byte) (fuse.ReadResult, error) {
 	if slices.ContainsFunc(pieces, func(pc vfile.Piece) bool { return pc.File != nil }) {
 		if h.m.splice {
-			r, err := h.spliced(pieces, n, dest)
+			r, err := h.spliced(pieces, n)
 			if err == nil || errors.Is(err, sourcefile.ErrChanged) {
 				return r, err
 			}
@@ -133,13 +133,13 @@ func (h *fileHandle) answer(pieces []vfile.Piece, n int, dest []byte) (fuse.Read
 
 // spliced builds the pipe reply. A file found changed fails the read with
 // its error; any other failure leaves the reply to be copied instead.
-func (h *fileHandle) spliced(pieces []vfile.Piece, n int, dest []byte) (fuse.ReadResult, error) {
+func (h *fileHandle) spliced(pieces []vfile.Piece, n int) (fuse.ReadResult, error) {
 	slots := 0
 	for _, pc := range pieces {
 		switch {
 		case pc.File != nil:
 			slots += pagesSpanned(pc.Off, pc.N)
-		case inBuffer(pc.Bytes, dest):
+		case pc.Buffered:
 			slots += (pc.N + pageSize - 1) / pageSize
 		default:
 			slots += pagesSpanned(int64(addr(pc.Bytes)), pc.N)
@@ -156,23 +156,23 @@ func (h *fileHandle) spliced(pieces []vfile.Piece, n int, dest []byte) (fuse.Rea
 	for _, pc := range pieces {
 		switch {
 		case pc.File != nil:
-			if _, err := pc.File.SpliceTo(p.w, pc.Off, pc.N); err != nil {
-				p.release()
+			if _, err := pc.File.SpliceTo(int(p.WriteFd()), pc.Off, pc.N); err != nil {
+				splice.Done(p)
 				return nil, err
 			}
 			r.files = appendFile(r.files, pc.File)
-		case inBuffer(pc.Bytes, dest):
+		case pc.Buffered:
 			// The request's buffer is go-fuse's and is used again after
 			// the reply: its bytes are copied into the pipe.
-			err = p.write(pc.Bytes)
+			err = writePipe(p, pc.Bytes)
 		default:
 			// A cached block or a literal segment, never modified: the
 			// pipe refers to its pages, which the reply keeps alive.
-			err = p.vmsplice(pc.Bytes)
+			err = vmsplice(p, pc.Bytes)
 			r.keep = append(r.keep, pc.Bytes)
 		}
 		if err != nil {
-			p.release()
+			splice.Done(p)
 			return nil, err
 		}
 	}
@@ -183,15 +183,6 @@ func (h *fileHandle) spliced(pieces []vfile.Piece, n int, dest []byte) (fuse.Rea
 // errTooManySlots says a reply's pieces need more pipe slots than go-fuse's
 // pipe has.
 var errTooManySlots = errors.New("reply needs more pipe slots than the pipe has")
-
-// inBuffer reports whether b lies in buf.
-func inBuffer(b, buf []byte) bool {
-	if len(b) == 0 || len(buf) == 0 {
-		return false
-	}
-	a, lo := addr(b), addr(buf)
-	return a >= lo && a < lo+uintptr(cap(buf))
-}
 
 // addr is where b's bytes start.
 func addr(b []byte) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(b))) }
@@ -209,7 +200,7 @@ func appendFile(fs []*sourcefile.File, f *sourcefile.File) []*sourcefile.File {
 // (it asks for the pipe through Stateful, as it does of its own pipe
 // results), or, if it cannot, reads it with Bytes.
 type pipeReply struct {
-	p     *pipe
+	p     *splice.Pair
 	size  int
 	h     *fileHandle
 	files []*sourcefile.File // whose pages the pipe holds
@@ -219,7 +210,7 @@ type pipeReply struct {
 var _ fuse.ReadResult = (*pipeReply)(nil)
 
 // Stateful hands go-fuse the pipe to splice from.
-func (r *pipeReply) Stateful() (uintptr, int) { return uintptr(r.p.r), r.size }
+func (r *pipeReply) Stateful() (uintptr, int) { return r.p.ReadFd(), r.size }
 
 func (r *pipeReply) Size() int { return r.size }
 
@@ -228,16 +219,13 @@ func (r *pipeReply) Size() int { return r.size }
 func (r *pipeReply) Bytes(buf []byte) ([]byte, fuse.Status) {
 	n := 0
 	for n < r.size {
-		// Only what the pipe holds is read: its read end blocks.
-		avail, err := unix.IoctlGetInt(r.p.r, unix.TIOCINQ)
-		if err != nil || avail == 0 {
-			return nil, fuse.EIO
-		}
-		m, err := unix.Read(r.p.r, buf[n:min(r.size, n+avail)])
+		// The read end does not block: a pipe holding less than the reply
+		// fails it rather than hanging.
+		m, err := r.p.Read(buf[n:r.size])
 		if errors.Is(err, syscall.EINTR) {
 			continue
 		}
-		if err != nil || m == 0 {
+		if err != nil || m <= 0 {
 			return nil, fuse.EIO
 		}
 		n += m
@@ -249,7 +237,7 @@ func (r *pipeReply) Bytes(buf []byte) ([]byte, fuse.Status) {
 // pages the reply carried (see recheck) and gives the pipe back.
 func (r *pipeReply) Done() {
 	r.h.recheck(r.files)
-	r.p.release()
+	splice.Done(r.p)
 	r.p, r.keep = nil, nil
 }
 
@@ -277,65 +265,27 @@ func (h *fileHandle) recheck(files []*sourcefile.File) {
 	}
 }
 
-// pipe is a pipe a spliced reply is put together in. Its write end does
-// not block, so that a pipe filled beyond what was reckoned fails the
-// reply (it is copied instead) rather than hanging it; its read end
-// blocks, as go-fuse splices from it knowing the bytes are there.
-type pipe struct {
-	r, w  int
-	slots int // its capacity in pages
-}
-
-// pipes keeps pipes for reuse: one reply at a time each.
-var pipes struct {
-	sync.Mutex
-	free []*pipe
-}
-
-// maxFreePipes bounds the pipes kept: as many as replies in flight at once
-// in a busy mount; more are closed when given back.
-const maxFreePipes = 64
-
-// getPipe returns an empty pipe with room for slots pages.
-func getPipe(slots int) (*pipe, error) {
-	pipes.Lock()
-	var p *pipe
-	if k := len(pipes.free); k > 0 {
-		p, pipes.free = pipes.free[k-1], pipes.free[:k-1]
+// getPipe returns an empty pipe from go-fuse's pool (the one its own
+// spliced replies use) with room for slots pages. Both its ends are non-
+// blocking (os.Pipe's): a pipe filled beyond what was reckoned fails the
+// reply, which is then copied, rather than hanging it, and the read end is
+// only read for what the pipe holds.
+func getPipe(slots int) (*splice.Pair, error) {
+	p, err := splice.Get()
+	if err != nil {
+		return nil, fmt.Errorf("pipe: %w", err)
 	}
-	pipes.Unlock()
-	if p == nil {
-		var fds [2]int
-		if err := unix.Pipe2(fds[:], unix.O_CLOEXEC); err != nil {
-			return nil, fmt.Errorf("pipe: %w", err)
-		}
-		p = &pipe{r: fds[0], w: fds[1]}
-		if err := unix.SetNonblock(p.w, true); err != nil {
-			p.close()
-			return nil, fmt.Errorf("pipe: %w", err)
-		}
-		sz, err := unix.FcntlInt(uintptr(p.r), unix.F_GETPIPE_SZ, 0)
-		if err != nil {
-			p.close()
-			return nil, fmt.Errorf("pipe: %w", err)
-		}
-		p.slots = sz / pageSize
-	}
-	if p.slots < slots {
-		sz, err := unix.FcntlInt(uintptr(p.r), unix.F_SETPIPE_SZ, slots*pageSize)
-		if err != nil {
-			p.close()
-			return nil, fmt.Errorf("growing a pipe to %d pages: %w", slots, err)
-		}
-		p.slots = sz / pageSize
+	if err := p.Grow(slots * pageSize); err != nil {
+		splice.Drop(p)
+		return nil, fmt.Errorf("growing a pipe to %d pages: %w", slots, err)
 	}
 	return p, nil
 }
 
-// write copies b into the pipe.
-func (p *pipe) write(b []byte) error {
+// writePipe copies b into the pipe.
+func writePipe(p *splice.Pair, b []byte) error {
 	for len(b) > 0 {
-		n, err := unix.Write(p.w, b)
+		n, err := p.Write(b)
 		if errors.Is(err, syscall.EINTR) {
 			continue
 		}
@@ -348,9 +298,9 @@ func (p *pipe) write(b []byte) error {
 }
 
 // vmsplice puts b's pages in the pipe by reference.
-func (p *pipe) vmsplice(b []byte) error {
+func vmsplice(p *splice.Pair, b []byte) error {
 	for len(b) > 0 {
-		n, err := unix.Vmsplice(p.w, []unix.Iovec{{Base: &b[0], Len: uint64(len(b))}}, 0)
+		n, err := unix.Vmsplice(int(p.WriteFd()), []unix.Iovec{{Base: &b[0], Len: uint64(len(b))}}, 0)
 		if errors.Is(err, syscall.EINTR) {
 			continue
 		}
@@ -360,33 +310,6 @@ func (p *pipe) vmsplice(b []byte) error {
 		b = b[n:]
 	}
 	return nil
-}
-
-// release empties the pipe and keeps it for the next reply; a pipe that
-// cannot be emptied is closed.
-func (p *pipe) release() {
-	for {
-		n, err := unix.IoctlGetInt(p.r, unix.TIOCINQ)
-		if err != nil {
-			p.close()
-			return
-		}
-		if n == 0 {
-			break
-		}
-		buf := make([]byte, min(n, 1<<16))
-		if _, err := unix.Read(p.r, buf); err != nil && !errors.Is(err, syscall.EINTR) {
-			p.close()
-			return
-		}
-	}
-	pipes.Lock()
-	defer pipes.Unlock()
-	if len(pipes.free) >= maxFreePipes {
-		p.close()
-		return
-	}
-	pipes.free = append(pipes.free, p)
 }
 
 // go-fuse empties each pipe it is given back into a /dev/null it opens on
@@ -402,21 +325,7 @@ func init() {
 	}
 }
 
-// closeFreePipes closes the pipes kept for reuse, dsfs's and go-fuse's;
-// those a reply holds are kept when given back, as a mount serving in the
-// same process may still use them.
-func closeFreePipes() {
-	pipes.Lock()
-	free := pipes.free
-	pipes.free = nil
-	pipes.Unlock()
-	for _, p := range free {
-		p.close()
-	}
-	splice.ClearSplicePool()
-}
-
-func (p *pipe) close() {
-	unix.Close(p.r)
-	unix.Close(p.w)
-}
+// closeFreePipes closes the pipes go-fuse's pool keeps for reuse; those a
+// reply holds are kept when given back, as a mount serving in the same
+// process may still use them.
+func closeFreePipes() { splice.ClearSplicePool() }

@@ -147,6 +147,9 @@ func runMount(args []string) (err error) {
 		return err
 	}
 	defer mp.Release()
+	// vfs.Serve checks the device too; checking here fails a machine
+	// without FUSE before the catalog and the views are built, which
+	// takes seconds on a released checkpoint.
 	if err := vfs.CheckDevice(); err != nil {
 		return fmt.Errorf("mounting %s: %w", mp.Dir, err)
 	}

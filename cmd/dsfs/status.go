@@ -17,6 +17,7 @@ import (
 	"github.com/dsfs/dsfs/blockcache"
 	"github.com/dsfs/dsfs/vfile"
 	"github.com/dsfs/dsfs/vfs"
+	"github.com/dustin/go-humanize"
 	"github.com/schollz/progressbar/v3"
 	"golang.org/x/term"
 )
@@ -135,7 +136,7 @@ func runStatus(args []string) error {
 	}
 	fmt.Printf("dsfs at %s: source %s, pid %d, up %v, log: %s\n", mnt, prev.Source, prev.PID,
 		time.Duration(prev.Uptime*float64(time.Second)).Round(time.Second), prev.Log)
-	fmt.Printf("memory cache: %s of %s in %d blocks\n", humanBytes(prev.Cache.Bytes), humanBytes(prev.Cache.Budget), prev.Cache.Blocks)
+	fmt.Printf("memory cache: %s of %s in %d blocks\n", humanize.IBytes(uint64(prev.Cache.Bytes)), humanize.IBytes(uint64(prev.Cache.Budget)), prev.Cache.Blocks)
 	redraw := *watch && term.IsTerminal(int(os.Stdout.Fd()))
 	lines := 0
 	for {
@@ -264,7 +265,7 @@ func runWarm(args []string) error {
 	start := time.Now()
 	r := warm(ctx, files, *jobs, &read)
 	bar.finish()
-	what := fmt.Sprintf("%d of %d files, %s", r.files, len(files), humanBytes(read.Load()))
+	what := fmt.Sprintf("%d of %d files, %s", r.files, len(files), humanize.IBytes(uint64(read.Load())))
 	if ctx.Err() != nil {
 		// Reads still waiting end with this process, and the mount stops
 		// computing what nobody else waits for.

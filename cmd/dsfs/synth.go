@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dsfs/dsfs/synth"
+	"github.com/dustin/go-humanize"
 )
 
 func runSynth(args []string) error {
@@ -46,7 +47,7 @@ func presetHelp(w io.Writer) {
 		fmt.Fprintf(w, "  %-16s %s\n", p.Name, p.Description)
 		const indent = "                   "
 		fmt.Fprintf(w, "%sfor %s\n", indent, p.Purpose)
-		fmt.Fprintf(w, "%s%s: %d shards, %d tensors, %s of tensor data; %s\n", indent, c.Family, c.Shards, c.Tensors, humanBytes(c.Bytes), presetViewsText(c))
+		fmt.Fprintf(w, "%s%s: %d shards, %d tensors, %s of tensor data; %s\n", indent, c.Family, c.Shards, c.Tensors, humanize.IBytes(uint64(c.Bytes)), presetViewsText(c))
 	}
 }
 
@@ -77,26 +78,6 @@ func presetViewsText(c synth.Contents) string {
 		b.WriteString("; gguf/ holds ERROR.txt and README.md (llama.cpp has no deepseek41 architecture yet)")
 	}
 	return b.String()
-}
-
-// humanBytes writes n in the largest binary unit that keeps it at 1 or
-// more, with three significant digits.
-func humanBytes(n int64) string {
-	units := []string{"B", "KiB", "MiB", "GiB", "TiB"}
-	x, u := float64(n), 0
-	for x >= 1024 && u < len(units)-1 {
-		x /= 1024
-		u++
-	}
-	switch {
-	case u == 0:
-		return fmt.Sprintf("%d B", n)
-	case x >= 100:
-		return fmt.Sprintf("%.0f %s", x, units[u])
-	case x >= 10:
-		return fmt.Sprintf("%.1f %s", x, units[u])
-	}
-	return fmt.Sprintf("%.2f %s", x, units[u])
 }
 
 // checkEmpty refuses an OUT that holds anything: synth overwrites the files
