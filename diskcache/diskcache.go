@@ -114,6 +114,12 @@ type Stats struct {
 	RemoteHits    int64  `json:"remote_hits,omitempty"`
 	RemoteErrors  int64  `json:"remote_errors,omitempty"`
 	RemoteCorrupt int64  `json:"remote_corrupt,omitempty"`
+	// KeptWritten counts the whole files kept (KeepFile), KeptVerified
+	// those found kept and checked (VerifyFile), KeptOpens the opens of
+	// kept files handed out (KeptFile).
+	KeptWritten  int64 `json:"kept_files_written,omitempty"`
+	KeptVerified int64 `json:"kept_files_verified,omitempty"`
+	KeptOpens    int64 `json:"kept_file_opens,omitempty"`
 }
 
 // Cache is a directory of entries. It is safe for concurrent use.
@@ -134,6 +140,11 @@ type Cache struct {
 
 	remote                            Remote // the shared tier, if any
 	remoteHits, remoteErrs, remoteBad atomic.Int64
+
+	// checked holds the status (fileStatus) of each kept file, by key, as
+	// this process last checked or wrote it (files.go).
+	checked                            sync.Map
+	keptWrites, keptVerified, keptHits atomic.Int64
 }
 
 // Open opens (creating it if needed) the cache directory dir, capped at
@@ -569,7 +580,7 @@ func (c *Cache) scan() {
 				if now.Sub(fi.ModTime()) > staleTemp {
 					os.Remove(p)
 				}
-			case isHex(e.Name(), 2*len(Key{})):
+			case isHex(e.Name(), 2*len(Key{})), isKeptName(e.Name()):
 				files = append(files, entryFile{p, fi.Size(), fi.ModTime()})
 				total += fi.Size()
 			}
@@ -611,6 +622,7 @@ func (c *Cache) Stats() Stats {
 		Writes: c.writes.Load(), WriteErrors: c.writeErrs.Load(), BytesRead: c.bytesRead.Load(),
 		BytesWritten: c.bytesWritten.Load(), Evicted: c.evicted.Load(), Entries: c.entries.Load(),
 		Bytes: c.size.Load(), Cap: c.cap,
+		KeptWritten: c.keptWrites.Load(), KeptVerified: c.keptVerified.Load(), KeptOpens: c.keptHits.Load(),
 	}
 	if c.remote != nil {
 		st.Remote = c.remote.String()

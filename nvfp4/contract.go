@@ -83,10 +83,13 @@ func matchAny(name string, patterns []string) bool {
 // Options.MTP), each {"quant_algo": "NVFP4", "group_size": 16}.
 func (n *Transcoder) QuantizedLayers() map[string]any {
 	out := make(map[string]any)
+	// One value for every module: a checkpoint has thousands of experts
+	// but tens of expert modules.
+	nvfp4 := map[string]any{"quant_algo": "NVFP4", "group_size": 16}
 	for _, t := range n.experts {
 		m := base(t.Name) // layers.N.ffn.experts.E.w1
 		if i := strings.Index(m, ".experts."); i >= 0 {
-			out[m[:i+len(".experts")]] = map[string]any{"quant_algo": "NVFP4", "group_size": 16}
+			out[m[:i+len(".experts")]] = nvfp4
 		}
 	}
 	return out

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -49,6 +50,22 @@ type Options struct {
 	// NonEmpty lets Serve claim a mount point that holds files (hidden
 	// while mounted), as -o nonempty does for libfuse.
 	NonEmpty bool
+	// Kept, when set, keeps view files (any file not served from one
+	// source file) whole in local files, which the kernel then reads in
+	// dsfs's place (FUSE passthrough, as for
+	// source files; not with NoPassthrough).
+	Kept KeptFiles
+}
+
+// KeptFiles keeps view files whole in local files (the disk cache's kept
+// files). A file is offered for keeping once an open of it has
+// served all its bytes; an open of it finds the local file once kept.
+type KeptFiles interface {
+	// Open returns a local file holding f's bytes, checked, or nil when
+	// there is none (yet).
+	Open(f *vfile.File) *os.File
+	// ReadWhole says an open of f has served as many bytes as f holds.
+	ReadWhole(f *vfile.File)
 }
 
 // Mount is a live dsfs mount.
@@ -65,7 +82,12 @@ type Mount struct {
 	// directly; "" when it does.
 	passthroughOff string
 	// splice is set when replies carry source bytes by splice.
-	splice      bool
+	splice bool
+	// kept holds view files whole for passthrough; nil: none.
+	kept KeptFiles
+	// keptProbe says whether the kernel takes kept files as passthrough
+	// backing files: keptUnknown until the first is tried.
+	keptProbe   atomic.Int32
 	ino         map[*vfile.Node]uint64 // every node's inode number
 	sourceBytes int64
 	errs        repeatLog // read errors, logged once per file and cause with a count
@@ -98,7 +120,7 @@ func Serve(dir string, root *vfile.Node, open vfile.Opener, opt Options) (*Mount
 	dir = mp.Dir
 	m := &Mount{Dir: dir, open: open, log: opt.Log, start: time.Now(), status: opt.Status,
 		sourceBytes: opt.SourceBytes, served: make(chan struct{}), callers: newCallers(),
-		splice: !opt.NoSplice && splice.Resizable()}
+		splice: !opt.NoSplice && splice.Resizable(), kept: opt.Kept}
 	switch {
 	case opt.NoPassthrough:
 		m.passthroughOff = "turned off (--passthrough=false)"
@@ -183,6 +205,41 @@ func (m *Mount) probePassthrough(top *vfile.Node) string {
 	}
 	m.server.UnregisterBackingFd(id)
 	return ""
+}
+
+// States of Mount.keptProbe.
+const (
+	keptUnknown = iota
+	keptAccepted
+	keptRefused
+)
+
+// keptFile returns the kept copy of f when there is one the kernel takes
+// as a passthrough backing file. The first is tried before it is handed to
+// go-fuse, which would turn passthrough off for the whole mount, source
+// files too, at the first refusal (a cache directory on a file system the
+// kernel cannot stack on); after a refusal kept files are not used.
+func (m *Mount) keptFile(f *vfile.File) *os.File {
+	if m.keptProbe.Load() == keptRefused {
+		return nil
+	}
+	kf := m.kept.Open(f)
+	if kf == nil {
+		return nil
+	}
+	if m.keptProbe.Load() == keptUnknown {
+		id, errno := m.server.RegisterBackingFd(&fuse.BackingMap{Fd: int32(kf.Fd())})
+		if errno != 0 {
+			if m.keptProbe.Swap(keptRefused) != keptRefused {
+				m.log.Warn("the kernel refused a kept file as a passthrough backing file; view files are read through dsfs", "file", kf.Name(), "err", errno)
+			}
+			kf.Close()
+			return nil
+		}
+		m.server.UnregisterBackingFd(id)
+		m.keptProbe.Store(keptAccepted)
+	}
+	return kf
 }
 
 // firstSource is the first file of the tree served unchanged from a source

@@ -7,6 +7,8 @@ import (
 	"context"
 	"errors"
 	"io"
+	"os"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -148,6 +150,15 @@ type fileNode struct {
 	f    *vfile.File
 	name string
 	attr vfile.Attr
+
+	// The kernel refuses to open a file for passthrough while it is open
+	// cached, and the other way round (EIO): a view file is passed through
+	// to its kept copy only while no open of it is cached, and every open
+	// while one is passed through is too, to the same copy.
+	mu     sync.Mutex
+	cached int      // opens served by Read
+	passed int      // opens the kernel reads kept from
+	kept   *os.File // the kept copy they read, while passed > 0
 }
 
 var _ = (fs.NodeGetattrer)((*fileNode)(nil))
@@ -174,7 +185,10 @@ func (f *fileNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint3
 	}
 	f.m.ctr.opens.Add(1)
 	life, closed := context.WithCancel(f.m.life)
-	h := &fileHandle{m: f.m, r: f.m.open(life, f.f), closed: closed, name: f.name, fd: -1, node: f.EmbeddedInode()}
+	h := &fileHandle{m: f.m, r: f.m.open(life, f.f), closed: closed, name: f.name, fd: -1, node: f}
+	if f.f.Origin == nil && f.m.kept != nil {
+		f.openView(h)
+	}
 	if f.f.Origin != nil && f.m.passthrough {
 		// The kernel may read an unchanged source file directly; go-fuse asks
 		// for the descriptor once and falls back to our Read if it cannot.
@@ -197,14 +211,52 @@ func (f *fileNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint3
 	return h, fuse.FOPEN_KEEP_CACHE, 0
 }
 
+// openView decides whether open h of a view file is passed through to
+// the file's kept copy or served by Read (see fileNode.mu).
+func (f *fileNode) openView(h *fileHandle) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.passed == 0 && f.cached == 0 && f.m.passthrough {
+		f.kept = f.m.keptFile(f.f)
+	}
+	if f.kept == nil {
+		f.cached++
+		return
+	}
+	f.passed++
+	h.passed = true
+	// Every open hands go-fuse the same descriptor: it asks only the first
+	// while it holds one, but two opens may race to be that first.
+	h.fd = int(f.kept.Fd())
+}
+
+// releaseView ends open h of a view file.
+func (f *fileNode) releaseView(h *fileHandle) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !h.passed {
+		f.cached--
+		return
+	}
+	h.fd = -1 // f.kept's, closed with the last open passed through
+	if f.passed--; f.passed == 0 {
+		f.kept.Close()
+		f.kept = nil
+	}
+}
+
 // fileHandle is one open of a fileNode.
 type fileHandle struct {
 	m      *Mount
 	r      *vfile.Reader
 	closed context.CancelFunc // ends the reader's read-ahead
 	name   string
-	fd     int       // source descriptor for kernel passthrough, -1 if none
-	node   *fs.Inode // whose cached pages a raced reply drops (recheck)
+	fd     int       // descriptor for kernel passthrough, -1 if none
+	node   *fileNode // whose cached pages a raced reply drops (recheck)
+	// passed says the kernel reads a view file's kept copy (fd).
+	passed bool
+	// served counts the bytes Read served, when the file may be kept.
+	served atomic.Int64
 }
 
 var _ = (fs.FileReader)((*fileHandle)(nil))
@@ -238,11 +290,21 @@ func (h *fileHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.Rea
 		return nil, syscall.EIO
 	}
 	h.m.ctr.read(n)
+	if h.m.kept != nil && h.m.passthrough && h.node.f.Origin == nil {
+		// Offered once, when the open has served the file's size.
+		size := h.node.f.Size()
+		if total := h.served.Add(int64(n)); total >= size && total-int64(n) < size {
+			h.m.kept.ReadWhole(h.node.f)
+		}
+	}
 	return res, 0
 }
 
 func (h *fileHandle) Release(ctx context.Context) syscall.Errno {
 	h.closed()
+	if h.node.f.Origin == nil && h.m.kept != nil {
+		h.node.releaseView(h)
+	}
 	if h.fd >= 0 {
 		syscall.Close(h.fd)
 		h.fd = -1

@@ -9,8 +9,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"maps"
-	"math/rand/v2"
 	"os"
 	"path"
 	"path/filepath"
@@ -20,8 +18,6 @@ import (
 	"strings"
 
 	"github.com/dsfs/dsfs/blockcache"
-	"github.com/dsfs/dsfs/checkpoint"
-	"github.com/dsfs/dsfs/codecs"
 	"github.com/dsfs/dsfs/vfile"
 	"github.com/dsfs/dsfs/views"
 	"golang.org/x/sys/unix"
@@ -61,7 +57,7 @@ func runExport(args []string) error {
 	if err := checkOutside(out, src.cat.Dir); err != nil {
 		return err
 	}
-	id, err := exportIdentity(viewName, opt, src.cat)
+	id, err := views.Identity(version(), viewName, opt, src.cat)
 	if err != nil {
 		return err
 	}
@@ -121,53 +117,6 @@ func resolveExisting(p string) (string, error) {
 		}
 		rest = append([]string{filepath.Base(d)}, rest...)
 	}
-}
-
-// exportIdentity names what the files of an export hold: the view, the
-// code that computes it, the settings it reads and every source file by
-// its stamp (device, inode, size, modification and status-change times:
-// sourcefile.Stamp). A rerun trusts a finished file only under the same
-// identity, so a changed source (even one whose mtime was put back) or a
-// new dsfs rewrites it. A source file changed within sourcefile.RacyWindow
-// before its stamp was taken cannot prove its bytes by its stamp: the
-// identity then holds a random part, so that no rerun trusts what this
-// run writes.
-func exportIdentity(view string, opt views.Options, cat *checkpoint.Catalog) (string, error) {
-	h := sha256.New()
-	fmt.Fprintf(h, "dsfs export\n%s\ncodec %s\nview %s\nrevision %q\n",
-		version(), codecs.Version, view, opt.Revision)
-	for _, name := range slices.Sorted(maps.Keys(opt.Values)) {
-		v := opt.Values[name]
-		if o, _ := viewOption(name); o.File && v != "" {
-			b, err := os.ReadFile(v)
-			if err != nil {
-				return "", err
-			}
-			fmt.Fprintf(h, "option %s: file sha256 %x\n", name, sha256.Sum256(b))
-			continue
-		}
-		fmt.Fprintf(h, "option %s %q\n", name, v)
-	}
-	racy := false
-	for _, sh := range cat.Shards {
-		st, taken := sh.Stamp()
-		fmt.Fprintf(h, "shard %q %+v\n", sh.Name, st)
-		racy = racy || !st.Proven(taken)
-	}
-	for _, f := range cat.Files {
-		sf, err := cat.OpenFile(f.Path)
-		if err != nil {
-			return "", err
-		}
-		st, taken := sf.Stamp()
-		sf.Close()
-		fmt.Fprintf(h, "file %q %+v\n", f.Name, st)
-		racy = racy || !st.Proven(taken)
-	}
-	if racy {
-		fmt.Fprintf(h, "racy %x\n", rand.Uint64())
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
 // exportXattr is the extended attribute that marks a file dsfs export

@@ -52,7 +52,7 @@ var commands []command
 
 func init() {
 	commands = []command{
-		{"mount", "[--cache-mb N] [--cache-dir DIR|s3://B/P] [--cache-dir-local DIR] [--cache-dir-gb N] [--revision REV] [--views LIST] [--nvfp4-mtp] [--nvfp4-calibrate FILE] [--device auto|cpu|cuda] [--trace-prompts FILE] [--trace-precision a8|fp32] [--trace-memory-mb N] [--tp N] [--no-hash] [--gguf-split-mb N] [--allow-other] [--nonempty] [--passthrough=false] [--splice=false] [--debug] [--background] [--log-file FILE] [--pid-file FILE] [-o OPTS] SRC MNT", "mount SRC (a checkpoint directory or s3://BUCKET/PREFIX) at MNT (foreground unless --background; Ctrl-C, SIGTERM or SIGHUP unmounts)", runMount, 1},
+		{"mount", "[--cache-mb N] [--cache-dir DIR|s3://B/P] [--cache-dir-local DIR] [--cache-dir-gb N] [--cache-files] [--revision REV] [--views LIST] [--nvfp4-mtp] [--nvfp4-calibrate FILE] [--device auto|cpu|cuda] [--trace-prompts FILE] [--trace-precision a8|fp32] [--trace-memory-mb N] [--tp N] [--no-hash] [--gguf-split-mb N] [--allow-other] [--nonempty] [--passthrough=false] [--splice=false] [--debug] [--background] [--log-file FILE] [--pid-file FILE] [-o OPTS] SRC MNT", "mount SRC (a checkpoint directory or s3://BUCKET/PREFIX) at MNT (foreground unless --background; Ctrl-C, SIGTERM or SIGHUP unmounts)", runMount, 1},
 		{"umount", "[--lazy|-z] MNT", "unmount a dsfs mount", runUmount, 1},
 		{"status", "[--watch] [--interval D] MNT[/VIEW]", "per view of a mount (or one view), its blocks computed, cached and to go, with a progress bar, the rate and the time left (from MNT/.dsfs/stats.json)", runStatus, 1},
 		{"warm", "[--jobs N] MNT/VIEW[/FILE]...", "read views, directories or files of a mount to their ends, so what they compute is ready before a loader maps them; progress bar on a terminal, Ctrl-C stops (exit status 130)", runWarm, 1},
@@ -234,7 +234,7 @@ func parse(fs *flag.FlagSet, args []string, min, max int) ([]string, error) {
 	var err error
 	fs.Visit(func(f *flag.Flag) {
 		check := flagChecks[f.Name]
-		if o, ok := viewOption(f.Name); ok && check == nil {
+		if o, ok := views.OptionNamed(f.Name); ok && check == nil {
 			check = o.Check
 		}
 		if check != nil && err == nil {

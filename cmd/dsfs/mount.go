@@ -109,6 +109,7 @@ func runMount(args []string) (err error) {
 	debugFuse := fs.Bool("debug", false, "log every FUSE request")
 	passthrough := fs.Bool("passthrough", true, "let the kernel read source files directly (FUSE passthrough: root, Linux 6.9+)")
 	spliceReads := fs.Bool("splice", true, "hand source bytes to the kernel by splice rather than copying them")
+	cacheFiles := fs.Bool("cache-files", false, "keep each computed view file read to its end whole in the --cache-dir directory, and let the kernel read it there on later opens, in this mount and the next (FUSE passthrough: root, Linux 6.9+); costs the file's size on disk, within --cache-dir-gb")
 	background := fs.Bool("background", false, "return once the mount is ready, leaving a background process serving it, detached from the terminal and from this command's output")
 	logFile := fs.String("log-file", "", "append the log to FILE instead of standard error (default with --background: the system log, journald or syslog through /dev/log, where there is one)")
 	pidFile := fs.String("pid-file", "", "write the serving process's pid to FILE while it serves (removed when it exits)")
@@ -168,6 +169,9 @@ func runMount(args []string) (err error) {
 		return err
 	}
 	defer qf.close() // after the views and caches that write to it, deferred below
+	if *cacheFiles && (opt.DiskCache == nil || opt.DiskCache.Dir() == "" || !*passthrough) {
+		return usagef("--cache-files needs a local cache directory (--cache-dir DIR, or --cache-dir-local DIR with a bucket) and passthrough")
+	}
 	vf.apply(&opt)
 	budget := int64(*cacheMB) << 20
 	cache := blockcache.New(budget, runtime.NumCPU())
@@ -184,6 +188,13 @@ func runMount(args []string) (err error) {
 	}
 	defer src.Close()
 	defer cache.Close() // computations stop before the sources close
+	var kept *views.KeptFiles
+	if *cacheFiles {
+		if kept, err = src.set.KeepFiles(version(), opt.DiskCache, cache, slog.Default()); err != nil {
+			return err
+		}
+		defer kept.Close() // before the cache it reads through
+	}
 	// Freed blocks go back to the OS soon after eviction, so anonymous
 	// memory tracks the catalog, the cache budget and what views compute
 	// with (Options.Working above), rather than the GC's high-water mark. The heap in use counts
@@ -205,6 +216,7 @@ func runMount(args []string) (err error) {
 			Source:        srcDir,
 			Flags:         mountFlags,
 			MountPoint:    mp,
+			Kept:          keptFiles(kept),
 			Status: func() map[string]any {
 				st := map[string]any{
 					"pid":         os.Getpid(),
@@ -220,6 +232,9 @@ func runMount(args []string) (err error) {
 				}
 				if opt.DiskCache != nil {
 					st["disk_cache"] = opt.DiskCache.Stats()
+				}
+				if kept != nil {
+					st["kept_files"] = kept.Stats()
 				}
 				if src.bucket != nil {
 					st["object_store"] = src.bucket.Stats()
@@ -253,6 +268,15 @@ func runMount(args []string) (err error) {
 	m.Wait()
 	slog.Info("unmounted", "mount", m.Dir)
 	return nil
+}
+
+// keptFiles is k as vfs takes it: no keeper is a nil interface, not a nil
+// *views.KeptFiles in one.
+func keptFiles(k *views.KeptFiles) vfs.KeptFiles {
+	if k == nil {
+		return nil
+	}
+	return k
 }
 
 // notifyReady tells a service manager (or a --background parent) that the

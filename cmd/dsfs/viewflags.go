@@ -50,14 +50,3 @@ func (f viewFlags) apply(opt *views.Options) {
 	}
 }
 
-// viewOption returns the option a view declares under a flag's name.
-func viewOption(name string) (views.Option, bool) {
-	for _, v := range views.All() {
-		for _, o := range v.Options {
-			if o.Name == name {
-				return o, true
-			}
-		}
-	}
-	return views.Option{}, false
-}
