@@ -175,6 +175,9 @@ func Serve(dir string, root *vfile.Node, open vfile.Opener, opt Options) (*Mount
 	if m.passthroughOff != "" && firstSource(top) != nil {
 		m.log.Info("source files are read through dsfs, not passed through to the kernel", "reason", m.passthroughOff)
 	}
+	if m.passthroughOff != "" && m.kept != nil {
+		m.log.Warn("view files are not kept (--cache-files): the kernel cannot read them in dsfs's place", "reason", m.passthroughOff)
+	}
 	if err := RaiseReadAhead(dir); err != nil {
 		m.log.Info("kernel read-ahead stays at its default, so reads come as 128 KiB requests", "err", err)
 	}
