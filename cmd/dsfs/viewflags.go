@@ -49,4 +49,3 @@ func (f viewFlags) apply(opt *views.Options) {
 		opt.Values[name] = fl.Value.String()
 	}
 }
-
