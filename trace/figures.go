@@ -48,10 +48,15 @@ func routeMap(ctx context.Context, tr Tracer, p int) (figures.RouteMap, error) {
 		pr := rt.PerPrompt[p]
 		m.Experts = len(pr.Load)
 		row := make([]int, len(pr.TokenRoutes))
-		m.Tokens = m.Tokens[:0]
 		for t, tok := range pr.TokenRoutes {
 			row[t] = tok.ExpertsByWeight[0].Expert // sorted by weight, most first
-			m.Tokens = append(m.Tokens, figures.Token{ID: tok.TokenID, Piece: tok.DecodedPiece})
+		}
+		if m.Tokens == nil {
+			// Every layer routes the prompt's tokens; a layer that routes
+			// another count fails the map's check (RouteMap.PNG).
+			for _, tok := range pr.TokenRoutes {
+				m.Tokens = append(m.Tokens, figures.Token{ID: tok.TokenID, Piece: tok.DecodedPiece})
+			}
 		}
 		m.Top = append(m.Top, row)
 	}

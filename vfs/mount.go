@@ -52,14 +52,14 @@ type Options struct {
 	NonEmpty bool
 	// Kept, when set, keeps view files (any file not served from one
 	// source file) whole in local files, which the kernel then reads in
-	// dsfs's place (FUSE passthrough, as for
-	// source files; not with NoPassthrough).
+	// dsfs's place (FUSE passthrough, as for source files; not with
+	// NoPassthrough).
 	Kept KeptFiles
 }
 
 // KeptFiles keeps view files whole in local files (the disk cache's kept
-// files). A file is offered for keeping once an open of it has
-// served all its bytes; an open of it finds the local file once kept.
+// files). A file is offered for keeping once an open of it has served as
+// many bytes as it holds; an open of it finds the local file once kept.
 type KeptFiles interface {
 	// Open returns a local file holding f's bytes, checked, or nil when
 	// there is none (yet).
