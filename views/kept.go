@@ -6,7 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -24,8 +27,8 @@ import (
 // then read again through the block cache (what was evicted since is
 // computed again) and written out, in the background, one file at a time.
 // A file found kept by an earlier process is handed out only once checked
-// against its record, which is done in the background when it is first
-// opened. A kept file is named by the view's Identity, its path and its
+// against its record: every such file is checked in the background from
+// the start, in path order (an open before its turn is served by dsfs). A kept file is named by the view's Identity, its path and its
 // size, so a changed source, another setting or another dsfs never finds
 // a file kept for the old ones.
 type KeptFiles struct {
@@ -99,7 +102,25 @@ func (s *Set) KeepFiles(program string, disk *diskcache.Cache, cache vfile.Cache
 	}
 	k.life, k.stop = context.WithCancel(context.Background())
 	go k.work()
+	k.checkFound()
 	return k, nil
+}
+
+// checkFound queues a check of every file found kept by an earlier
+// process, in path order, so that loads after a remount find them ready;
+// it opens each kept file, no more.
+func (k *KeptFiles) checkFound() {
+	files := slices.SortedFunc(maps.Keys(k.files), func(a, b *vfile.File) int {
+		return strings.Compare(k.files[a].path, k.files[b].path)
+	})
+	for _, f := range files {
+		if k.life.Err() != nil {
+			return
+		}
+		if checked, found := k.disk.HasKeptFile(k.files[f].key, f.Size()); found && !checked {
+			k.queue(keptJob{f: f, verify: true})
+		}
+	}
 }
 
 // walkFiles calls fn with every file under n and its path, n's being
