@@ -40,6 +40,11 @@ var (
 	e2m1Signed        = [16]int64{0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12}
 	e2m1PairSq        [256]int64
 
+	// engramScaleOf[top<<8|s] is engramScale(top, s)'s scale byte t, for
+	// every block maximum top (at most 0x7F) and source scale byte s: the
+	// vector paths look a block's scale up rather than branch on it.
+	engramScaleOf [128 << 8]byte
+
 	// engramSteps is engramCode as simd.Steps for the vector kernel, which
 	// agrees with it on every byte but NaN.
 	engramSteps [len(engramCode)]simd.Steps
@@ -59,6 +64,11 @@ func init() {
 		e4m3Mag2[b] = e4m3Mag[b] * e4m3Mag[b]
 		if m != 0 {
 			e4m3Ceil[b] = int8(q + ceilLog2Div6(m))
+		}
+	}
+	for top := range 128 {
+		for s := range 256 {
+			engramScaleOf[top<<8|s], _, _ = engramScale(byte(top), byte(s))
 		}
 	}
 	for i := range engramCode {
@@ -193,15 +203,15 @@ func engramFP4Vector(dstW, dstS, srcW, srcS []byte) EngramCounts {
 		simd.MaxLow7s(top[:k], w)
 		nan := false
 		for i, s := range srcS[:k] {
-			t, e, ok := engramScale(top[i], s)
+			t := engramScaleOf[int(top[i])<<8|int(s)]
 			ds[i] = t
 			switch {
-			case ok:
-				sel[i] = byte(int(s) - 127 - e - engramMinShift)
 			case t == E8M0NaN:
 				sel[i], nan = 0, true
-			default:
+			case top[i] == 0: // zeros: codes 0 under any Steps
 				sel[i] = 0
+			default: // e = t-127
+				sel[i] = byte(int(s) - int(t) - engramMinShift)
 			}
 		}
 		dw := dstW[:MXBlock/2*k]
@@ -238,7 +248,7 @@ func EngramScales(dstS, srcW, srcS []byte) EngramCounts {
 			}
 		}
 		for j, s := range srcS[i : i+k] {
-			t, _, _ := engramScale(top[j], s)
+			t := engramScaleOf[int(top[j])<<8|int(s)]
 			dstS[i+j] = t
 			if t == E8M0NaN {
 				c.NaNBlocks++
