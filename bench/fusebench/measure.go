@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -100,6 +101,7 @@ func measureReads(ctx context.Context, c config) (map[readKey][]read, error) {
 		})
 	}
 	for pass := range c.passes {
+		syscall.Sync() // the last pass's kept files written back first
 		if err := timed(readKey{server: "ext4"}, src, 0); err != nil {
 			return nil, err
 		}
@@ -272,9 +274,12 @@ func measureMemory(ctx context.Context, c config) ([]memPass, error) {
 			files = append(files, filepath.Join(mnt, v, filepath.Base(s)))
 		}
 	}
-	// Both runs start from hot source shards: otherwise the first run
-	// would read them from the disk for the second.
+	// Both runs start from hot source shards (otherwise the first run
+	// would read them from the disk for the second) and with nothing left
+	// to write back (the files the read phase wrote: baseline copies, kept
+	// files), which the first pass's readers would otherwise wait behind.
 	warm := func() error {
+		syscall.Sync()
 		for _, s := range shards {
 			if _, err := readFile(ctx, s, 0); err != nil {
 				return err
