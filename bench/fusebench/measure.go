@@ -101,7 +101,9 @@ func measureReads(ctx context.Context, c config) (map[readKey][]read, error) {
 		})
 	}
 	for pass := range c.passes {
-		syscall.Sync() // the last pass's kept files written back first
+		if err := settle(); err != nil {
+			return nil, err
+		}
 		if err := timed(readKey{server: "ext4"}, src, 0); err != nil {
 			return nil, err
 		}
@@ -156,6 +158,15 @@ func measureReads(ctx context.Context, c config) (map[readKey][]read, error) {
 				if err := waitKept(ctx, mnt, int64(i+1)); err != nil {
 					return err
 				}
+				// Written back, so that the read does not race the
+				// writeback, and read once through the mount (passed
+				// through), as ext4's file is before its timed read: a
+				// file's pages as its writer left them read slower than
+				// those a read brought in (11-18 GB/s against 19).
+				syscall.Sync()
+				if _, err := readFile(ctx, path, 0); err != nil {
+					return err
+				}
 				if err := timed(readKey{"dsfs-kept", v, true}, path, d.Pid()); err != nil {
 					return err
 				}
@@ -166,6 +177,19 @@ func measureReads(ctx context.Context, c config) (map[readKey][]read, error) {
 		}
 	}
 	return res, nil
+}
+
+// settle writes back what earlier measurements wrote (baseline copies,
+// kept files) and empties the page cache, so that a pass neither waits
+// behind that writeback nor reclaims the pages an earlier pass left: the
+// first pass after the read measurement ran at half the others' speed.
+// Each measurement then warms what it reads.
+func settle() error {
+	syscall.Sync()
+	if err := os.WriteFile("/proc/sys/vm/drop_caches", []byte("1"), 0); err != nil {
+		return fmt.Errorf("emptying the page cache between passes: %w", err)
+	}
+	return nil
 }
 
 // waitKept waits until the dsfs mount at mnt has kept n files
@@ -260,8 +284,8 @@ const readers = 8
 // start half-way into a file already read), sampling the mount's anonymous
 // memory; then, on a fresh mount, one reader reads the same parts one
 // after another, the throughput the 8 readers together must reach. Each
-// pass uses fresh mounts, and reads the source shards whole before each
-// run, so that both find them hot.
+// pass uses fresh mounts, and empties the page cache and reads the source
+// shards whole before each run, so that both find the same page cache.
 func measureMemory(ctx context.Context, c config) ([]memPass, error) {
 	shards, err := filepath.Glob(filepath.Join(c.benchSrc, "*.safetensors"))
 	if err != nil || len(shards) == 0 {
@@ -274,12 +298,13 @@ func measureMemory(ctx context.Context, c config) ([]memPass, error) {
 			files = append(files, filepath.Join(mnt, v, filepath.Base(s)))
 		}
 	}
-	// Both runs start from hot source shards (otherwise the first run
-	// would read them from the disk for the second) and with nothing left
-	// to write back (the files the read phase wrote: baseline copies, kept
-	// files), which the first pass's readers would otherwise wait behind.
+	// Both runs start from the same page cache: the source shards hot
+	// (otherwise the first run would read them from the disk for the
+	// second) and nothing else (see settle).
 	warm := func() error {
-		syscall.Sync()
+		if err := settle(); err != nil {
+			return err
+		}
 		for _, s := range shards {
 			if _, err := readFile(ctx, s, 0); err != nil {
 				return err
