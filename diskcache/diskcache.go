@@ -250,12 +250,12 @@ func (c *Cache) drop(err error) {
 		// os.Remove unlinks a name or an empty directory, never content
 		// that is not ours.
 		if rerr := os.Remove(ce.Path); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
-			c.log.Warn("disk cache: corrupt entry left in place (cannot remove it); the block is recomputed", "path", ce.Path, "reason", ce.Reason, "err", rerr)
+			c.log.Warn("disk cache: corrupt entry left in place (cannot remove it); what it held is computed again", "path", ce.Path, "reason", ce.Reason, "err", rerr)
 		} else {
-			c.log.Warn("disk cache: corrupt entry removed; the block is recomputed", "path", ce.Path, "reason", ce.Reason)
+			c.log.Warn("disk cache: corrupt entry removed; what it held is computed again", "path", ce.Path, "reason", ce.Reason)
 		}
 	case !errors.Is(err, ErrNotFound):
-		c.log.Warn("disk cache: unreadable entry; the block is recomputed", "err", err)
+		c.log.Warn("disk cache: unreadable entry; what it held is computed again", "err", err)
 	}
 }
 

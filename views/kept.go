@@ -57,6 +57,9 @@ type keptFile struct {
 type keptJob struct {
 	f      *vfile.File
 	verify bool // check a file found kept, rather than write it
+	// rewrite writes the file when the check finds it wanting: it was
+	// read whole, so it is worth keeping.
+	rewrite bool
 }
 
 // keptQueue bounds the files waiting to be kept or checked; more are
@@ -64,9 +67,10 @@ type keptJob struct {
 const keptQueue = 256
 
 // KeepFiles returns the keeper of the set's view files in disk, which
-// must have a local directory. Every file of a view but a source file, one
-// of literal bytes or one with an unreadable run may be kept. program names the running dsfs (its version) for
-// Identity. Close stops it.
+// must have a local directory: any file of a view may be kept but a
+// source file, one of literal bytes and one with an unreadable run.
+// program names the running dsfs (its version) for Identity. Close stops
+// it.
 func (s *Set) KeepFiles(program string, disk *diskcache.Cache, cache vfile.Cache, log *slog.Logger) (*KeptFiles, error) {
 	if disk == nil || disk.Dir() == "" {
 		return nil, errors.New("keeping files needs a local cache directory")
@@ -177,7 +181,7 @@ func (k *KeptFiles) ReadWhole(f *vfile.File) {
 	}
 	checked, found := k.disk.HasKeptFile(kf.key, f.Size())
 	if !checked {
-		k.queue(keptJob{f: f, verify: found})
+		k.queue(keptJob{f: f, verify: found, rewrite: true})
 	}
 }
 
@@ -218,15 +222,23 @@ func (k *KeptFiles) run(j keptJob) {
 	kf := k.files[j.f]
 	var err error
 	if j.verify {
-		// A file that fails is removed (and logged by the cache): the next
-		// whole read keeps it again.
+		// A file that fails is removed (and logged by the cache), and
+		// written again if it was read whole; else its next whole read
+		// keeps it again.
 		err = k.disk.VerifyFile(k.life, kf.key, j.f.Size())
 		var ce *diskcache.CorruptError
 		if errors.As(err, &ce) || errors.Is(err, diskcache.ErrNotFound) {
-			return
+			if !j.rewrite {
+				return
+			}
+			err = nil
+			j.verify = false
 		}
-	} else {
-		r := vfile.NewReader(j.f, k.cache)
+	}
+	if !j.verify && err == nil {
+		// Read as an open of the mount reads it, with read-ahead that
+		// ends with the keeper.
+		r := vfile.CacheOpener(k.cache)(k.life, j.f)
 		err = k.disk.KeepFile(k.life, kf.key, j.f.Size(), readerAt{k.life, r})
 	}
 	if err != nil && k.life.Err() == nil {

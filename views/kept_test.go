@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -119,6 +120,26 @@ func TestKeptFiles(t *testing.T) {
 	}
 	if st := disk2.Stats(); st.KeptVerified != 1 || st.KeptWritten != 0 {
 		t.Errorf("later process: %+v, want one file checked and none written", st)
+	}
+
+	// A damaged copy found by a whole read is removed and written again.
+	kept, _ := filepath.Glob(filepath.Join(dir, "*", "*.file"))
+	if len(kept) != 1 {
+		t.Fatalf("kept files %v, want one", kept)
+	}
+	b, _ := os.ReadFile(kept[0])
+	b[0] ^= 1
+	if err := os.WriteFile(kept[0], b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	k2.run(keptJob{f: shard.File, verify: true, rewrite: true})
+	if f := k2.Open(shard.File); f == nil {
+		t.Fatalf("a damaged copy was not written again: %+v", disk2.Stats())
+	} else if got := readKept(t, f); !bytes.Equal(got, want) {
+		t.Fatal("the copy written again differs from the view's bytes")
+	}
+	if st := disk2.Stats(); st.Corrupt != 1 || st.KeptWritten != 1 {
+		t.Errorf("after a damaged copy: %+v, want it found corrupt and written again", st)
 	}
 
 	// Another setting: the same path names another file.
