@@ -146,7 +146,9 @@ func (c *Cache) KeepFile(ctx context.Context, k Key, size int64, r io.ReaderAt) 
 		return fmt.Errorf("disk cache: %w", err)
 	}
 	tmp := filepath.Join(filepath.Dir(p), fmt.Sprintf(".tmp-%s-%d-%016x", filepath.Base(p), os.Getpid(), rand.Uint64()))
-	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+	// Private to the user dsfs runs as: a view file holds source bytes that
+	// other users of the machine may not be allowed to read.
+	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return fmt.Errorf("disk cache: %w", err)
 	}

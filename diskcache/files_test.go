@@ -51,6 +51,9 @@ func TestKeptFileRoundTrip(t *testing.T) {
 		f.Close()
 		t.Error("a kept file was handed out for another length")
 	}
+	if fi, err := os.Stat(c.keptPath(k)); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("kept file: %v, mode %v; want 0600: it holds bytes of sources others may not read", err, fi.Mode())
+	}
 	st := c.Stats()
 	if st.KeptWritten != 1 || st.KeptOpens != 1 || st.Bytes < int64(len(want)) {
 		t.Errorf("stats %+v: want one file written, one open, its bytes counted", st)

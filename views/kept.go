@@ -37,10 +37,10 @@ type KeptFiles struct {
 	log   *slog.Logger
 	files map[*vfile.File]keptFile
 
-	jobs    chan keptJob
+	jobs    chan *keptJob
 	mu      sync.Mutex
-	pending map[diskcache.Key]bool
-	ran     *sync.Cond // broadcast as each job ends
+	pending map[diskcache.Key]*keptJob // queued or running
+	ran     *sync.Cond                 // broadcast as each job ends
 	life    context.Context
 	stop    context.CancelFunc
 	done    chan struct{}
@@ -58,8 +58,12 @@ type keptJob struct {
 	f      *vfile.File
 	verify bool // check a file found kept, rather than write it
 	// rewrite writes the file when the check finds it wanting: it was
-	// read whole, so it is worth keeping.
+	// read whole, so it is worth keeping. Set under KeptFiles.mu, as a
+	// whole read may ask it of a job already queued or running.
 	rewrite bool
+	// failed says the check found the file wanting and the job did not
+	// write it (the worker's alone).
+	failed bool
 }
 
 // keptQueue bounds the files waiting to be kept or checked; more are
@@ -79,7 +83,7 @@ func (s *Set) KeepFiles(program string, disk *diskcache.Cache, cache vfile.Cache
 		log = slog.Default()
 	}
 	k := &KeptFiles{disk: disk, cache: cache, log: log, files: make(map[*vfile.File]keptFile),
-		jobs: make(chan keptJob, keptQueue), pending: make(map[diskcache.Key]bool), done: make(chan struct{})}
+		jobs: make(chan *keptJob, keptQueue), pending: make(map[diskcache.Key]*keptJob), done: make(chan struct{})}
 	k.ran = sync.NewCond(&k.mu)
 	for _, view := range s.Root.Children {
 		if !view.IsDir() {
@@ -185,18 +189,24 @@ func (k *KeptFiles) ReadWhole(f *vfile.File) {
 	}
 }
 
-// queue adds a job unless one for the same file waits or runs, or the
-// queue is full.
+// queue adds a job unless one for the same file waits or runs (which is
+// then asked to rewrite the file if j is), or the queue is full.
 func (k *KeptFiles) queue(j keptJob) {
-	key := k.files[j.f].key
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if k.pending[key] {
+	k.queueLocked(j)
+}
+
+// queueLocked is queue with k.mu held.
+func (k *KeptFiles) queueLocked(j keptJob) {
+	key := k.files[j.f].key
+	if p := k.pending[key]; p != nil {
+		p.rewrite = p.rewrite || j.rewrite
 		return
 	}
 	select {
-	case k.jobs <- j:
-		k.pending[key] = true
+	case k.jobs <- &j:
+		k.pending[key] = &j
 	default:
 	}
 }
@@ -212,14 +222,20 @@ func (k *KeptFiles) work() {
 			k.run(j)
 			k.mu.Lock()
 			delete(k.pending, k.files[j.f].key)
+			// A whole read that asked for a rewrite after the check had
+			// looked gets it now.
+			if j.failed && j.rewrite {
+				k.queueLocked(keptJob{f: j.f, rewrite: true})
+			}
 			k.ran.Broadcast()
 			k.mu.Unlock()
 		}
 	}
 }
 
-func (k *KeptFiles) run(j keptJob) {
+func (k *KeptFiles) run(j *keptJob) {
 	kf := k.files[j.f]
+	write := !j.verify
 	var err error
 	if j.verify {
 		// A file that fails is removed (and logged by the cache), and
@@ -228,14 +244,12 @@ func (k *KeptFiles) run(j keptJob) {
 		err = k.disk.VerifyFile(k.life, kf.key, j.f.Size())
 		var ce *diskcache.CorruptError
 		if errors.As(err, &ce) || errors.Is(err, diskcache.ErrNotFound) {
-			if !j.rewrite {
-				return
-			}
-			err = nil
-			j.verify = false
+			k.mu.Lock()
+			write, j.failed, err = j.rewrite, !j.rewrite, nil
+			k.mu.Unlock()
 		}
 	}
-	if !j.verify && err == nil {
+	if write {
 		// Read as an open of the mount reads it, with read-ahead that
 		// ends with the keeper.
 		r := vfile.CacheOpener(k.cache)(k.life, j.f)

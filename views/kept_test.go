@@ -132,7 +132,7 @@ func TestKeptFiles(t *testing.T) {
 	if err := os.WriteFile(kept[0], b, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	k2.run(keptJob{f: shard.File, verify: true, rewrite: true})
+	k2.run(&keptJob{f: shard.File, verify: true, rewrite: true})
 	if f := k2.Open(shard.File); f == nil {
 		t.Fatalf("a damaged copy was not written again: %+v", disk2.Stats())
 	} else if got := readKept(t, f); !bytes.Equal(got, want) {
