@@ -2,11 +2,13 @@ package integration
 
 import (
 	"bytes"
+	"errors"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -175,5 +177,38 @@ func TestCacheFilesNeedsALocalDirectory(t *testing.T) {
 	out, err := exec.Command(dsfsBin, "mount", "--cache-files", tinySrc, t.TempDir()).CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "--cache-files needs a local cache directory") {
 		t.Errorf("dsfs mount --cache-files without --cache-dir: %v\n%s", err, out)
+	}
+}
+
+// TestKeptFileNotPassedThroughOnceItsSourceChanged: a kept copy holds the
+// checkpoint as it was when kept; once a source shard has changed, an open
+// of a view file is served by dsfs, whose reads fail as every read of a
+// changed source does, instead of passed through to the copy.
+func TestKeptFileNotPassedThroughOnceItsSourceChanged(t *testing.T) {
+	src := copyTiny(t)
+	m := startMount(t, src, "--views", "nvfp4", "--cache-dir", t.TempDir(), "--cache-files")
+	if off := m.replies(t).PassthroughOff; off != "" {
+		t.Skipf("FUSE passthrough is off here: %s", off)
+	}
+	p := m.path("nvfp4", goodShard)
+	want, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.waitKept(t, "kept file", func(s keptStats) bool { return s.Disk.Written == 1 })
+	if got, err := os.ReadFile(p); err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("read of the kept file: %v, or its bytes differ", err)
+	}
+	before := m.kept(t)
+	if before.Passthrough != 1 {
+		t.Fatalf("the kept file was not passed through: %+v", before)
+	}
+	flipByte(t, filepath.Join(src, goodShard))
+	f := openDirect(t, p)
+	if got, err := f.readAt(0, 128<<10); !errors.Is(err, syscall.EIO) {
+		t.Errorf("read of %d bytes after the source changed: %v; want EIO", len(got), err)
+	}
+	if s := m.kept(t); s.Passthrough != before.Passthrough {
+		t.Errorf("an open after the source changed was passed through to the kept copy: %+v", s)
 	}
 }

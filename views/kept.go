@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 
 	"github.com/dsfs/dsfs/diskcache"
+	"github.com/dsfs/dsfs/sourcefile"
 	"github.com/dsfs/dsfs/vfile"
 )
 
@@ -36,6 +37,8 @@ type KeptFiles struct {
 	cache vfile.Cache
 	log   *slog.Logger
 	files map[*vfile.File]keptFile
+	// shards are the source shards the files' identity stamped.
+	shards []*sourcefile.File
 
 	jobs    chan *keptJob
 	mu      sync.Mutex
@@ -85,6 +88,9 @@ func (s *Set) KeepFiles(program string, disk *diskcache.Cache, cache vfile.Cache
 	k := &KeptFiles{disk: disk, cache: cache, log: log, files: make(map[*vfile.File]keptFile),
 		jobs: make(chan *keptJob, keptQueue), pending: make(map[diskcache.Key]*keptJob), done: make(chan struct{})}
 	k.ran = sync.NewCond(&k.mu)
+	for _, sh := range s.Cat.Shards {
+		k.shards = append(k.shards, sh.File())
+	}
 	for _, view := range s.Root.Children {
 		if !view.IsDir() {
 			continue
@@ -164,11 +170,20 @@ func keepable(f *vfile.File) bool {
 }
 
 // Open implements vfs.KeptFiles: the checked kept copy of f, or nil; a
-// copy found but not checked yet is checked in the background.
+// copy found but not checked yet is checked in the background. No copy is
+// handed out once a source shard has changed since the mount opened it:
+// the open is then served by dsfs, whose reads fail naming the shard, as
+// every read of a changed source does, rather than the copy serving the
+// checkpoint as it was.
 func (k *KeptFiles) Open(f *vfile.File) *os.File {
 	kf, ok := k.files[f]
 	if !ok {
 		return nil
+	}
+	for _, sh := range k.shards {
+		if sh.Check() != nil {
+			return nil
+		}
 	}
 	file, found := k.disk.KeptFile(kf.key, f.Size())
 	if file == nil && found {

@@ -57,7 +57,11 @@ func runExport(args []string) error {
 	if err := checkOutside(out, src.cat.Dir); err != nil {
 		return err
 	}
-	id, err := views.Identity(version(), viewName, opt, src.cat)
+	prog, err := program()
+	if err != nil {
+		return err
+	}
+	id, err := views.Identity(prog, viewName, opt, src.cat)
 	if err != nil {
 		return err
 	}

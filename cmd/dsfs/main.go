@@ -24,6 +24,7 @@
 package main
 
 import (
+	"crypto/sha256"
 	"errors"
 	"flag"
 	"fmt"
@@ -35,6 +36,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/dsfs/dsfs/synth"
 	"github.com/dsfs/dsfs/views"
@@ -153,11 +155,43 @@ func version() string {
 	return versionOf(bi)
 }
 
-func versionOf(bi *debug.BuildInfo) string {
+// program names the running dsfs for views.Identity: its version, and for
+// a build that is not of a commit (modified, or with no revision recorded)
+// the SHA-256 of its executable too, since two such builds share a version
+// but may compute different bytes. The executable is read once.
+var program = sync.OnceValues(func() (string, error) {
+	v := version()
+	if bi, ok := debug.ReadBuildInfo(); ok && committed(bi) {
+		return v, nil
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return "", fmt.Errorf("naming this build: %w", err)
+	}
+	b, err := os.ReadFile(exe)
+	if err != nil {
+		return "", fmt.Errorf("naming this build: %w", err)
+	}
+	return fmt.Sprintf("%s executable sha256 %x", v, sha256.Sum256(b)), nil
+})
+
+// committed reports whether bi is of a commit, unmodified.
+func committed(bi *debug.BuildInfo) bool {
+	set := settings(bi)
+	return set["vcs.revision"] != "" && set["vcs.modified"] != "true"
+}
+
+// settings are bi's build settings by key.
+func settings(bi *debug.BuildInfo) map[string]string {
 	set := make(map[string]string)
 	for _, s := range bi.Settings {
 		set[s.Key] = s.Value
 	}
+	return set
+}
+
+func versionOf(bi *debug.BuildInfo) string {
+	set := settings(bi)
 	v := "dsfs " + bi.Main.Version
 	rev := set["vcs.revision"]
 	if rev == "" {

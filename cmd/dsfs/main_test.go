@@ -131,6 +131,21 @@ func TestVersion(t *testing.T) {
 	if got, want := versionOf(bi), "dsfs v1.2.3 revision 0123abcd 2026-12-01T16:00:00Z (modified) go1.26.8"; got != want {
 		t.Errorf("with VCS settings: %q, want %q", got, want)
 	}
+	// A modified build is not a commit's: its identity adds the executable's digest.
+	if committed(bi) {
+		t.Error("a modified build counts as a commit's")
+	}
+	bi.Settings[2].Value = "false"
+	if !committed(bi) {
+		t.Error("an unmodified build of a revision does not count as a commit's")
+	}
+	if committed(&debug.BuildInfo{}) {
+		t.Error("a build with no revision counts as a commit's")
+	}
+	prog, err := program()
+	if err != nil || !strings.HasPrefix(prog, version()) {
+		t.Errorf("program() = %q, %v; want the version first", prog, err)
+	}
 }
 
 // TestVersionOfAClone installs dsfs from a fresh clone of this

@@ -190,7 +190,11 @@ func runMount(args []string) (err error) {
 	defer cache.Close() // computations stop before the sources close
 	var kept *views.KeptFiles
 	if *cacheFiles {
-		if kept, err = src.set.KeepFiles(version(), opt.DiskCache, cache, slog.Default()); err != nil {
+		prog, err := program()
+		if err != nil {
+			return err
+		}
+		if kept, err = src.set.KeepFiles(prog, opt.DiskCache, cache, slog.Default()); err != nil {
 			return err
 		}
 		defer kept.Close() // before the cache it reads through
