@@ -165,7 +165,11 @@ func TestHadamard(t *testing.T) {
 }
 
 // TestSinkhorn checks that the combination matrix comes out doubly
-// stochastic and that pre and post keep their ranges.
+// stochastic and that pre and post keep their ranges. The 20 iterations
+// DeepSeek's models run end on a column step, so the columns sum to 1;
+// the rows only approach it (over 20,000 seeds of these inputs the worst
+// is 1e-2 off after 20 iterations, 1.3e-6 after 100), so they are checked
+// after 100.
 func TestSinkhorn(t *testing.T) {
 	seed := rand.Uint64()
 	rng := rand.New(rand.NewPCG(seed, 5))
@@ -175,19 +179,24 @@ func TestSinkhorn(t *testing.T) {
 		mixes[i], base[i] = float32(rng.NormFloat64()), float32(rng.NormFloat64())
 	}
 	scale := []float32{0.5, 0.7, 0.9}
-	pre, post, comb := make([]float32, n), make([]float32, n), make([]float32, n*n)
-	sinkhorn(pre, post, comb, mixes, scale, base, n, 20, 1e-6)
-	for j := range n {
-		var row, col float64
-		for k := range n {
-			row += float64(comb[j*n+k])
-			col += float64(comb[k*n+j])
-		}
-		if math.Abs(row-1) > 1e-3 || math.Abs(col-1) > 1e-5 {
-			t.Errorf("row %d sums to %g, column %d to %g (seed %d)", j, row, j, col, seed)
-		}
-		if pre[j] <= 0 || pre[j] > 1+1e-6 || post[j] <= 0 || post[j] >= 2 {
-			t.Errorf("pre %g post %g out of range (seed %d)", pre[j], post[j], seed)
+	for _, tc := range []struct {
+		iters   int
+		rowsTol float64 // < 0: rows not checked
+	}{{20, -1}, {100, 1e-5}} {
+		pre, post, comb := make([]float32, n), make([]float32, n), make([]float32, n*n)
+		sinkhorn(pre, post, comb, mixes, scale, base, n, tc.iters, 1e-6)
+		for j := range n {
+			var row, col float64
+			for k := range n {
+				row += float64(comb[j*n+k])
+				col += float64(comb[k*n+j])
+			}
+			if math.Abs(col-1) > 1e-5 || tc.rowsTol >= 0 && math.Abs(row-1) > tc.rowsTol {
+				t.Errorf("%d iterations: row %d sums to %g, column %d to %g (seed %d)", tc.iters, j, row, j, col, seed)
+			}
+			if pre[j] <= 0 || pre[j] > 1+1e-6 || post[j] <= 0 || post[j] >= 2 {
+				t.Errorf("pre %g post %g out of range (seed %d)", pre[j], post[j], seed)
+			}
 		}
 	}
 }
