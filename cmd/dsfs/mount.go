@@ -109,7 +109,7 @@ func runMount(args []string) (err error) {
 	debugFuse := fs.Bool("debug", false, "log every FUSE request")
 	passthrough := fs.Bool("passthrough", true, "let the kernel read source files directly (FUSE passthrough: root, Linux 6.9+)")
 	spliceReads := fs.Bool("splice", true, "hand source bytes to the kernel by splice rather than copying them")
-	cacheFiles := fs.Bool("cache-files", false, "keep each computed view file read to its end whole in the --cache-dir directory, and let the kernel read it there on later opens, in this mount and the next (FUSE passthrough: root, Linux 6.9+); costs the file's size on disk, within --cache-dir-gb")
+	cacheFiles := fs.Bool("cache-files", false, "keep each view file read to its end whole in the --cache-dir directory, and let the kernel read it there on later opens, in this mount and the next (FUSE passthrough: root, Linux 6.9+); costs the file's size on disk, within --cache-dir-gb")
 	background := fs.Bool("background", false, "return once the mount is ready, leaving a background process serving it, detached from the terminal and from this command's output")
 	logFile := fs.String("log-file", "", "append the log to FILE instead of standard error (default with --background: the system log, journald or syslog through /dev/log, where there is one)")
 	pidFile := fs.String("pid-file", "", "write the serving process's pid to FILE while it serves (removed when it exits)")
