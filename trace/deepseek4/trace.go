@@ -9,6 +9,7 @@ package deepseek4
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/safetensors"
@@ -43,20 +44,16 @@ func (Family) Open(cat *checkpoint.Catalog, _ *tokenizer.Tokenizer) (trace.Model
 	return model{m}, nil
 }
 
-// maxInferenceConfig bounds inference/config.json, a few hundred bytes in
-// every release.
-const maxInferenceConfig = 16 << 20
-
-// InferenceConfig reads the checkpoint's inference/config.json, DeepSeek's
-// ModelArgs, or returns nil when it has none.
+// InferenceConfig returns the checkpoint's inference/config.json,
+// DeepSeek's ModelArgs, as the catalog read it, or nil when it has none.
+// One the catalog could not read fails with the catalog's reason.
 func InferenceConfig(cat *checkpoint.Catalog) ([]byte, error) {
-	for _, f := range cat.Files {
-		if f.Name == checkpoint.InferenceConfigName {
-			b, err := cat.ReadFile(f.Name, maxInferenceConfig)
-			if err != nil {
-				return nil, fmt.Errorf("%s: %w", f.Name, err)
-			}
-			return b, nil
+	if b := cat.InferenceConfigBytes; b != nil {
+		return b, nil
+	}
+	for _, p := range cat.Problems {
+		if p.File == checkpoint.InferenceConfigName && p.Tensor == "" && strings.HasPrefix(p.Reason, "unreadable: ") {
+			return nil, fmt.Errorf("%s: %s", p.File, p.Reason)
 		}
 	}
 	return nil, nil
