@@ -70,8 +70,9 @@ func notRegular(fi os.FileInfo) error {
 // a file truncated under the mount gives an error, never a fault. After
 // reading it checks that the file is still the one opened, unchanged
 // (sourcefile.File.ReadAt); if not it returns 0 and an error wrapping
-// sourcefile.ErrChanged, since the bytes may mix two versions. At the end of the file it returns io.EOF, unwrapped, as
-// io.ReaderAt asks. It is safe for concurrent use.
+// sourcefile.ErrChanged, since the bytes may mix two versions. At the end
+// of the file it returns io.EOF, unwrapped, as io.ReaderAt asks. It is
+// safe for concurrent use.
 func (s *Shard) ReadAt(p []byte, off int64) (int, error) {
 	return s.f.ReadAt(p, off)
 }

@@ -33,11 +33,12 @@
 // Each Object watches its reads. A read that starts where the last one
 // ended, or in the chunk after it, is sequential: it sets a read-ahead
 // window of one chunk, doubled at every later sequential read that moves
-// into a new chunk, up to MaxWindow (or a quarter of CacheBytes, if
-// less), and the chunks of the window that are not cached are fetched in
-// the background, at most Options.Prefetches GETs at once per Bucket. A read elsewhere resets the window. Readers
-// never wait for a prefetch unless it fetches the chunk they need; their
-// own GETs do not queue behind prefetches.
+// into a new chunk, up to MaxWindow (or a quarter of CacheBytes, if less),
+// and the chunks of the window that are not cached are fetched in the
+// background, at most Options.Prefetches GETs at once per Bucket. A read
+// elsewhere resets the window. Readers never wait for a prefetch unless it
+// fetches the chunk they need; their own GETs do not queue behind
+// prefetches.
 //
 // # Retries and cancellation
 //

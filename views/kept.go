@@ -29,9 +29,10 @@ import (
 // computed again) and written out, in the background, one file at a time.
 // A file found kept by an earlier process is handed out only once checked
 // against its record: every such file is checked in the background from
-// the start, in path order (an open before its turn is served by dsfs). A kept file is named by the view's Identity, its path and its
-// size, so a changed source, another setting or another dsfs never finds
-// a file kept for the old ones.
+// the start, in path order (an open before its turn is served by dsfs). A
+// kept file is named by the view's Identity, its path and its size, so a
+// changed source, another setting or another dsfs never finds a file kept
+// for the old ones.
 type KeptFiles struct {
 	disk  *diskcache.Cache
 	cache vfile.Cache

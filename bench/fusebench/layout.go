@@ -95,10 +95,11 @@ type placed struct {
 
 // predictDataBytes returns, per shard file name, the data bytes each view
 // (nvfp4, engram-fp4, nvfp4+engram-fp4) should hold, from the source
-// shards' headers: nvfp4 replaces a routed MXFP4 expert's E8M0 scale (one byte
-// per 32-block) with an E4M3 scale of twice the bytes plus two 4-byte F32
-// scalars (weight_scale_2 and input_scale), in the weight's shard; engram-fp4 halves an FP8 table (two E2M1 codes per
-// byte) and keeps its scale's size, in the table's shard.
+// shards' headers: nvfp4 replaces a routed MXFP4 expert's E8M0 scale (one
+// byte per 32-block) with an E4M3 scale of twice the bytes plus two 4-byte
+// F32 scalars (weight_scale_2 and input_scale), in the weight's shard;
+// engram-fp4 halves an FP8 table (two E2M1 codes per byte) and keeps its
+// scale's size, in the table's shard.
 func predictDataBytes(src map[string]header) map[string]map[string]int64 {
 	all := make(map[string]placed)
 	for shard, h := range src {

@@ -62,8 +62,9 @@ func Binary() string {
 
 // Start runs a fresh server and waits until its S3 gateway answers. It
 // skips the test when there is no weed binary, and fails it instead when
-// $DSFS_REQUIRE_WEED is 1 (.ci/run sets it once it has built one). t.Cleanup stops the server;
-// when the test failed, the tail of the server's log is printed.
+// $DSFS_REQUIRE_WEED is 1 (.ci/run sets it once it has built one).
+// t.Cleanup stops the server; when the test failed, the tail of the
+// server's log is printed.
 func Start(t testing.TB) *Server {
 	t.Helper()
 	bin := Binary()
