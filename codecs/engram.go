@@ -1,6 +1,7 @@
 package codecs
 
 import (
+	"bytes"
 	"math"
 
 	"github.com/dsfs/dsfs/simd"
@@ -40,10 +41,10 @@ var (
 	e2m1Signed        = [16]int64{0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12}
 	e2m1PairSq        [256]int64
 
-	// engramScaleOf[top<<8|s] is engramScale(top, s)'s scale byte t, for
-	// every block maximum top (at most 0x7F) and source scale byte s: the
-	// vector paths look a block's scale up rather than branch on it.
-	engramScaleOf [128 << 8]byte
+	// engramShifts is e4m3Ceil as simd.Shifts: the new scale byte of a
+	// block is its source scale byte plus the shift of its maximum, as
+	// engramScale computes it, for simd.RescaleE8M0 to find many at once.
+	engramShifts simd.Shifts
 
 	// engramSteps is engramCode as simd.Steps for the vector kernel, which
 	// agrees with it on every byte but NaN.
@@ -66,11 +67,7 @@ func init() {
 			e4m3Ceil[b] = int8(q + ceilLog2Div6(m))
 		}
 	}
-	for top := range 128 {
-		for s := range 256 {
-			engramScaleOf[top<<8|s], _, _ = engramScale(byte(top), byte(s))
-		}
-	}
+	engramShifts = simd.NewShifts(e4m3Ceil)
 	for i := range engramCode {
 		d := i + engramMinShift
 		for b := range 256 {
@@ -191,7 +188,7 @@ func EngramFP4(dstW, dstS, srcW, srcS []byte) EngramCounts {
 const engramChunk = 512
 
 // engramFP4Vector is EngramFP4 on the vector kernels: the block maxima of a
-// chunk at once, then the scales one by one, then the codes at once, each
+// chunk at once, then their scales and code tables, then the codes, each
 // block under the Steps of its shift. A zero block's bytes code to 0 under
 // any Steps; a NaN block's are cleared afterwards.
 func engramFP4Vector(dstW, dstS, srcW, srcS []byte) EngramCounts {
@@ -201,22 +198,10 @@ func engramFP4Vector(dstW, dstS, srcW, srcS []byte) EngramCounts {
 		k := min(len(srcS), engramChunk)
 		w, ds := srcW[:MXBlock*k], dstS[:k]
 		simd.MaxLow7s(top[:k], w)
-		nan := false
-		for i, s := range srcS[:k] {
-			t := engramScaleOf[int(top[i])<<8|int(s)]
-			ds[i] = t
-			switch {
-			case t == E8M0NaN:
-				sel[i], nan = 0, true
-			case top[i] == 0: // zeros: codes 0 under any Steps
-				sel[i] = 0
-			default: // e = t-127
-				sel[i] = byte(int(s) - int(t) - engramMinShift)
-			}
-		}
+		simd.RescaleE8M0(ds, sel[:k], top[:k], srcS[:k], &engramShifts, -engramMinShift)
 		dw := dstW[:MXBlock/2*k]
 		simd.PackSteps(dw, w, engramSteps[:], sel[:k])
-		if nan {
+		if bytes.IndexByte(ds, E8M0NaN) >= 0 {
 			for i, t := range ds {
 				if t == E8M0NaN {
 					c.NaNBlocks++
@@ -237,7 +222,7 @@ func EngramScales(dstS, srcW, srcS []byte) EngramCounts {
 	checkLen("EngramScales srcW", len(srcW), MXBlock*n)
 	checkLen("EngramScales dstS", len(dstS), n)
 	c := EngramCounts{Blocks: int64(n)}
-	var top [engramChunk]byte
+	var top, sel [engramChunk]byte
 	for i := 0; i < n; i += engramChunk {
 		k := min(n-i, engramChunk)
 		if engramVector {
@@ -247,13 +232,9 @@ func EngramScales(dstS, srcW, srcS []byte) EngramCounts {
 				top[j] = simd.MaxLow7((*[MXBlock]byte)(srcW[MXBlock*(i+j):]))
 			}
 		}
-		for j, s := range srcS[i : i+k] {
-			t := engramScaleOf[int(top[j])<<8|int(s)]
-			dstS[i+j] = t
-			if t == E8M0NaN {
-				c.NaNBlocks++
-			}
-		}
+		ds := dstS[i : i+k]
+		simd.RescaleE8M0(ds, sel[:k], top[:k], srcS[i:i+k], &engramShifts, -engramMinShift)
+		c.NaNBlocks += int64(bytes.Count(ds, []byte{E8M0NaN}))
 	}
 	return c
 }

@@ -40,9 +40,9 @@ func (s *Steps) Code(b byte) byte {
 	return c
 }
 
-// VectorBlocks reports whether MaxLow7s and PackSteps run vector kernels
-// here; without them, a loop over blocks calling MaxLow7 and PackNibbles
-// with a code table is faster.
+// VectorBlocks reports whether MaxLow7s, PackSteps and RescaleE8M0 run
+// vector kernels here; without them, a loop over blocks calling MaxLow7
+// and PackNibbles with a code table is faster.
 func VectorBlocks() bool { return vectorSteps }
 
 // MaxLow7s sets dst[i] to MaxLow7 of block i of src, which holds
@@ -70,4 +70,51 @@ func PackSteps(dst, src []byte, steps []Steps, sel []byte) {
 	}
 	done := packStepsVector(dst, src, steps, sel)
 	packStepsGeneric(dst[Block/2*done:], src[Block*done:], steps, sel[done:])
+}
+
+// Shifts is a signed shift per magnitude byte 0..0x7F: for a block whose
+// largest magnitude byte (MaxLow7) is m, how far its E8M0 scale must move
+// so that the block fits a narrower element format. It is kept as the
+// vector kernel looks it up: eight 16-entry tables, by the high three bits
+// of m, each repeated in both lanes of a register.
+type Shifts struct {
+	tables [8][Block]byte
+}
+
+// NewShifts returns the Shifts with shift c[m] for magnitude byte m, each
+// in [-127, 127].
+func NewShifts(c [128]int8) Shifts {
+	var s Shifts
+	for m, v := range c {
+		if v == -128 {
+			panic("simd: NewShifts: shift -128")
+		}
+		s.tables[m>>4][m&15] = byte(v)
+		s.tables[m>>4][16+m&15] = byte(v)
+	}
+	return s
+}
+
+// Shift returns the shift of magnitude byte m&0x7F.
+func (s *Shifts) Shift(m byte) int8 { return int8(s.tables[m>>4&7][m&15]) }
+
+// RescaleE8M0 moves the E8M0 scale byte s[i] of each block i by the shift
+// of its largest magnitude byte top[i] (taken as top[i]&0x7F, so MaxLow7's
+// result) and writes the new scale byte to t[i]:
+//
+//   - 255 (NaN) where the block holds a NaN (top is 0x7F) or s[i] is 255;
+//   - 1 where the block is zeros (top is 0);
+//   - s[i] + shifts(top[i]), kept within [1, 254], otherwise.
+//
+// sel[i] is s[i] - t[i] + bias (mod 256) in the last case and 0 in the
+// first two: the index, among tables kept per shift, of the code table a
+// block is packed with (PackSteps), where NaN and zero blocks pack to
+// codes 0 under any table. All four slices have the same length.
+func RescaleE8M0(t, sel, top, s []byte, shifts *Shifts, bias byte) {
+	n := len(top)
+	if len(t) != n || len(sel) != n || len(s) != n {
+		panic("simd: RescaleE8M0: slices of different lengths")
+	}
+	done := rescaleE8M0Vector(t, sel, top, s, shifts, bias)
+	rescaleE8M0Generic(t[done:], sel[done:], top[done:], s[done:], shifts, bias)
 }

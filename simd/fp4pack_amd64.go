@@ -2,8 +2,8 @@ package simd
 
 import "golang.org/x/sys/cpu"
 
-// vectorSteps selects the AVX2 kernels of MaxLow7s and PackSteps; tests
-// clear it to run the portable loops.
+// vectorSteps selects the AVX2 kernels of MaxLow7s, PackSteps and
+// RescaleE8M0; tests clear it to run the portable loops.
 var vectorSteps = cpu.X86.HasAVX2
 
 // maxLow7s8 writes the MaxLow7 of 8 x n8 blocks from src to dst.
@@ -37,4 +37,20 @@ func packStepsVector(dst, src []byte, steps []Steps, sel []byte) int {
 	}
 	packSteps2(&dst[0], &src[0], &steps[0], &sel[0], n2)
 	return 2 * n2
+}
+
+// rescaleE8M0x32 is RescaleE8M0 over 32 x n32 blocks.
+//
+//go:noescape
+func rescaleE8M0x32(t, sel, top, s *byte, shifts *Shifts, bias byte, n32 int)
+
+// rescaleE8M0Vector runs rescaleE8M0x32 over the whole groups of 32
+// blocks and returns how many blocks it did.
+func rescaleE8M0Vector(t, sel, top, s []byte, shifts *Shifts, bias byte) int {
+	n32 := len(top) / 32
+	if !vectorSteps || n32 == 0 {
+		return 0
+	}
+	rescaleE8M0x32(&t[0], &sel[0], &top[0], &s[0], shifts, bias, n32)
+	return 32 * n32
 }

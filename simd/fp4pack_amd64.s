@@ -126,3 +126,92 @@ loop:
 	JNZ  loop
 	VZEROUPPER
 	RET
+
+// SHUF2 looks lo up in the Shifts tables at off and off+32 and leaves in
+// r the first where bit 7 of mask is clear, the second where it is set.
+#define SHUF2(off, r, x) \
+	VMOVDQU   off(AX), r      \
+	VPSHUFB   Y1, r, r        \
+	VMOVDQU   off+32(AX), x   \
+	VPSHUFB   Y1, x, x        \
+	VPBLENDVB Y2, x, r, r
+
+// func rescaleE8M0x32(t, sel, top, s *byte, shifts *Shifts, bias byte, n32 int)
+//
+// A magnitude's shift is found by VPSHUFB in each of the eight 16-entry
+// tables with its low nibble, then chosen among them by a tree of blends
+// on its bits 4, 5 and 6, each shifted into bit 7 where VPBLENDVB looks.
+// The sum s + shift is made with unsigned saturation, its positive and
+// negative parts apart, and clamped into [1, 254]; the NaN and zero
+// blocks are patched in last.
+TEXT ·rescaleE8M0x32(SB), NOSPLIT, $0-56
+	MOVQ    t+0(FP), DI
+	MOVQ    sel+8(FP), R8
+	MOVQ    top+16(FP), SI
+	MOVQ    s+24(FP), DX
+	MOVQ    shifts+32(FP), AX
+	MOVBLZX bias+40(FP), BX
+	MOVQ    n32+48(FP), CX
+	MOVL    $0x0f0f0f0f, R9
+	MOVD    R9, X15
+	VPBROADCASTD X15, Y15
+	MOVL    $0x7f7f7f7f, R9
+	MOVD    R9, X14
+	VPBROADCASTD X14, Y14
+	MOVL    $0x01010101, R9
+	MOVD    R9, X13
+	VPBROADCASTD X13, Y13
+	MOVL    $0xfefefefe, R9
+	MOVD    R9, X12
+	VPBROADCASTD X12, Y12
+	MOVD    BX, X11
+	VPBROADCASTB X11, Y11
+	VPXOR   Y10, Y10, Y10
+	VPCMPEQB Y9, Y9, Y9
+
+loop:
+	VMOVDQU (SI), Y0
+	VPAND   Y14, Y0, Y0 // top & 0x7F
+	VPAND   Y15, Y0, Y1 // its low nibble
+	VPSLLW  $3, Y0, Y2  // bit 4 to bit 7
+	SHUF2(0, Y3, Y4)
+	SHUF2(64, Y4, Y5)
+	SHUF2(128, Y5, Y6)
+	SHUF2(192, Y6, Y7)
+	VPSLLW    $2, Y0, Y2 // bit 5 to bit 7
+	VPBLENDVB Y2, Y4, Y3, Y3
+	VPBLENDVB Y2, Y6, Y5, Y5
+	VPSLLW    $1, Y0, Y2 // bit 6 to bit 7
+	VPBLENDVB Y2, Y5, Y3, Y3 // the shifts
+
+	VMOVDQU  (DX), Y1   // s
+	VPMAXSB  Y10, Y3, Y4 // max(shift, 0)
+	VPSUBB   Y3, Y10, Y5
+	VPMAXSB  Y10, Y5, Y5 // max(-shift, 0)
+	VPADDUSB Y4, Y1, Y6
+	VPSUBUSB Y5, Y6, Y6
+	VPMAXUB  Y13, Y6, Y6
+	VPMINUB  Y12, Y6, Y6 // min(max(s + shift, 1), 254)
+
+	VPCMPEQB  Y14, Y0, Y4 // NaN element
+	VPCMPEQB  Y9, Y1, Y7  // NaN scale
+	VPOR      Y7, Y4, Y4
+	VPCMPEQB  Y10, Y0, Y5 // zeros
+	VPBLENDVB Y5, Y13, Y6, Y6
+	VPOR      Y4, Y6, Y6
+	VMOVDQU   Y6, (DI)
+
+	VPSUBB  Y6, Y1, Y7
+	VPADDB  Y11, Y7, Y7
+	VPOR    Y5, Y4, Y4
+	VPANDN  Y7, Y4, Y7
+	VMOVDQU Y7, (R8)
+
+	ADDQ $32, SI
+	ADDQ $32, DX
+	ADDQ $32, DI
+	ADDQ $32, R8
+	DECQ CX
+	JNZ  loop
+	VZEROUPPER
+	RET

@@ -21,3 +21,19 @@ func packStepsGeneric(dst, src []byte, steps []Steps, sel []byte) {
 		}
 	}
 }
+
+// rescaleE8M0Generic is RescaleE8M0 one block at a time.
+func rescaleE8M0Generic(t, sel, top, s []byte, shifts *Shifts, bias byte) {
+	for i, m := range top {
+		m &= 0x7f
+		switch {
+		case m == 0x7f || s[i] == 0xff:
+			t[i], sel[i] = 0xff, 0
+		case m == 0:
+			t[i], sel[i] = 1, 0
+		default:
+			v := byte(min(max(int(s[i])+int(shifts.Shift(m)), 1), 254))
+			t[i], sel[i] = v, s[i]-v+bias
+		}
+	}
+}

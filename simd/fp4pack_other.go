@@ -11,3 +11,6 @@ func maxLow7sVector(dst, src []byte) int { return 0 }
 
 // packStepsVector does nothing: this architecture has no vector kernel.
 func packStepsVector(dst, src []byte, steps []Steps, sel []byte) int { return 0 }
+
+// rescaleE8M0Vector does nothing: this architecture has no vector kernel.
+func rescaleE8M0Vector(t, sel, top, s []byte, shifts *Shifts, bias byte) int { return 0 }

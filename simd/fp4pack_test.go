@@ -105,6 +105,59 @@ func TestPackSteps(t *testing.T) {
 	}
 }
 
+// TestRescaleE8M0 meets every pair of block maximum and scale byte, under
+// random shift tables that reach both ends of [-127, 127], in runs whose
+// lengths leave the kernel a tail, and checks each block against the rules
+// as RescaleE8M0 states them.
+func TestRescaleE8M0(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	rng := rand.New(rand.NewPCG(seed, 3))
+	for range 4 {
+		var c [128]int8
+		for m := range c {
+			switch rng.IntN(8) {
+			case 0:
+				c[m] = 127
+			case 1:
+				c[m] = -127
+			default:
+				c[m] = int8(rng.IntN(255) - 127)
+			}
+		}
+		shifts := NewShifts(c)
+		for m := range c {
+			if got := shifts.Shift(byte(m) | 0x80); got != c[m] {
+				t.Fatalf("seed %d: Shift(%#02x) = %d, want %d", seed, m|0x80, got, c[m])
+			}
+		}
+		bias := byte(rng.IntN(256))
+		n := 256*256 - rng.IntN(32) // every top byte, the high bit too, with every scale
+		top, s := make([]byte, n), make([]byte, n)
+		for i := range n {
+			top[i], s[i] = byte(i>>8), byte(i)
+		}
+		tt, sel := make([]byte, n), make([]byte, n)
+		RescaleE8M0(tt, sel, top, s, &shifts, bias)
+		for i := range n {
+			m := top[i] & 0x7f
+			wantT, wantSel := byte(255), byte(0)
+			switch {
+			case m == 0x7f || s[i] == 255:
+			case m == 0:
+				wantT = 1
+			default:
+				v := int(s[i]) + int(c[m])
+				wantT = byte(max(1, min(254, v)))
+				wantSel = s[i] - wantT + bias
+			}
+			if tt[i] != wantT || sel[i] != wantSel {
+				t.Fatalf("seed %d: top %#02x, s %d, shift %d, bias %d: t %d sel %d, want t %d sel %d",
+					seed, top[i], s[i], c[m], bias, tt[i], sel[i], wantT, wantSel)
+			}
+		}
+	}
+}
+
 // TestBlockKernelsFallback runs the tests above on the portable loops.
 func TestBlockKernelsFallback(t *testing.T) {
 	if !vectorSteps {
@@ -114,6 +167,7 @@ func TestBlockKernelsFallback(t *testing.T) {
 	defer func() { vectorSteps = true }()
 	t.Run("MaxLow7s", TestMaxLow7s)
 	t.Run("PackSteps", TestPackSteps)
+	t.Run("RescaleE8M0", TestRescaleE8M0)
 }
 
 func TestBlockKernelsPanic(t *testing.T) {
@@ -124,6 +178,10 @@ func TestBlockKernelsPanic(t *testing.T) {
 		"short dst":     func() { PackSteps(make([]byte, 15), make([]byte, 32), steps, []byte{0}) },
 		"bad selector":  func() { PackSteps(make([]byte, 16), make([]byte, 32), steps, []byte{2}) },
 		"src not block": func() { PackSteps(make([]byte, 16), make([]byte, 33), steps, []byte{0}) },
+		"shift -128":    func() { NewShifts([128]int8{5: -128}) },
+		"short scales": func() {
+			RescaleE8M0(make([]byte, 2), make([]byte, 2), make([]byte, 2), make([]byte, 1), &Shifts{}, 0)
+		},
 	} {
 		func() {
 			defer func() {
