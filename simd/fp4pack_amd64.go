@@ -12,10 +12,11 @@ var vectorSteps = cpu.X86.HasAVX2
 func maxLow7s8(dst, src *byte, n8 int)
 
 // packSteps2 codes and packs 2 x n2 blocks from src to dst, block i with
-// the Steps at steps + 224 x sel[i].
+// the Steps at steps + 224 x sel[i], up to the first pair with a selector
+// of nsteps or more, and returns how many pairs it did.
 //
 //go:noescape
-func packSteps2(dst, src *byte, steps *Steps, sel *byte, n2 int)
+func packSteps2(dst, src *byte, steps *Steps, nsteps int, sel *byte, n2 int) (done int)
 
 // maxLow7sVector runs maxLow7s8 over the whole groups of 8 blocks and
 // returns how many blocks it did.
@@ -28,15 +29,15 @@ func maxLow7sVector(dst, src []byte) int {
 	return 8 * n8
 }
 
-// packStepsVector runs packSteps2 over the whole pairs of blocks and
-// returns how many blocks it did; sel is already checked against steps.
+// packStepsVector runs packSteps2 over the whole pairs of blocks, up to
+// the first pair with a selector out of range, and returns how many blocks
+// it did.
 func packStepsVector(dst, src []byte, steps []Steps, sel []byte) int {
 	n2 := len(sel) / 2
-	if !vectorSteps || n2 == 0 {
+	if !vectorSteps || n2 == 0 || len(steps) == 0 {
 		return 0
 	}
-	packSteps2(&dst[0], &src[0], &steps[0], &sel[0], n2)
-	return 2 * n2
+	return 2 * packSteps2(&dst[0], &src[0], &steps[0], len(steps), &sel[0], n2)
 }
 
 // rescaleE8M0x32 is RescaleE8M0 over 32 x n32 blocks.

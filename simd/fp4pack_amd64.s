@@ -81,16 +81,21 @@ loop:
 	VPAND    Y13, b, b       \
 	VPSUBB   c1, b, b
 
-// func packSteps2(dst, src *byte, steps *Steps, sel *byte, n2 int)
+// func packSteps2(dst, src *byte, steps *Steps, nsteps int, sel *byte, n2 int) (done int)
+//
+// It stops before a pair with a selector of nsteps or more and returns how
+// many pairs it packed.
 //
 // Y15 = 0x7F, Y14 = 0x80, Y13 = 8, Y12 = 0, Y11 = the pair weights 1, 16
 // that VPMADDUBSW uses to put an odd element's code in the high nibble.
-TEXT ·packSteps2(SB), NOSPLIT, $0-40
+TEXT ·packSteps2(SB), NOSPLIT, $0-56
 	MOVQ dst+0(FP), DI
 	MOVQ src+8(FP), SI
 	MOVQ steps+16(FP), R10
-	MOVQ sel+24(FP), R9
-	MOVQ n2+32(FP), CX
+	MOVQ nsteps+24(FP), R11
+	MOVQ sel+32(FP), R9
+	MOVQ n2+40(FP), CX
+	MOVQ CX, R12
 	MOVL $0x7f7f7f7f, AX
 	MOVD AX, X15
 	VPBROADCASTD X15, Y15
@@ -107,9 +112,13 @@ TEXT ·packSteps2(SB), NOSPLIT, $0-40
 
 loop:
 	MOVBQZX (R9), AX
+	CMPQ    AX, R11
+	JAE     stop
 	IMUL3Q  $224, AX, AX
 	ADDQ    R10, AX
 	MOVBQZX 1(R9), BX
+	CMPQ    BX, R11
+	JAE     stop
 	IMUL3Q  $224, BX, BX
 	ADDQ    R10, BX
 	CODE(0, AX, Y0, Y1, Y2, Y3)
@@ -124,6 +133,10 @@ loop:
 	ADDQ $2, R9
 	DECQ CX
 	JNZ  loop
+
+stop:
+	SUBQ CX, R12
+	MOVQ R12, done+48(FP)
 	VZEROUPPER
 	RET
 

@@ -12,9 +12,12 @@ func maxLow7sGeneric(dst, src []byte) {
 }
 
 // packStepsGeneric codes block i of src with steps[sel[i]] and packs it
-// into the 16 bytes of dst from 16i.
+// into the 16 bytes of dst from 16i; it panics at a selector out of range.
 func packStepsGeneric(dst, src []byte, steps []Steps, sel []byte) {
 	for i, k := range sel {
+		if int(k) >= len(steps) {
+			panic("simd: PackSteps: selector out of range")
+		}
 		st := &steps[k]
 		for j := range Block / 2 {
 			dst[Block/2*i+j] = st.Code(src[Block*i+2*j]) | st.Code(src[Block*i+2*j+1])<<4

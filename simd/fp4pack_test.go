@@ -173,10 +173,20 @@ func TestBlockKernelsFallback(t *testing.T) {
 func TestBlockKernelsPanic(t *testing.T) {
 	steps := make([]Steps, 2)
 	for name, f := range map[string]func(){
-		"threshold":     func() { NewSteps([7]byte{0x80}) },
-		"short src":     func() { MaxLow7s(make([]byte, 2), make([]byte, 63)) },
-		"short dst":     func() { PackSteps(make([]byte, 15), make([]byte, 32), steps, []byte{0}) },
-		"bad selector":  func() { PackSteps(make([]byte, 16), make([]byte, 32), steps, []byte{2}) },
+		"threshold":    func() { NewSteps([7]byte{0x80}) },
+		"short src":    func() { MaxLow7s(make([]byte, 2), make([]byte, 63)) },
+		"short dst":    func() { PackSteps(make([]byte, 15), make([]byte, 32), steps, []byte{0}) },
+		"bad selector": func() { PackSteps(make([]byte, 16), make([]byte, 32), steps, []byte{2}) },
+		"bad selector in a run": func() {
+			sel := make([]byte, 64)
+			sel[37] = 2 // the second of a pair, where the kernel looks too
+			PackSteps(make([]byte, 16*64), make([]byte, 32*64), steps, sel)
+		},
+		"bad selector first in a pair": func() {
+			sel := make([]byte, 64)
+			sel[36] = 0xff
+			PackSteps(make([]byte, 16*64), make([]byte, 32*64), steps, sel)
+		},
 		"src not block": func() { PackSteps(make([]byte, 16), make([]byte, 33), steps, []byte{0}) },
 		"shift -128":    func() { NewShifts([128]int8{5: -128}) },
 		"short scales": func() {
