@@ -194,6 +194,7 @@ func (c *Cache) start(k Key, n int, compute Compute, waiters int) *flight {
 		select {
 		case c.computing <- struct{}{}:
 			buf := make([]byte, n)
+			populate(buf)
 			err = compute(ctx, buf)
 			<-c.computing
 			if err == nil && ctx.Err() != nil {
