@@ -228,3 +228,23 @@ func BenchmarkPackSteps(b *testing.B) {
 		PackSteps(dst, src, steps, sel)
 	}
 }
+
+// BenchmarkRescaleE8M0 counts the bytes of the 32-blocks whose scales it
+// finds, as the benchmarks above do.
+func BenchmarkRescaleE8M0(b *testing.B) {
+	rng := rand.New(rand.NewPCG(1, 1))
+	var c [128]int8
+	for m := range c {
+		c[m] = int8(rng.IntN(19) - 11)
+	}
+	shifts := NewShifts(c)
+	n := 1 << 15
+	top, s, t, sel := make([]byte, n), make([]byte, n), make([]byte, n), make([]byte, n)
+	for i := range n {
+		top[i], s[i] = byte(rng.IntN(0x80)), byte(rng.IntN(256))
+	}
+	b.SetBytes(int64(Block * n))
+	for b.Loop() {
+		RescaleE8M0(t, sel, top, s, &shifts, 7)
+	}
+}
