@@ -80,11 +80,11 @@ func (p *provenance) byteBar(name string) (figures.ByteBar, error) {
 		if n.File == nil || !strings.HasSuffix(path, ".safetensors") || n.File.Source != "" || isUnreadable(n.File) {
 			return nil
 		}
-		recs := set.recordsOf(n.File)
-		if recs == nil {
+		recs, ok := set.recordsOf(n.File)
+		if !ok {
 			return fmt.Errorf("%s: no record of its tensors", path)
 		}
-		for _, r := range recs {
+		for r := range recs.all() {
 			add(bar, string(r.DType), r.Data.Len(), r.Sources)
 		}
 		return nil

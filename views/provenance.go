@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -31,23 +32,43 @@ type laidOut struct {
 	dataStart int64
 }
 
-// records returns the record with each tensor's offset.
-func (l laidOut) records() []tensorRecord {
-	recs := make([]tensorRecord, len(l.outs))
-	off := l.dataStart
-	for i, o := range l.outs {
-		recs[i] = tensorRecord{Out: *o, Offset: off}
-		off += o.Data.Len()
-	}
-	return recs
+// fileRecords are the records of one virtual safetensors file: laid out
+// by the set, or kept whole by the view that planned the file (q2/).
+type fileRecords struct {
+	laid laidOut
+	kept []tensorRecord
 }
 
-// recordsOf returns the record of file f, nil when there is none.
-func (s *Set) recordsOf(f *vfile.File) []tensorRecord {
-	if l, ok := s.laidOut[f]; ok {
-		return l.records()
+// len is how many tensors the file holds.
+func (r fileRecords) len() int { return len(r.laid.outs) + len(r.kept) }
+
+// all yields the records in data order. A laid-out file's are made as they
+// are yielded, each with its offset: describing a view of every shard
+// then copies no tensor's record.
+func (r fileRecords) all() iter.Seq[tensorRecord] {
+	return func(yield func(tensorRecord) bool) {
+		off := r.laid.dataStart
+		for _, o := range r.laid.outs {
+			if !yield(tensorRecord{Out: *o, Offset: off}) {
+				return
+			}
+			off += o.Data.Len()
+		}
+		for _, rec := range r.kept {
+			if !yield(rec) {
+				return
+			}
+		}
 	}
-	return s.records[f]
+}
+
+// recordsOf returns the records of file f, and false when there are none.
+func (s *Set) recordsOf(f *vfile.File) (fileRecords, bool) {
+	if l, ok := s.laidOut[f]; ok {
+		return fileRecords{laid: l}, true
+	}
+	recs, ok := s.records[f]
+	return fileRecords{kept: recs}, ok
 }
 
 // tensorFile lays out tensors as a safetensors file of view and keeps
@@ -176,7 +197,11 @@ func (p *provenance) view(ctx context.Context, name string) (*viewDescription, e
 		case isUnreadable(n.File):
 			fd.Kind = "unreadable"
 		case strings.HasSuffix(path, ".safetensors"):
-			ts, err := tensors(set.recordsOf(n.File))
+			recs, ok := set.recordsOf(n.File)
+			if !ok {
+				return fmt.Errorf("%s/%s: no record of its tensors", name, path)
+			}
+			ts, err := tensors(recs)
 			if err != nil {
 				return fmt.Errorf("%s/%s: %w", name, path, err)
 			}
@@ -249,12 +274,9 @@ func (p *provenance) Close() error {
 
 // tensors describes the tensors of a virtual safetensors file from what
 // their makers recorded, in data order.
-func tensors(recs []tensorRecord) ([]tensorDescription, error) {
-	if recs == nil {
-		return nil, fmt.Errorf("no record of its tensors")
-	}
-	out := make([]tensorDescription, len(recs))
-	for i, r := range recs {
+func tensors(recs fileRecords) ([]tensorDescription, error) {
+	out := make([]tensorDescription, 0, recs.len())
+	for r := range recs.all() {
 		n := r.Data.Len()
 		td := tensorDescription{Name: r.Name, DType: string(r.DType), Shape: r.Shape, Bytes: n,
 			ByteRange: [2]int64{r.Offset, r.Offset + n}, Codec: r.Codec, Sources: []sourceDescription{}}
@@ -275,7 +297,7 @@ func tensors(recs []tensorRecord) ([]tensorDescription, error) {
 				td.expert = r.Sources[0].ScaleOf
 			}
 		}
-		out[i] = td
+		out = append(out, td)
 	}
 	return out, nil
 }
