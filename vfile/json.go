@@ -162,9 +162,13 @@ func (j *jsonWriter) object(v reflect.Value, fields []jsonField, prefix string) 
 // passed by address, as encoding/json does, so that MarshalJSON methods on
 // pointer receivers apply to it as they would in the whole document.
 func (j *jsonWriter) leaf(v reflect.Value, prefix string) error {
-	x := v.Interface()
+	// Only the value that is not addressable is boxed: boxing every leaf
+	// (a string, an int64) was most of a large document's garbage.
+	var x any
 	if v.CanAddr() {
 		x = v.Addr().Interface()
+	} else {
+		x = v.Interface()
 	}
 	j.enc.SetIndent(prefix, jsonIndent)
 	return j.enc.Encode(x)
