@@ -53,12 +53,13 @@ func openSource(dir string, opt views.Options) (*source, error) {
 		dir, opt.Revision = snap, ""
 	}
 	// Opening a real checkpoint allocates about three times what it keeps
-	// (header JSON, layouts); collecting more often while it runs keeps the
-	// peak near what stays. At 60 the released V4.1-Flash layout mounts
-	// with every view in about 1.35 s at 235 MB on two cores; 35 saves
-	// 20 MB for 15% more time, the default 100 costs 70 MB
-	// (bench/mount-release.sh).
-	defer debug.SetGCPercent(debug.SetGCPercent(60))
+	// (header JSON, layouts, tokenizer.json); collecting more often while
+	// it runs keeps the peak near what stays. At 40 the released
+	// V4.1-Flash layout mounts with every view in about 1.37 s at 261 MB
+	// on two cores; 60 takes 1.24 s and 285 MB, which left mount +
+	// ls -lR above bench/run.sh's 300 MB (BASE=REV
+	// bench/mount-release.sh compares two builds).
+	defer debug.SetGCPercent(debug.SetGCPercent(40))
 	var chunkDir string
 	var chunkBytes int64
 	if opt.DiskCache != nil && opt.DiskCache.Dir() != "" {
