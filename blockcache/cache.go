@@ -102,6 +102,9 @@ func New(budget int64, workers int) *Cache {
 	return c
 }
 
+// Budget is the most bytes of blocks the cache keeps.
+func (c *Cache) Budget() int64 { return c.budget }
+
 // Get returns the n-byte block named by k, computing it if it is not cached.
 // The returned slice is shared and must not be modified. If ctx ends before
 // the block is ready, Get returns ctx's error; the computation itself stops

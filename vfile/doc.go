@@ -23,7 +23,9 @@
 // however many readers want it, and keeps it under a byte budget; the ID
 // names the transform, so two views sharing a transform share blocks. A
 // Reader that sees a sequential reader (or a read from offset 0) asks the
-// cache to compute the next [ReadAheadBytes] ahead of it.
+// cache to compute the next [ReadAheadBytes] ahead of it; once the reader
+// has read that much in one run, also the next [StreamAheadBytes] of
+// derived bytes, however far past verbatim bytes they lie.
 //
 // # Documents
 //

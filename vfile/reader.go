@@ -19,11 +19,24 @@ type Cache interface {
 	// Prefetch computes block k in the background if a worker is free,
 	// for as long as ctx (the reader's life) lasts.
 	Prefetch(ctx context.Context, k blockcache.Key, n int, compute blockcache.Compute)
+	// Budget is the most bytes of blocks the cache keeps.
+	Budget() int64
 }
 
 // ReadAheadBytes is how far past a sequential read derived blocks are
 // computed ahead of time.
+//
+// A reader that has read ReadAheadBytes in one sequential run streams the
+// file: for it, the next StreamAheadBytes of derived bytes are computed
+// too, however far past verbatim bytes they lie, so that the cores a
+// splice of verbatim bytes leaves idle compute what comes after them. A
+// reader of a header alone never gets that far.
 const ReadAheadBytes = 8 << 20
+
+// StreamAheadBytes is the most derived bytes computed ahead of a streaming
+// reader; it is at most a 32nd of the cache's budget, so that 32 such
+// readers find what was computed for them still cached.
+const StreamAheadBytes = 32 << 20
 
 // Opener opens a File for reading: the mount calls it once per open file
 // handle, with a context that ends when the handle is released.
@@ -43,6 +56,8 @@ type Reader struct {
 	cache   Cache
 	life    context.Context // ends read-ahead when the handle goes
 	lastEnd atomic.Int64
+	// runStart is where the current sequential run of reads began.
+	runStart atomic.Int64
 }
 
 // NewReader returns a reader of f whose derived blocks come from cache.
@@ -156,6 +171,9 @@ func (r *Reader) ReadPieces(ctx context.Context, p []byte, off int64) ([]Piece, 
 	}
 	want := min(int64(len(p)), size-off)
 	sequential := r.lastEnd.Swap(off+want) == off
+	if !sequential {
+		r.runStart.Store(off)
+	}
 	a := assembler{p: p}
 	for i := r.f.segment(off); a.n < want; i++ {
 		segOff := off + a.n - r.f.start(i)
@@ -165,7 +183,11 @@ func (r *Reader) ReadPieces(ctx context.Context, p []byte, off int64) ([]Piece, 
 		}
 	}
 	if sequential || off == 0 {
-		r.readAhead(off + want)
+		var stream int64
+		if off+want-r.runStart.Load() >= ReadAheadBytes {
+			stream = min(StreamAheadBytes, r.cache.Budget()/32)
+		}
+		r.readAhead(off+want, stream)
 	}
 	if want < int64(len(p)) {
 		return a.pieces, int(a.n), io.EOF
@@ -301,17 +323,26 @@ func (b *Blocks) compute(i int64) blockcache.Compute {
 }
 
 // readAhead asks the cache to compute the derived blocks in
-// [from, from+ReadAheadBytes) that are not cached yet.
-func (r *Reader) readAhead(from int64) {
+// [from, from+ReadAheadBytes) that are not cached yet, and those of the
+// next stream derived bytes after that.
+func (r *Reader) readAhead(from, stream int64) {
 	end := min(from+ReadAheadBytes, r.f.Size())
-	for i := r.f.segment(from); i < len(r.f.segs) && r.f.start(i) < end; i++ {
+	for i := r.f.segment(from); i < len(r.f.segs); i++ {
+		start := r.f.start(i)
+		if start >= end && stream <= 0 {
+			return
+		}
 		b, ok := r.f.segs[i].(*Blocks)
 		if !ok {
 			continue
 		}
-		lo := max(from, r.f.start(i)) - r.f.start(i)
-		hi := min(end, r.f.ends[i]) - r.f.start(i)
-		for bi := lo / b.BlockLen; bi*b.BlockLen < hi; bi++ {
+		for bi := (max(from, start) - start) / b.BlockLen; bi*b.BlockLen < b.N; bi++ {
+			if start+bi*b.BlockLen >= end {
+				if stream <= 0 {
+					break
+				}
+				stream -= b.Size(bi)
+			}
 			r.cache.Prefetch(r.life, b.key(bi), int(b.Size(bi)), b.compute(bi))
 		}
 	}

@@ -101,6 +101,62 @@ func TestReadAheadFollowsSequentialReaders(t *testing.T) {
 	}
 }
 
+// askedCache is a Cache that records which blocks read-ahead asks for and
+// computes them only when read.
+type askedCache struct {
+	*blockcache.Cache
+	budget int64
+	asked  map[blockcache.Key]bool
+}
+
+func (c *askedCache) Prefetch(_ context.Context, k blockcache.Key, _ int, _ blockcache.Compute) {
+	c.asked[k] = true
+}
+
+func (c *askedCache) Budget() int64 { return c.budget }
+
+// TestStreamingReadAhead: a reader that has read ReadAheadBytes in one
+// run has the derived blocks after a long verbatim run computed ahead, up
+// to StreamAheadBytes and a 32nd of the cache's budget; a reader of the
+// first bytes alone, or one that jumped, only has the blocks within
+// ReadAheadBytes of its reads computed ahead.
+func TestStreamingReadAhead(t *testing.T) {
+	const mb = 1 << 20
+	far := derived("far", 64*mb, mb) // after 40 MB of verbatim bytes
+	f := NewFile(Bytes(make([]byte, 40*mb)), far)
+	for _, tt := range []struct {
+		name   string
+		budget int64
+		reads  [][2]int64 // offset, length in MB
+		want   int64      // blocks of far asked for
+	}{
+		{"header only", 1 << 30, [][2]int64{{0, 1}, {1, 1}}, 0},
+		{"streaming", 1 << 30, [][2]int64{{0, 4}, {4, 4}, {8, 1}}, StreamAheadBytes / mb},
+		{"streaming, small budget", 64 * mb, [][2]int64{{0, 4}, {4, 4}, {8, 1}}, 2},
+		{"a jump starts a new run", 1 << 30, [][2]int64{{0, 4}, {20, 4}, {24, 1}}, 0},
+		{"near the blocks", 1 << 30, [][2]int64{{30, 1}, {31, 2}, {33, 1}}, 2},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c := &askedCache{Cache: blockcache.New(tt.budget, 1), budget: tt.budget, asked: map[blockcache.Key]bool{}}
+			defer c.Close()
+			r := NewReader(f, c)
+			for _, rd := range tt.reads {
+				if _, err := r.ReadAt(make([]byte, rd[1]*mb), rd[0]*mb); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got := int64(len(c.asked)); got != tt.want {
+				t.Errorf("%d blocks asked for, want %d: %v", got, tt.want, c.asked)
+			}
+			for i := range tt.want {
+				if !c.asked[far.key(i)] {
+					t.Errorf("block %d not asked for: %v", i, c.asked)
+				}
+			}
+		})
+	}
+}
+
 func TestSmallSegmentsNeedNoCache(t *testing.T) {
 	var segs []Segment
 	var want []byte
