@@ -182,7 +182,7 @@ func (r *Reader) ReadPieces(ctx context.Context, p []byte, off int64) ([]Piece, 
 			return a.pieces, int(a.n), err
 		}
 	}
-	if sequential || off == 0 {
+	if r.cache != nil && (sequential || off == 0) {
 		var stream int64
 		if off+want-r.runStart.Load() >= ReadAheadBytes {
 			stream = min(StreamAheadBytes, r.cache.Budget()/32)

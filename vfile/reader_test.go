@@ -157,6 +157,24 @@ func TestStreamingReadAhead(t *testing.T) {
 	}
 }
 
+// TestReaderWithoutCache: a reader without a cache, for a file made of
+// literal bytes (cmd/dsfs's readNode), streams it whole and asks nothing
+// ahead.
+func TestReaderWithoutCache(t *testing.T) {
+	const mb = 1 << 20
+	want := make([]byte, 12*mb)
+	for i := range want {
+		want[i] = byte(i * 7)
+	}
+	got, err := io.ReadAll(io.NewSectionReader(NewReader(NewFile(Bytes(want)), nil), 0, int64(len(want))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatal("read differs")
+	}
+}
+
 func TestSmallSegmentsNeedNoCache(t *testing.T) {
 	var segs []Segment
 	var want []byte
