@@ -1,4 +1,5 @@
 #include "textflag.h"
+#include "broadcast_amd64.h"
 
 // func tallyE4M3(p *byte, n32 int, out *[4]uint64)
 //
@@ -9,12 +10,8 @@ TEXT ·tallyE4M3(SB), NOSPLIT, $0-24
 	MOVQ p+0(FP), SI
 	MOVQ n32+8(FP), CX
 	MOVQ out+16(FP), DI
-	MOVL $0x7f7f7f7f, AX
-	MOVD AX, X15
-	VPBROADCASTD X15, Y15
-	MOVL $0x80808080, AX
-	MOVD AX, X13
-	VPBROADCASTD X13, Y13
+	BROADCAST32($0x7f7f7f7f, AX, X15, Y15)
+	BROADCAST32($0x80808080, AX, X13, Y13)
 	VPXOR Y14, Y14, Y14
 	VPXOR Y12, Y12, Y12
 	VPXOR Y7, Y7, Y7
@@ -236,9 +233,7 @@ TEXT ·countNibbles8(SB), NOSPLIT, $0-32
 	LEAQ codes<>(SB), R8
 	SHLQ $6, AX
 	ADDQ AX, R8
-	MOVL $0x0f0f0f0f, AX
-	MOVD AX, X12
-	VPBROADCASTD X12, Y12
+	BROADCAST32($0x0f0f0f0f, AX, X12, Y12)
 	VPXOR Y13, Y13, Y13
 
 outer:
@@ -512,9 +507,7 @@ TEXT ·exceedsE4M3(SB), NOSPLIT, $0-48
 	MOVQ thr+32(FP), R9
 	MOVQ R11, R12
 	SHLQ $5, R12
-	MOVL $0x7f7f7f7f, AX
-	MOVD AX, X15
-	VPBROADCASTD X15, Y15
+	BROADCAST32($0x7f7f7f7f, AX, X15, Y15)
 	XORQ AX, AX
 	XORQ DX, DX
 
