@@ -1,6 +1,7 @@
 package views
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -26,41 +27,55 @@ import (
 // identity then holds a random part, so that nothing later trusts what is
 // written under it.
 func Identity(program, view string, opt Options, cat *checkpoint.Catalog) (string, error) {
-	h := sha256.New()
-	fmt.Fprintf(h, "dsfs view\n%s\ncodec %s\nview %s\nrevision %q\n",
-		program, codecs.Version, view, opt.Revision)
+	of, err := identities(program, opt, cat)
+	if err != nil {
+		return "", err
+	}
+	return of(view), nil
+}
+
+// identities returns Identity for each view of one set: it reads the
+// option files and stats the source files once, whatever the views.
+func identities(program string, opt Options, cat *checkpoint.Catalog) (func(view string) string, error) {
+	var rest bytes.Buffer // what follows the view's name
+	fmt.Fprintf(&rest, "revision %q\n", opt.Revision)
 	for _, name := range slices.Sorted(maps.Keys(opt.Values)) {
 		v := opt.Values[name]
 		if o, _ := OptionNamed(name); o.File && v != "" {
 			b, err := os.ReadFile(v)
 			if err != nil {
-				return "", err
+				return nil, err
 			}
-			fmt.Fprintf(h, "option %s: file sha256 %x\n", name, sha256.Sum256(b))
+			fmt.Fprintf(&rest, "option %s: file sha256 %x\n", name, sha256.Sum256(b))
 			continue
 		}
-		fmt.Fprintf(h, "option %s %q\n", name, v)
+		fmt.Fprintf(&rest, "option %s %q\n", name, v)
 	}
 	racy := false
 	for _, sh := range cat.Shards {
 		st, taken := sh.Stamp()
-		fmt.Fprintf(h, "shard %q %+v\n", sh.Name, st)
+		fmt.Fprintf(&rest, "shard %q %+v\n", sh.Name, st)
 		racy = racy || !st.Proven(taken)
 	}
 	for _, f := range cat.Files {
 		sf, err := cat.OpenFile(f.Path)
 		if err != nil {
-			return "", err
+			return nil, err
 		}
 		st, taken := sf.Stamp()
 		sf.Close()
-		fmt.Fprintf(h, "file %q %+v\n", f.Name, st)
+		fmt.Fprintf(&rest, "file %q %+v\n", f.Name, st)
 		racy = racy || !st.Proven(taken)
 	}
-	if racy {
-		fmt.Fprintf(h, "racy %x\n", rand.Uint64())
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
+	return func(view string) string {
+		h := sha256.New()
+		fmt.Fprintf(h, "dsfs view\n%s\ncodec %s\nview %s\n", program, codecs.Version, view)
+		h.Write(rest.Bytes())
+		if racy {
+			fmt.Fprintf(h, "racy %x\n", rand.Uint64())
+		}
+		return hex.EncodeToString(h.Sum(nil))
+	}, nil
 }
 
 // OptionNamed returns the option of that name some view declares.

@@ -92,6 +92,7 @@ func (s *Set) KeepFiles(program string, disk *diskcache.Cache, cache vfile.Cache
 	for _, sh := range s.Cat.Shards {
 		k.shards = append(k.shards, sh.File())
 	}
+	var identity func(view string) string // the views' Identity, read once
 	for _, view := range s.Root.Children {
 		if !view.IsDir() {
 			continue
@@ -103,9 +104,12 @@ func (s *Set) KeepFiles(program string, disk *diskcache.Cache, cache vfile.Cache
 				return
 			}
 			if id == "" {
-				if id, err = Identity(program, view.Name, s.Opt, s.Cat); err != nil {
-					return
+				if identity == nil {
+					if identity, err = identities(program, s.Opt, s.Cat); err != nil {
+						return
+					}
 				}
+				id = identity(view.Name)
 			}
 			h := sha256.New()
 			fmt.Fprintf(h, "dsfs kept file\n%s\n%s\n%d\n", id, path, f.Size())
