@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+
+	"github.com/dsfs/dsfs/simd"
 )
 
 // Block geometry of the FP4 formats, in elements.
@@ -117,29 +119,13 @@ func WeightScale2(g int) float32 { return float32(math.Ldexp(1, g)) }
 // NVFP4WeightScale writes the NVFP4 weight_scale bytes (F8_E4M3, one per 16
 // elements) for a run of MXFP4 scale bytes: each source scale 2^(b-127)
 // becomes the E4M3 of 2^(b-127-g), written twice. Ratios outside
-// [2^-9, 2^8] are clamped to the nearer end; NaN (255) becomes 0x7F.
+// [2^-9, 2^8] are clamped to the nearer end; NaN (255) becomes 0x7F. It
+// returns how many source scales it clamped, NaN not counted.
 // Row geometry: a row of in/32 scale bytes gives a row of in/16 bytes, so
 // len(dst) must be 2*len(scale).
-func NVFP4WeightScale(dst, scale []byte, g int) {
+func NVFP4WeightScale(dst, scale []byte, g int) (clamped int) {
 	checkLen("NVFP4WeightScale dst", len(dst), 2*len(scale))
-	var t [256]byte
-	for b := range E8M0NaN {
-		t[b] = E4M3Pow2(b - 127 - g)
-	}
-	t[E8M0NaN] = e4m3NaN
-	// Four scales to a word, one to each 16-bit lane; times
-	// 0x0101 writes each twice (a lane holds a byte, so nothing carries).
-	i := 0
-	for ; i+8 <= len(scale); i += 8 {
-		s, d := scale[i:i+8:i+8], dst[2*i:2*i+16:2*i+16]
-		lo := uint64(t[s[0]]) | uint64(t[s[1]])<<16 | uint64(t[s[2]])<<32 | uint64(t[s[3]])<<48
-		hi := uint64(t[s[4]]) | uint64(t[s[5]])<<16 | uint64(t[s[6]])<<32 | uint64(t[s[7]])<<48
-		binary.LittleEndian.PutUint64(d[:8], lo*0x0101)
-		binary.LittleEndian.PutUint64(d[8:], hi*0x0101)
-	}
-	for ; i < len(scale); i++ {
-		dst[2*i], dst[2*i+1] = t[scale[i]], t[scale[i]]
-	}
+	return simd.Pow2ScalesE4M3(dst, scale, g)
 }
 
 // NVFP4Counts counts the source 32-blocks of an MXFP4 tensor transcoded to

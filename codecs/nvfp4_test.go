@@ -137,7 +137,9 @@ func TestNVFP4WeightScale(t *testing.T) {
 		0x7f, // NaN
 	}
 	dst := make([]byte, 2*len(src))
-	NVFP4WeightScale(dst, src, g)
+	if clamped := NVFP4WeightScale(dst, src, g); clamped != 4 {
+		t.Errorf("%d scales clamped, want 4", clamped)
+	}
 	for i := range src {
 		if dst[2*i] != want[i] || dst[2*i+1] != want[i] {
 			t.Errorf("scale %d with g=%d: got %#02x %#02x, want %#02x twice", src[i], g, dst[2*i], dst[2*i+1], want[i])
@@ -157,7 +159,8 @@ func TestNVFP4WeightScale(t *testing.T) {
 
 // TestNVFP4WeightScaleRuns: runs of every length up to 40, of random scale
 // bytes (NaN among them) and at every other offset of the output, give each
-// scale's E4M3 of 2^(b-127-g) twice, as one scale at a time does.
+// scale's E4M3 of 2^(b-127-g) twice, as one scale at a time does, and
+// count the scales CountNVFP4 counts as clamped.
 func TestNVFP4WeightScaleRuns(t *testing.T) {
 	rng, seed := newRand(t)
 	for _, g := range []int{-126, -5, 0, 3, 127} {
@@ -167,7 +170,10 @@ func TestNVFP4WeightScaleRuns(t *testing.T) {
 				src[i] = byte(rng.IntN(256))
 			}
 			dst := make([]byte, 2*n)
-			NVFP4WeightScale(dst, src, g)
+			clamped := NVFP4WeightScale(dst, src, g)
+			if want := CountNVFP4(make([]byte, MXBlock/2*n), src, g).Clamped; int64(clamped) != want {
+				t.Fatalf("seed %d: g=%d, run of %d: %d clamped, want %d", seed, g, n, clamped, want)
+			}
 			for i, b := range src {
 				want := byte(e4m3NaN)
 				if b != E8M0NaN {

@@ -147,8 +147,9 @@ func (n *Transcoder) Rewrite(t *checkpoint.Tensor) ([]tensorfile.Out, bool) {
 		if _, err := t.Scale.ReadAt(src, lo*scaleRow); err != nil {
 			return err
 		}
-		codecs.NVFP4WeightScale(dst, src, ge)
-		n.count(src, ge)
+		clamped := codecs.NVFP4WeightScale(dst, src, ge)
+		n.blocks.Add(int64(len(src)))
+		n.clamped.Add(int64(clamped))
 		return nil
 	})
 	// g is memoised per mount: the scalar needs no block of its own.
@@ -195,19 +196,6 @@ func (n *Transcoder) Rewrite(t *checkpoint.Tensor) ([]tensorfile.Out, bool) {
 		{Name: id2[view:], DType: safetensors.F32, Shape: []int64{}, Data: global,
 			Codec: "nvfp4_weight_scale_2", Sources: g.scales, Tail: true},
 	}, true
-}
-
-// count adds a run of source scales, converted under global exponent g,
-// to the blocks computed and clamped so far.
-func (n *Transcoder) count(scales []byte, g int) {
-	clamped := 0
-	for _, b := range scales {
-		if k := int(b) - 127 - g; b != codecs.E8M0NaN && (k < codecs.E4M3MinPow2 || k > codecs.E4M3MaxPow2) {
-			clamped++
-		}
-	}
-	n.blocks.Add(int64(len(scales)))
-	n.clamped.Add(int64(clamped))
 }
 
 // Files are the report and, when the view holds NVFP4 experts, their

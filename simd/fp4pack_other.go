@@ -14,3 +14,6 @@ func packStepsVector(dst, src []byte, steps []Steps, sel []byte) int { return 0 
 
 // rescaleE8M0Vector does nothing: this architecture has no vector kernel.
 func rescaleE8M0Vector(t, sel, top, s []byte, shifts *Shifts, bias byte) int { return 0 }
+
+// pow2ScalesVector does nothing: this architecture has no vector kernel.
+func pow2ScalesVector(dst, s []byte, base int) (done, clamped int) { return 0, 0 }
