@@ -7,6 +7,7 @@ import (
 
 	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/codecs"
+	"github.com/dsfs/dsfs/tensorfile"
 )
 
 // group is the set of matrices that share one global exponent: w1 and w3
@@ -20,20 +21,34 @@ type group struct {
 }
 
 // g returns the group's global exponent, reading its scales the first time.
-func (g *group) g() (int, error) { return g.from(nil) }
-
-// from returns the group's global exponent, computed from bufs (the
-// scales' bytes, in the order of scales) when it is not known yet; nil
-// bufs are read.
-func (g *group) from(bufs [][]byte) (int, error) {
+// They are read one at a time into scratch memory and counted: reading
+// every expert's scales for its g must not leave their bytes to the
+// collector.
+func (g *group) g() (int, error) {
 	g.once.Do(func() {
-		if bufs == nil {
-			if bufs, g.err = g.read(); g.err != nil {
+		var h codecs.ScaleHistogram
+		for _, sc := range g.scales {
+			buf, b := tensorfile.Scratch(sc.Size)
+			_, err := sc.ReadAt(b, 0)
+			if err == nil {
+				h.Add(b)
+			}
+			tensorfile.PutScratch(buf)
+			if err != nil {
+				g.err = err
 				return
 			}
 		}
-		g.ge = codecs.GlobalExponent(bufs...)
+		g.ge = h.GlobalExponent()
 	})
+	return g.ge, g.err
+}
+
+// from returns the group's global exponent, computed from bufs (the
+// bytes of its scales, which the caller has read) when it is not known yet,
+// or the error of the read that g made first.
+func (g *group) from(bufs [][]byte) (int, error) {
+	g.once.Do(func() { g.ge = codecs.GlobalExponent(bufs...) })
 	return g.ge, g.err
 }
 
