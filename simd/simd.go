@@ -9,7 +9,9 @@
 // code table each packs with) between them, have AVX2 assembly on amd64,
 // chosen at run time (VectorBlocks says whether it runs): with them the
 // Engram FP8 -> FP4 codec runs at about 11 GB/s of input per core on an AMD
-// EPYC, 1.7 GB/s without (go test -bench EngramFP4 ./codecs). The matrix
+// EPYC, 1.7 GB/s without (go test -bench EngramFP4 ./codecs). So does
+// Pow2ScalesE4M3, NVFP4's weight_scale bytes from MXFP4's E8M0 scales (20
+// GB/s of scales, 2.5 as a table lookup in Go). The matrix
 // kernels have AVX2 + FMA assembly on amd64, chosen at run time from
 // golang.org/x/sys/cpu, with portable Go beside it as the fallback (Kernel
 // says which runs); BenchmarkMatMulT measures them against PeakGFLOPS, the
@@ -38,16 +40,17 @@
 //     nothing.
 //
 // What an amd64 kernel must match in its generic twin: for the codec and
-// counting kernels (MaxLow7s, PackSteps, RescaleE8M0, DecodeE2M1, Axpy,
-// E4M3Tally, NibbleHist, ExceedsE4M3), every output bit on every input, so
-// the assembly rounds where the Go rounds and uses no fused multiply-add the
-// Go does not have; the view's bytes are then the same on every machine. For
-// the matrix kernels (MatMulT, MatMulTBF16, Dot, WidenBF16), the same values
-// up to float32 reassociation: the eight-lane sums of dotGeneric, within
-// 1e-7·(k+2)·Σ|x·w| of the exact product. The tests of each kernel run
-// random inputs, with their seed printed on failure, through both paths by
-// clearing the switch, over lengths that leave the kernel a tail, and
-// compare as above; a new kernel comes with such a test.
+// counting kernels (MaxLow7s, PackSteps, RescaleE8M0, Pow2ScalesE4M3,
+// DecodeE2M1, Axpy, E4M3Tally, NibbleHist, ExceedsE4M3), every output bit
+// on every input, so the assembly rounds where the Go rounds and uses no
+// fused multiply-add the Go does not have; the view's bytes are then the
+// same on every machine. For the matrix kernels (MatMulT, MatMulTBF16, Dot,
+// WidenBF16), the same values up to float32 reassociation: the eight-lane
+// sums of dotGeneric, within 1e-7·(k+2)·Σ|x·w| of the exact product. The
+// tests of each kernel run random inputs, with their seed printed on
+// failure, through both paths by clearing the switch, over lengths that
+// leave the kernel a tail, and compare as above; a new kernel comes with
+// such a test.
 package simd
 
 import "encoding/binary"
