@@ -3,10 +3,12 @@ package main
 import (
 	"encoding/binary"
 	"encoding/json"
+	"math"
 	"os"
 	"path/filepath"
 	"reflect"
 	"testing"
+	"time"
 )
 
 func TestMedian(t *testing.T) {
@@ -24,6 +26,47 @@ func TestMedian(t *testing.T) {
 			t.Errorf("median(%v) = %v, want %v", tc.in, got, tc.want)
 		}
 	}
+}
+
+func TestPairedRatios(t *testing.T) {
+	hot := func(mbps, cpu float64) read {
+		return read{Bytes: 1e9, Time: time.Duration(1e9 / mbps * 1e6), ServerCPU: time.Duration(cpu * 1e6), SourceHot: 1}
+	}
+	cold := hot(100, 100)
+	cold.SourceHot = hotEnough / 2
+	for _, tc := range []struct {
+		name        string
+		dsfs, memfs []read
+		mbps, cpu   []float64
+	}{
+		{"none", nil, nil, nil, nil},
+		{"pass by pass, not median by median",
+			[]read{hot(100, 300), hot(400, 200)}, []read{hot(200, 100), hot(400, 400)},
+			[]float64{0.5, 1}, []float64{3, 0.5}},
+		{"a cold read drops its pair", []read{cold, hot(100, 100)}, []read{hot(50, 50), hot(50, 50)},
+			[]float64{2}, []float64{2}},
+		{"an unpaired read is left out", []read{hot(100, 100), hot(1, 1)}, []read{hot(100, 100)},
+			[]float64{1}, []float64{1}},
+	} {
+		mbps := pairedRatios(tc.dsfs, tc.memfs, read.MBps)
+		cpu := pairedRatios(tc.dsfs, tc.memfs, read.cpuPerGB)
+		if !approx(mbps, tc.mbps) || !approx(cpu, tc.cpu) {
+			t.Errorf("%s: MB/s ratios %v, CPU ratios %v; want %v and %v", tc.name, mbps, cpu, tc.mbps, tc.cpu)
+		}
+	}
+}
+
+// approx reports whether a and b hold the same values within 1e-9.
+func approx(a, b []float64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if math.Abs(a[i]-b[i]) > 1e-9 {
+			return false
+		}
+	}
+	return true
 }
 
 func TestParseLsR(t *testing.T) {

@@ -34,6 +34,9 @@ type read struct {
 // MBps is the read's throughput in 10^6 bytes per second.
 func (r read) MBps() float64 { return float64(r.Bytes) / r.Time.Seconds() / 1e6 }
 
+// cpuPerGB is the server's CPU time for the read, in ms per 10^9 bytes.
+func (r read) cpuPerGB() float64 { return r.ServerCPU.Seconds() * 1e3 / (float64(r.Bytes) / 1e9) }
+
 // readFile reads path from off to its end in chunk-sized reads and checks
 // that it got every byte its size promises.
 func readFile(ctx context.Context, path string, off int64) (read, error) {
