@@ -40,6 +40,14 @@ type Tokenizer struct {
 
 	prefix, suffix []int // ids Encode adds around the text
 
+	// What Vocab needs beyond the tables above: the added tokens as
+	// resolved, how many merges the file lists (repeats included), and
+	// whether an added token took the id of a model token spelled
+	// otherwise.
+	addedList []addedToken
+	nMerges   int
+	respelled bool
+
 	// piece bounds the bytes of normalized text one token can stand for:
 	// the longest spelling or added content (MaxTextBytes when runs of
 	// unknown characters fuse into one token).
@@ -173,17 +181,18 @@ func Parse(data []byte) (*Tokenizer, error) {
 		return nil, errors.New("truncation is not supported")
 	}
 	t := &Tokenizer{}
-	if _, err := t.parseModel(&f.Model); err != nil {
+	pairs, err := t.parseModel(&f.Model)
+	if err != nil {
 		return nil, fmt.Errorf("model: %w", err)
 	}
+	t.nMerges = len(pairs)
 	if err := t.parseNormalizer(f.Normalizer); err != nil {
 		return nil, fmt.Errorf("normalizer: %w", err)
 	}
-	list, err := t.resolveAdded(f.AddedTokens)
-	if err != nil {
+	if t.addedList, err = t.resolveAdded(f.AddedTokens); err != nil {
 		return nil, fmt.Errorf("added_tokens: %w", err)
 	}
-	if err := t.indexAdded(list); err != nil {
+	if err := t.indexAdded(t.addedList); err != nil {
 		return nil, fmt.Errorf("added_tokens: %w", err)
 	}
 	if err := t.parsePreTokenizer(f.PreTokenizer); err != nil {
@@ -436,6 +445,7 @@ func (t *Tokenizer) resolveAdded(tokens []addedToken) ([]addedToken, error) {
 		if id >= len(t.spell) {
 			t.spell = append(t.spell, make([]string, id+1-len(t.spell))...)
 		}
+		t.respelled = t.respelled || t.spell[id] != "" && t.spell[id] != a.Content
 		t.spell[id] = a.Content
 	}
 	return list, nil

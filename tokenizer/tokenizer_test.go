@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -719,4 +720,50 @@ func encodeAll(tok *Tokenizer, s string, addSpecial bool) []int {
 		panic(err)
 	}
 	return ids
+}
+
+// TestTokenizerVocab: the Vocab of a parsed Tokenizer is the one
+// ParseVocab reads from the same file, table for table, for a synthesized
+// vocabulary and for files whose ids resolve by every branch of the rule
+// (added tokens that are model tokens, that take the next free id, that
+// are given twice, beside holes in the model's ids); where the Tokenizer
+// cannot give the file's merges (a repeated merge, a model token's id
+// taken by another spelling), Vocab says so.
+func TestTokenizerVocab(t *testing.T) {
+	synth, err := SynthesizeVocab(2000, 300, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := func(vocab, merges, added string) []byte {
+		return []byte(`{"model": {"type": "BPE", "vocab": {` + vocab + `}, "merges": [` + merges + `]}, "added_tokens": [` + added + `],
+			"pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "use_regex": false}, "decoder": {"type": "ByteLevel"}}`)
+	}
+	for _, tc := range []struct {
+		name string
+		data []byte
+		ok   bool
+	}{
+		{"synthesized", synth, true},
+		{"added", file(`"a": 0, "b": 1, "ab": 2`, `"a b"`,
+			`{"id": 7, "content": "ab"}, {"id": 9, "content": "<s>", "special": true}, {"id": 3, "content": "<s>"}, {"id": 4, "content": "</s>"}`), true},
+		{"holes", file(`"a": 0, "b": 5, "ab": 9`, `"a b"`, `{"id": 1, "content": "<pad>"}, {"id": 12, "content": "x"}`), true},
+		{"repeated merge", file(`"a": 0, "b": 1, "ab": 2, "abb": 3`, `"a b", "ab b", "a b"`, ""), false},
+		{"model id respelled", file(`"a": 0, "b": 1, "ab": 3`, `"a b"`, `{"id": 2, "content": "<s>"}, {"id": 3, "content": "<t>"}`), false},
+	} {
+		tok, err := Parse(tc.data)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		want, err := ParseVocab(tc.data)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		got, ok := tok.Vocab()
+		if ok != tc.ok {
+			t.Fatalf("%s: Vocab says %v, want %v", tc.name, ok, tc.ok)
+		}
+		if ok && !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: Tokenizer.Vocab\n%+v\nParseVocab\n%+v", tc.name, got, want)
+		}
+	}
 }

@@ -64,6 +64,33 @@ func ParseVocab(data []byte) (*Vocab, error) {
 	if err != nil {
 		return nil, fmt.Errorf("added_tokens: %w", err)
 	}
+	return newVocab(&t, pairs, list), nil
+}
+
+// Vocab returns the vocabulary of the file t was parsed from, the Vocab
+// ParseVocab returns for it, without reading the file again, and true.
+// The merges come from t's merge table, spelled by t's tokens, so that t
+// keeps no copy of them; where that cannot give the file's list (a merge
+// the file repeats, an added token at the id of a model token spelled
+// otherwise) Vocab returns false, and the file must be read with
+// ParseVocab. The Vocab shares t's tables: its holder reads it and
+// changes nothing in it.
+func (t *Tokenizer) Vocab() (*Vocab, bool) {
+	if t.respelled || len(t.model.merges) != t.nMerges {
+		return nil, false
+	}
+	// With no repeat, the table holds every rank from 0 once.
+	pairs := make([][2]string, t.nMerges)
+	for k, m := range t.model.merges {
+		pairs[m.rank] = [2]string{t.spell[k>>32], t.spell[uint32(k)]}
+	}
+	return newVocab(t, pairs, t.addedList), true
+}
+
+// newVocab is the Vocab of t once its model and added tokens are read:
+// pairs are the model's merges in rank order, list the added tokens as
+// resolveAdded returned them.
+func newVocab(t *Tokenizer, pairs [][2]string, list []addedToken) *Vocab {
 	v := &Vocab{Tokens: t.spell, Merges: pairs, has: make([]bool, len(t.spell)), model: t.vocab, added: t.added}
 	for _, id := range t.vocab {
 		v.has[id] = true
@@ -72,7 +99,7 @@ func ParseVocab(data []byte) (*Vocab, error) {
 		v.has[a.ID] = true
 		v.Added = append(v.Added, AddedToken{ID: a.ID, FileID: a.File, Content: a.Content, Special: a.Special})
 	}
-	return v, nil
+	return v
 }
 
 // Has reports whether some token has the id.
