@@ -194,8 +194,9 @@ type Catalog struct {
 	// Problems lists every fault found, sorted by file, then tensor.
 	Problems []Problem
 
-	roots roots             // where the files may resolve
-	ids   map[string]fileID // by Path: the file checked there, for CheckOpened
+	roots      roots             // where the files may resolve
+	ids        map[string]fileID // by Path: the file checked there, for CheckOpened
+	tokenizers *tokenizerMemo    // tokenizer.json parsed, for Tokenizer and Vocab; shared by copies
 
 	// store holds the files when they are not in a local directory;
 	// listed is its listing by Path, and listedAt its newest file's time.
@@ -234,7 +235,7 @@ func Open(dir string) (*Catalog, error) {
 	if !fi.IsDir() {
 		return nil, fmt.Errorf("source checkpoint directory %s: not a directory", abs)
 	}
-	c := &Catalog{Dir: abs, Config: &Config{}, ids: make(map[string]fileID)}
+	c := &Catalog{Dir: abs, Config: &Config{}, ids: make(map[string]fileID), tokenizers: new(tokenizerMemo)}
 	if c.roots, err = sourceRoots(abs); err != nil {
 		return nil, err
 	}

@@ -36,7 +36,8 @@ func OpenStore(ctx context.Context, st Store) (*Catalog, error) {
 	if err != nil {
 		return nil, fmt.Errorf("source checkpoint %s: %w", st, err)
 	}
-	c := &Catalog{Dir: st.String(), Config: &Config{}, ids: make(map[string]fileID), store: st, listed: make(map[string]fs.FileInfo)}
+	c := &Catalog{Dir: st.String(), Config: &Config{}, ids: make(map[string]fileID), store: st, listed: make(map[string]fs.FileInfo),
+		tokenizers: new(tokenizerMemo)}
 	var files []File
 	for _, fi := range infos {
 		name := fi.Name()

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/dsfs/dsfs/checkpoint"
+	"github.com/dsfs/dsfs/tokenizer"
 	"github.com/dsfs/dsfs/trace/deepseek2"
 )
 
@@ -383,23 +384,22 @@ func checkpointTokenizer(cat *checkpoint.Catalog, pre string, vocab int) ([]KV, 
 	if err := cat.CheckVocab(vocab); err != nil {
 		return nil, err
 	}
-	var tokJSON, tokConfig []byte
-	for _, f := range cat.Files {
-		var err error
-		switch f.Name {
-		case "tokenizer.json":
-			tokJSON, err = cat.ReadFile(f.Name, maxTokenizerFile)
-		case "tokenizer_config.json":
-			tokConfig, err = cat.ReadFile(f.Name, maxTokenizerFile)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", f.Name, err)
-		}
+	// The vocabulary comes parsed: trace/ parses the same file for its
+	// prompts, and one parse serves both.
+	v, err := cat.Vocab()
+	if err != nil {
+		return nil, err
 	}
-	if tokJSON == nil {
+	if v == nil {
 		return nil, fmt.Errorf("tokenizer.json: missing (llama.cpp needs the vocabulary)")
 	}
-	kvs, notes, err := TokenizerKVs(tokJSON, tokConfig, pre, vocab, cat.Config.Raw)
+	var tokConfig []byte
+	if slices.ContainsFunc(cat.Files, func(f checkpoint.File) bool { return f.Name == "tokenizer_config.json" }) {
+		if tokConfig, err = cat.ReadFile("tokenizer_config.json", tokenizer.MaxFileSize); err != nil {
+			return nil, fmt.Errorf("tokenizer_config.json: %w", err)
+		}
+	}
+	kvs, notes, err := TokenizerKVs(v, tokConfig, pre, vocab, cat.Config.Raw)
 	if len(notes) > 0 {
 		slog.Warn("gguf/: tokenizer.json's added_tokens give ids that tokenizers (and so llama.cpp's converter) does not; gguf/ writes tokenizers' ids",
 			"tokens", len(notes), "first", notes[0])

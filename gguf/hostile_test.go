@@ -12,6 +12,7 @@ import (
 
 	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/gguf"
+	"github.com/dsfs/dsfs/tokenizer"
 )
 
 // reopenWith writes config.json of cat's directory with key set to value
@@ -67,6 +68,25 @@ func TestVocabSizeClaims(t *testing.T) {
 	}
 }
 
+// tokenizerKVs is TokenizerKVs of a tokenizer.json document, its
+// vocabulary read as a mount reads it (checkpoint.Catalog.Vocab): from the
+// parsed Tokenizer where tokenizer.Parse takes the document and the
+// Tokenizer can give it, from the document alone otherwise.
+func tokenizerKVs(doc []byte, vocab int) ([]gguf.KV, []string, error) {
+	var v *tokenizer.Vocab
+	ok := false
+	if tok, err := tokenizer.Parse(doc); err == nil {
+		v, ok = tok.Vocab()
+	}
+	if !ok {
+		var err error
+		if v, err = tokenizer.ParseVocab(doc); err != nil {
+			return nil, nil, fmt.Errorf("tokenizer.json: %w", err)
+		}
+	}
+	return gguf.TokenizerKVs(v, nil, "deepseek-v3", vocab, nil)
+}
+
 // TestTokenizerSameBytes holds closed a token list that depended on Go's
 // map order (two spellings of one id: different GGUF bytes on every
 // mount) and an added token equal to a vocabulary token at another id,
@@ -82,7 +102,7 @@ func TestTokenizerSameBytes(t *testing.T) {
 		tok := base(`, "x": 1, "y": 1`, "")
 		var first string
 		for range 20 {
-			_, _, err := gguf.TokenizerKVs(tok, nil, "deepseek-v3", 8, nil)
+			_, _, err := tokenizerKVs(tok, 8)
 			if err == nil {
 				t.Fatal("two spellings of one id accepted")
 			}
@@ -100,7 +120,7 @@ func TestTokenizerSameBytes(t *testing.T) {
 		tok := base("", `{"id": 5, "content": "ab", "special": true}, {"id": 3, "content": "<|x|>", "special": true}`)
 		var first []byte
 		for range 20 {
-			kvs, notes, err := gguf.TokenizerKVs(tok, nil, "deepseek-v3", 8, nil)
+			kvs, notes, err := tokenizerKVs(tok, 8)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -149,11 +169,11 @@ func FuzzTokenizerKVs(f *testing.F) {
 		f.Add([]byte(doc), uint16(8))
 	}
 	f.Fuzz(func(t *testing.T, doc []byte, vocab uint16) {
-		kvs, _, err := gguf.TokenizerKVs(doc, nil, "deepseek-v3", int(vocab), nil)
+		kvs, _, err := tokenizerKVs(doc, int(vocab))
 		if err != nil {
 			return
 		}
-		again, _, err := gguf.TokenizerKVs(doc, nil, "deepseek-v3", int(vocab), nil)
+		again, _, err := tokenizerKVs(doc, int(vocab))
 		if err != nil {
 			t.Fatalf("accepted once, then refused: %v", err)
 		}

@@ -17,10 +17,6 @@ const (
 	tokenUnused      = 5
 )
 
-// maxTokenizerFile bounds tokenizer.json and tokenizer_config.json, as the
-// catalog bounds them.
-const maxTokenizerFile = 64 << 20
-
 // TokenizerKVs is the tokenizer.* metadata of a byte-level BPE tokenizer
 // as convert_hf_to_gguf.py writes it for DeepSeek: model gpt2, the
 // pre-tokenizer name pre, vocabSize tokens in tokenizer.json's byte-level
@@ -30,15 +26,12 @@ const maxTokenizerFile = 64 << 20
 // from config.json when it names none) and the chat template. Ids are the
 // ones transformers gives the converter (tokenizer.Vocab's rule), so the
 // same file always gives the same bytes and no spelling is written twice;
-// notes lists where they differ from the file's added_tokens.
-// vocabSize must be at most checkpoint.MaxVocab.
-func TokenizerKVs(tokJSON, tokConfig []byte, pre string, vocabSize int, cfg map[string]any) (kvs []KV, notes []string, err error) {
+// notes lists where they differ from the file's added_tokens. v is
+// tokenizer.json's vocabulary (checkpoint.Catalog.Vocab); vocabSize must be
+// at most checkpoint.MaxVocab.
+func TokenizerKVs(v *tokenizer.Vocab, tokConfig []byte, pre string, vocabSize int, cfg map[string]any) (kvs []KV, notes []string, err error) {
 	if vocabSize <= 0 || vocabSize > checkpoint.MaxVocab {
 		return nil, nil, fmt.Errorf("vocabulary of %d tokens: outside 1-%d", vocabSize, checkpoint.MaxVocab)
-	}
-	v, err := tokenizer.ParseVocab(tokJSON)
-	if err != nil {
-		return nil, nil, fmt.Errorf("tokenizer.json: %w", err)
 	}
 	if n := len(v.Tokens); n > vocabSize {
 		return nil, nil, fmt.Errorf("tokenizer.json: token %q has id %d outside the vocabulary of %d", v.Tokens[n-1], n-1, vocabSize)

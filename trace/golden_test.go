@@ -68,7 +68,7 @@ func TestGoldenFamilies(t *testing.T) {
 				if cat.Config.Family != tt.family {
 					t.Fatalf("family %q, want %q", cat.Config.Family, tt.family)
 				}
-				tok, err := trace.LoadTokenizer(cat)
+				tok, err := cat.Tokenizer()
 				if err != nil {
 					t.Fatal(err)
 				}

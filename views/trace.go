@@ -163,7 +163,7 @@ type traceTokenizer struct {
 }
 
 func loadTraceTokenizer(s *Set) traceTokenizer {
-	tok, err := trace.LoadTokenizer(s.Cat)
+	tok, err := s.Cat.Tokenizer()
 	return traceTokenizer{tok, err}
 }
 

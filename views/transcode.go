@@ -76,7 +76,7 @@ func (s *Set) nvfp4Calibration(file string) (*nvfp4.Calibration, error) {
 	if family == nil {
 		return nil, fmt.Errorf("no trace engine runs %q models", s.Cat.Config.Family)
 	}
-	tok, tokErr := trace.LoadTokenizer(s.Cat)
+	tok, tokErr := s.Cat.Tokenizer()
 	m, err := family.Open(s.Cat, tok)
 	if err != nil {
 		return nil, err

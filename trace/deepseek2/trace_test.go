@@ -49,7 +49,7 @@ func openTracer(t *testing.T, dir string, prompts []trace.Prompt, b ...backend.B
 	if err != nil {
 		t.Fatal(err)
 	}
-	tok, err := trace.LoadTokenizer(cat)
+	tok, err := cat.Tokenizer()
 	if err != nil {
 		t.Fatal(err)
 	}
