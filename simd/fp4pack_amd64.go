@@ -2,8 +2,9 @@ package simd
 
 import "golang.org/x/sys/cpu"
 
-// vectorSteps selects the AVX2 kernels of MaxLow7s, PackSteps and
-// RescaleE8M0; tests clear it to run the portable loops.
+// vectorSteps selects the AVX2 kernels of MaxLow7s, PackSteps,
+// RescaleE8M0 and Pow2ScalesE4M3; tests clear it to run the portable
+// loops.
 var vectorSteps = cpu.X86.HasAVX2
 
 // maxLow7s8 writes the MaxLow7 of 8 x n8 blocks from src to dst.

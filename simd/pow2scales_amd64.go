@@ -1,5 +1,7 @@
 package simd
 
+import "golang.org/x/sys/cpu"
+
 // pow2Scales32 is Pow2ScalesE4M3 over 32 x n32 bytes, with the window's
 // bytes [lo, hi] and its offset as two saturating steps: a byte less sub
 // plus add, held to [0, 17], indexes e4m3Pow2. It returns the count of
@@ -12,7 +14,7 @@ func pow2Scales32(dst, s *byte, add, sub, lo, hi byte, n32 int) (clamped int)
 // and returns how many bytes it did and how many of them it clamped.
 func pow2ScalesVector(dst, s []byte, base int) (done, clamped int) {
 	n32 := len(s) / 32
-	if !vectorSteps || n32 == 0 {
+	if !vectorSteps || !cpu.X86.HasPOPCNT || n32 == 0 {
 		return 0, 0
 	}
 	// base lies in [-8, 245] for a g of [-126, 127]. A window wholly
