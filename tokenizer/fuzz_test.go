@@ -3,6 +3,7 @@ package tokenizer
 import (
 	"encoding/json"
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -58,6 +59,15 @@ func FuzzParse(f *testing.F) {
 		tok, err := Parse(data)
 		if err != nil {
 			return
+		}
+		// A file Parse takes, ParseVocab takes too, and the Tokenizer's
+		// vocabulary is the file's wherever it says it can give it.
+		want, err := ParseVocab(data)
+		if err != nil {
+			t.Fatalf("Parse takes the file, ParseVocab refuses it: %v", err)
+		}
+		if v, ok := tok.Vocab(); ok && !reflect.DeepEqual(v, want) {
+			t.Fatalf("Tokenizer.Vocab\n%+v\nParseVocab\n%+v", v, want)
 		}
 		for _, s := range []string{"", "hello world 123", "深度学习", "<s> a\tb\n", "\xff"} {
 			for _, id := range encodeAll(tok, s, true) {

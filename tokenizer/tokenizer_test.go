@@ -734,10 +734,16 @@ func TestTokenizerVocab(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	file := func(vocab, merges, added string) []byte {
-		return []byte(`{"model": {"type": "BPE", "vocab": {` + vocab + `}, "merges": [` + merges + `]}, "added_tokens": [` + added + `],
+	// model is a file's model with a vocab and its merges entry (none
+	// when empty).
+	model := func(vocab, merges, added string) []byte {
+		if merges != "" {
+			merges = `, "merges": ` + merges
+		}
+		return []byte(`{"model": {"type": "BPE", "vocab": {` + vocab + `}` + merges + `}, "added_tokens": [` + added + `],
 			"pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "use_regex": false}, "decoder": {"type": "ByteLevel"}}`)
 	}
+	file := func(vocab, merges, added string) []byte { return model(vocab, "["+merges+"]", added) }
 	for _, tc := range []struct {
 		name string
 		data []byte
@@ -747,6 +753,9 @@ func TestTokenizerVocab(t *testing.T) {
 		{"added", file(`"a": 0, "b": 1, "ab": 2`, `"a b"`,
 			`{"id": 7, "content": "ab"}, {"id": 9, "content": "<s>", "special": true}, {"id": 3, "content": "<s>"}, {"id": 4, "content": "</s>"}`), true},
 		{"holes", file(`"a": 0, "b": 5, "ab": 9`, `"a b"`, `{"id": 1, "content": "<pad>"}, {"id": 12, "content": "x"}`), true},
+		{"no merges", file(`"a": 0, "b": 1`, "", ""), true},
+		{"merges null", model(`"a": 0`, "null", ""), true},
+		{"merges absent", model(`"a": 0`, "", ""), true},
 		{"repeated merge", file(`"a": 0, "b": 1, "ab": 2, "abb": 3`, `"a b", "ab b", "a b"`, ""), false},
 		{"model id respelled", file(`"a": 0, "b": 1, "ab": 3`, `"a b"`, `{"id": 2, "content": "<s>"}, {"id": 3, "content": "<t>"}`), false},
 	} {

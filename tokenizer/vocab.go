@@ -91,6 +91,9 @@ func (t *Tokenizer) Vocab() (*Vocab, bool) {
 // pairs are the model's merges in rank order, list the added tokens as
 // resolveAdded returned them.
 func newVocab(t *Tokenizer, pairs [][2]string, list []addedToken) *Vocab {
+	if len(pairs) == 0 {
+		pairs = nil // however the file spelled no merges
+	}
 	v := &Vocab{Tokens: t.spell, Merges: pairs, has: make([]bool, len(t.spell)), model: t.vocab, added: t.added}
 	for _, id := range t.vocab {
 		v.has[id] = true
