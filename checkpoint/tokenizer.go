@@ -11,11 +11,11 @@ import (
 
 // tokenizerMemo is the checkpoint's tokenizer.json as parsed, shared by
 // the views that read it at mount: trace/ keeps the Tokenizer for its
-// prompts, gguf/ takes the vocabulary for its headers once (V2, V3 and R1
-// checkpoints have both views). Parsing a released file costs ~120 ms and
-// ~45 MB of allocations, so it is done once while any view keeps the
-// result; a mount whose views keep nothing (gguf/ alone) holds none of it
-// after its build.
+// prompts, gguf/ takes the vocabulary for its headers once (V2, V3, R1
+// and V4-Flash checkpoints have both views; V4.1 has no gguf/ yet).
+// Parsing a released file costs ~120 ms and ~45 MB of allocations, so it
+// is done once while any view keeps the result; a mount whose views keep
+// nothing (gguf/ alone) holds none of it after its build.
 type tokenizerMemo struct {
 	mu        sync.Mutex
 	tok       weak.Pointer[tokenizer.Tokenizer]
