@@ -137,6 +137,12 @@ func (c *Catalog) Stat(p string) (fs.FileInfo, error) {
 // directory.
 func (c *Catalog) Remote() bool { return c.store != nil }
 
+// HasFile reports whether the checkpoint has a file of that name among
+// Files (a name relative to Dir, as File.Name has it).
+func (c *Catalog) HasFile(name string) bool {
+	return slices.ContainsFunc(c.Files, func(f File) bool { return f.Name == name })
+}
+
 // ReadFile reads the catalogued file name (slash-separated, relative to
 // Dir), of at most max bytes, whole: from the store, or in a directory
 // through the symbolic link rule the catalog checked. A larger file is

@@ -2,7 +2,6 @@ package checkpoint
 
 import (
 	"fmt"
-	"slices"
 	"sync"
 	"weak"
 
@@ -84,10 +83,7 @@ func (c *Catalog) parsedTokenizer() (tok *tokenizer.Tokenizer, configErr, err er
 	if m.parseErr != nil {
 		return nil, nil, m.parseErr
 	}
-	has := func(name string) bool {
-		return slices.ContainsFunc(c.Files, func(f File) bool { return f.Name == name })
-	}
-	if !has("tokenizer.json") {
+	if !c.HasFile("tokenizer.json") {
 		return nil, nil, nil
 	}
 	data, err := c.ReadFile("tokenizer.json", tokenizer.MaxFileSize)
@@ -100,7 +96,7 @@ func (c *Catalog) parsedTokenizer() (tok *tokenizer.Tokenizer, configErr, err er
 		return nil, nil, m.parseErr
 	}
 	m.configErr = nil
-	if has("tokenizer_config.json") {
+	if c.HasFile("tokenizer_config.json") {
 		data, err := c.ReadFile("tokenizer_config.json", tokenizer.MaxFileSize)
 		if err == nil {
 			err = tok.ParseConfig(data)

@@ -394,7 +394,7 @@ func checkpointTokenizer(cat *checkpoint.Catalog, pre string, vocab int) ([]KV, 
 		return nil, fmt.Errorf("tokenizer.json: missing (llama.cpp needs the vocabulary)")
 	}
 	var tokConfig []byte
-	if slices.ContainsFunc(cat.Files, func(f checkpoint.File) bool { return f.Name == "tokenizer_config.json" }) {
+	if cat.HasFile("tokenizer_config.json") {
 		if tokConfig, err = cat.ReadFile("tokenizer_config.json", tokenizer.MaxFileSize); err != nil {
 			return nil, fmt.Errorf("tokenizer_config.json: %w", err)
 		}
