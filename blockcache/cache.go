@@ -3,9 +3,30 @@
 // for it at the same time, a computation stops when every reader waiting for
 // it has gone, and sequential readers can have the next blocks computed
 // ahead of time on a bounded worker pool.
+//
+// # Reusing blocks' memory
+//
+// A block's buffer is fresh memory unless the cache can reuse one it holds:
+// the kernel must back fresh memory page by page, which in a first read of
+// a transcoded file costs a sixth of the server's CPU. A buffer is reused
+// only when nothing can still read it, which Get and Lease tell apart:
+//
+//   - Get hands a block out for good: its buffer is never reused, and the
+//     garbage collector frees it once the cache and every holder let go.
+//   - Lease hands it out until the Lease is released (once, after the
+//     bytes were last read: for a FUSE reply, once the kernel has copied
+//     them). A block whose every lease is released may be reused when it
+//     leaves the cache.
+//
+// The buffers reused are, in this order, those of blocks a reader said it
+// has had whole (Consumed), oldest first, and, when the cache is full, that
+// of the least recently used block, which the new one would evict anyway.
+// A reused buffer is cleared before it is computed into, so a computation
+// sees what it would in fresh memory.
 package blockcache
 
 import (
+	"container/list"
 	"context"
 	"errors"
 	"sync"
@@ -33,6 +54,7 @@ type Stats struct {
 	ReadAhead int64 `json:"read_ahead"`
 	Canceled  int64 `json:"canceled"`
 	Errors    int64 `json:"errors"`
+	Reused    int64 `json:"blocks_reused"` // computed into a buffer the cache held already
 	Bytes     int64 `json:"cached_bytes"`
 	Budget    int64 `json:"budget_bytes"`
 	Blocks    int64 `json:"cached_blocks"`
@@ -44,10 +66,13 @@ type Cache struct {
 	budget int64
 
 	mu      sync.Mutex
-	lru     *lru.LRU[Key, []byte]
+	lru     *lru.LRU[Key, *block]
 	used    int64
 	flights map[Key]*flight
-	ids     map[string]*idProgress // what became of each ID's blocks
+	// consumed holds the cached blocks a reader has had whole, oldest
+	// first: their buffers are the first reused.
+	consumed list.List
+	ids      map[string]*idProgress // what became of each ID's blocks
 
 	workers chan struct{} // read-ahead slots
 	// computing bounds the computations running at once, readers' and
@@ -58,8 +83,27 @@ type Cache struct {
 	ctx       context.Context // cancelled by Close
 	stop      context.CancelFunc
 
-	hits, misses, computed, shared, readAhead, canceled, errs atomic.Int64
+	hits, misses, computed, shared, readAhead, canceled, errs, reused atomic.Int64
 }
+
+// block is a computed block and what may still read its buffer; all but
+// key and data are guarded by Cache.mu.
+type block struct {
+	key  Key
+	data []byte
+	// leases counts the Leases not yet released.
+	leases int
+	// given says Get handed the block out: its buffer is never reused.
+	given bool
+	// cached says the block is in the LRU.
+	cached bool
+	// consumed is its element of Cache.consumed, or nil.
+	consumed *list.Element
+}
+
+// reusable reports whether nothing but the cache can read b's buffer; c.mu
+// is held.
+func (b *block) reusable() bool { return b.leases == 0 && !b.given }
 
 // idProgress is what became of one ID's blocks: which were ever
 // computed (a bit each, growing to the highest index seen) and how many
@@ -81,10 +125,17 @@ type Progress struct {
 
 type flight struct {
 	done    chan struct{}
-	data    []byte
+	blk     *block // set, with err, before done is closed
 	err     error
 	waiters int // readers still interested; guarded by Cache.mu
 	cancel  context.CancelFunc
+	// leases counts the waiters that are Leases, given says a waiter is a
+	// Get, and finished says blk and err are set: the block's leases and
+	// given are settled when it is finished, under Cache.mu, so that no
+	// waiter holds a buffer the cache does not know is held.
+	leases   int
+	given    bool
+	finished bool
 }
 
 // New returns a cache holding at most budget bytes of blocks, computing
@@ -97,7 +148,7 @@ func New(budget int64, workers int) *Cache {
 	c := &Cache{budget: budget, flights: make(map[Key]*flight), ids: make(map[string]*idProgress),
 		workers: make(chan struct{}, workers), computing: make(chan struct{}, 4*workers)}
 	// The count bound is never reached: the byte budget evicts first.
-	c.lru, _ = lru.NewLRU[Key, []byte](1<<30, nil)
+	c.lru, _ = lru.NewLRU[Key, *block](1<<30, nil)
 	c.ctx, c.stop = context.WithCancel(context.Background())
 	return c
 }
@@ -106,12 +157,81 @@ func New(budget int64, workers int) *Cache {
 func (c *Cache) Budget() int64 { return c.budget }
 
 // Get returns the n-byte block named by k, computing it if it is not cached.
-// The returned slice is shared and must not be modified. If ctx ends before
-// the block is ready, Get returns ctx's error; the computation itself stops
-// only when no other reader waits for it.
+// The returned slice is shared and must not be modified; its bytes stay the
+// block's for as long as the caller keeps it. If ctx ends before the block
+// is ready, Get returns ctx's error; the computation itself stops only when
+// no other reader waits for it.
 func (c *Cache) Get(ctx context.Context, k Key, n int, compute Compute) ([]byte, error) {
+	b, err := c.acquire(ctx, k, n, compute, false)
+	if err != nil {
+		return nil, err
+	}
+	return b.data, nil
+}
+
+// A Lease holds a block's bytes (Bytes) until Release: the cache reuses
+// the buffer for another block only after that. The zero Lease holds
+// nothing.
+type Lease struct {
+	c *Cache
+	b *block
+}
+
+// Bytes are the block's bytes, shared and not to be modified, and valid
+// until Release.
+func (l Lease) Bytes() []byte {
+	if l.b == nil {
+		return nil
+	}
+	return l.b.data
+}
+
+// Release lets the cache reuse the block's buffer: it must be called once,
+// after the bytes were last read. Releasing the zero Lease does nothing.
+func (l Lease) Release() {
+	if l.b == nil {
+		return
+	}
+	l.c.mu.Lock()
+	defer l.c.mu.Unlock()
+	l.c.release(l.b)
+}
+
+// release counts a lease of b out; c.mu is held.
+func (c *Cache) release(b *block) {
+	if b.leases <= 0 {
+		panic("blockcache: a Lease released more often than it was taken")
+	}
+	b.leases--
+}
+
+// Lease returns the n-byte block named by k, as Get does, held until the
+// Lease is released. It never returns a Lease and an error together.
+func (c *Cache) Lease(ctx context.Context, k Key, n int, compute Compute) (Lease, error) {
+	b, err := c.acquire(ctx, k, n, compute, true)
+	if err != nil {
+		return Lease{}, err
+	}
+	return Lease{c, b}, nil
+}
+
+// Consumed says a reader has had block k whole and is not expected to ask
+// for it again (the kernel's page cache holds what a FUSE reader had): it
+// stays cached, for other readers, until its buffer is wanted for a new
+// block, before any block no reader has had yet.
+func (c *Cache) Consumed(k Key) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if b, ok := c.lru.Peek(k); ok && b.consumed == nil {
+		b.consumed = c.consumed.PushBack(b)
+	}
+}
+
+// acquire is Get (lease false) and Lease.
+func (c *Cache) acquire(ctx context.Context, k Key, n int, compute Compute, lease bool) (*block, error) {
 	c.mu.Lock()
 	if b, ok := c.lru.Get(k); ok {
+		c.hold(b, lease)
 		c.mu.Unlock()
 		c.hits.Add(1)
 		return b, nil
@@ -127,23 +247,46 @@ func (c *Cache) Get(ctx context.Context, k Key, n int, compute Compute) ([]byte,
 	default:
 		f = c.start(k, n, compute, 1)
 	}
+	if lease {
+		f.leases++
+	} else {
+		f.given = true
+	}
 	c.mu.Unlock()
 	c.misses.Add(1)
 
 	select {
 	case <-f.done:
-		return f.data, f.err
+		return f.blk, f.err
 	case <-ctx.Done():
-		c.leave(k, f)
+		c.leave(k, f, lease)
 		return nil, ctx.Err()
 	}
 }
 
+// hold counts a holder of b in: a lease, or a Get; c.mu is held.
+func (c *Cache) hold(b *block, lease bool) {
+	if lease {
+		b.leases++
+	} else {
+		b.given = true
+	}
+}
+
 // leave counts a waiter of flight f of k out and stops the work when it
-// was the last.
-func (c *Cache) leave(k Key, f *flight) {
+// was the last. A lease waiting on f is counted out of f, or, if f has
+// finished (and counted it in its block), released.
+func (c *Cache) leave(k Key, f *flight, lease bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if lease {
+		switch {
+		case !f.finished:
+			f.leases--
+		case f.err == nil:
+			c.release(f.blk)
+		}
+	}
 	f.waiters--
 	if f.waiters == 0 {
 		// Nobody wants the block any more: stop the work, and let the
@@ -177,7 +320,7 @@ func (c *Cache) Prefetch(ctx context.Context, k Key, n int, compute Compute) {
 		select {
 		case <-f.done:
 		case <-ctx.Done():
-			c.leave(k, f)
+			c.leave(k, f, false)
 			<-f.done
 		}
 		<-c.workers
@@ -194,17 +337,17 @@ func (c *Cache) start(k Key, n int, compute Compute, waiters int) *flight {
 		defer c.wg.Done()
 		defer cancel()
 		var err error
+		var b *block
 		select {
 		case c.computing <- struct{}{}:
-			buf := make([]byte, n)
-			populate(buf)
+			buf := c.buffer(n)
 			err = compute(ctx, buf)
 			<-c.computing
 			if err == nil && ctx.Err() != nil {
 				err = ctx.Err()
 			}
 			if err == nil {
-				f.data = buf
+				b = &block{key: k, data: buf}
 			}
 		case <-ctx.Done():
 			err = ctx.Err()
@@ -214,10 +357,11 @@ func (c *Cache) start(k Key, n int, compute Compute, waiters int) *flight {
 			delete(c.flights, k)
 		}
 		if err == nil {
+			b.leases, b.given = f.leases, f.given
 			c.computedOnce(k)
-			c.add(k, f.data)
+			c.add(b)
 		}
-		f.err = err
+		f.blk, f.err, f.finished = b, err, true
 		c.mu.Unlock()
 		switch {
 		case err == nil:
@@ -235,26 +379,95 @@ func (c *Cache) start(k Key, n int, compute Compute, waiters int) *flight {
 // add inserts a block and evicts the least recently used ones until the
 // budget holds; c.mu is held. A block larger than the whole budget is
 // served but not kept.
-func (c *Cache) add(k Key, b []byte) {
-	if int64(len(b)) > c.budget {
+func (c *Cache) add(b *block) {
+	if int64(len(b.data)) > c.budget {
 		return
 	}
-	if old, ok := c.lru.Peek(k); ok {
-		c.used -= int64(len(old))
-		c.ids[k.ID].resident--
+	if old, ok := c.lru.Peek(b.key); ok {
+		c.remove(old)
 	}
-	c.lru.Add(k, b)
-	c.used += int64(len(b))
-	c.ids[k.ID].resident++
+	c.lru.Add(b.key, b)
+	b.cached = true
+	c.used += int64(len(b.data))
+	c.ids[b.key.ID].resident++
 	for c.used > c.budget {
-		old, b, ok := c.lru.RemoveOldest()
+		_, old, ok := c.lru.GetOldest()
 		if !ok {
 			break
 		}
-		c.used -= int64(len(b))
-		c.ids[old.ID].resident--
+		c.remove(old)
 	}
 }
+
+// remove takes a cached block out; c.mu is held.
+func (c *Cache) remove(b *block) {
+	c.lru.Remove(b.key)
+	b.cached = false
+	if b.consumed != nil {
+		c.consumed.Remove(b.consumed)
+		b.consumed = nil
+	}
+	c.used -= int64(len(b.data))
+	c.ids[b.key.ID].resident--
+}
+
+// buffer returns a cleared buffer of n bytes for a new block: that of a
+// block no one can read any more (see the package doc) when one fits,
+// else fresh memory.
+func (c *Cache) buffer(n int) []byte {
+	c.mu.Lock()
+	b := c.reclaim(n)
+	c.mu.Unlock()
+	if b != nil {
+		c.reused.Add(1)
+		clear(b)
+		return b
+	}
+	b = make([]byte, n)
+	populate(b)
+	return b
+}
+
+// reclaim takes out of the cache a block whose buffer can hold n bytes and
+// that nothing but the cache can read, and returns its buffer, or nil:
+// the oldest consumed block, or, if adding n bytes would evict, the least
+// recently used one. Only a few candidates are looked at, and only
+// buffers of up to an eighth more than n bytes are taken, so that a small
+// block does not keep a large buffer. A consumed block passed over goes
+// to the back of the line (one Get handed out leaves it), so that blocks
+// held long, or of other sizes, do not keep the others from being
+// reused. c.mu is held.
+func (c *Cache) reclaim(n int) []byte {
+	fits := func(b *block) bool { return b.reusable() && cap(b.data) >= n && cap(b.data)-n <= n/8 }
+	for range reclaimLooks {
+		e := c.consumed.Front()
+		if e == nil {
+			break
+		}
+		b := e.Value.(*block)
+		switch {
+		case fits(b):
+			c.remove(b)
+			return b.data[:n]
+		case b.given:
+			c.consumed.Remove(e)
+			b.consumed = nil
+		default:
+			c.consumed.MoveToBack(e)
+		}
+	}
+	if c.used+int64(n) > c.budget {
+		if _, b, ok := c.lru.GetOldest(); ok && fits(b) {
+			c.remove(b)
+			return b.data[:n]
+		}
+	}
+	return nil
+}
+
+// reclaimLooks is how many consumed blocks reclaim looks at: those still
+// leased are mostly the newest few, as replies are sent in order.
+const reclaimLooks = 8
 
 // computedOnce records that block k was computed; c.mu is held.
 func (c *Cache) computedOnce(k Key) {
@@ -298,7 +511,7 @@ func (c *Cache) Stats() Stats {
 	return Stats{
 		Hits: c.hits.Load(), Misses: c.misses.Load(), Computed: c.computed.Load(),
 		Shared: c.shared.Load(), ReadAhead: c.readAhead.Load(), Canceled: c.canceled.Load(),
-		Errors: c.errs.Load(), Bytes: used, Budget: c.budget, Blocks: blocks, InFlight: inflight,
+		Errors: c.errs.Load(), Reused: c.reused.Load(), Bytes: used, Budget: c.budget, Blocks: blocks, InFlight: inflight,
 	}
 }
 
