@@ -118,6 +118,8 @@ func (e *Transcoder) Rewrite(t *checkpoint.Tensor) ([]tensorfile.Out, bool) {
 		}
 		return nil
 	})
+	// Both read the source at memory speed.
+	weight.Cheap, scale.Cheap = true, true
 	return []tensorfile.Out{
 		{Name: b + ".weight", DType: safetensors.I8, Shape: []int64{rows, cols / 2}, Data: weight,
 			Codec: "engram_fp4", Sources: []*checkpoint.Tensor{t, t.Scale}},

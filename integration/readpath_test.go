@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -43,20 +44,32 @@ type directFile struct {
 
 func openDirect(t *testing.T, path string) *directFile {
 	t.Helper()
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_DIRECT|unix.O_CLOEXEC, 0)
-	if err != nil {
-		t.Fatalf("open %s O_DIRECT: %v", path, err)
-	}
-	buf, err := unix.Mmap(-1, 0, 1<<20, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	f, err := tryOpenDirect(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &directFile{fd: fd, buf: buf}
-	t.Cleanup(func() {
-		unix.Close(fd)
-		unix.Munmap(buf)
-	})
+	t.Cleanup(f.close)
 	return f
+}
+
+// tryOpenDirect is openDirect for a goroutine other than the test's,
+// which closes the file itself.
+func tryOpenDirect(path string) (*directFile, error) {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_DIRECT|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open %s O_DIRECT: %w", path, err)
+	}
+	buf, err := unix.Mmap(-1, 0, 1<<20, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	return &directFile{fd: fd, buf: buf}, nil
+}
+
+func (f *directFile) close() {
+	unix.Close(f.fd)
+	unix.Munmap(f.buf)
 }
 
 // readAt reads n bytes at off and returns a copy of them.
@@ -297,4 +310,98 @@ func TestPassthroughOnAndOff(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestSequentialReadersReuseBlocks has six readers at once read every
+// shard of one of the three transcoding views, each from start to end, in
+// reads of random lengths that each reach dsfs (O_DIRECT), through a small
+// cache, spliced and copied: the blocks they had whole are consumed and
+// their memory computed into again while other readers' replies (two
+// views share the Engram tables' blocks) may still hold them, and every
+// byte is the export's.
+func TestSequentialReadersReuseBlocks(t *testing.T) {
+	views := []string{"nvfp4", "engram-fp4", "nvfp4+engram-fp4"}
+	want := map[string][]byte{}
+	paths := map[string][]string{} // per view
+	for _, v := range views {
+		out := export(t, v, tinySrc)
+		for _, f := range files(t, out) {
+			if strings.HasSuffix(f, ".safetensors") {
+				b, err := os.ReadFile(filepath.Join(out, f))
+				if err != nil {
+					t.Fatal(err)
+				}
+				want[filepath.Join(v, f)] = b
+				paths[v] = append(paths[v], filepath.Join(v, f))
+			}
+		}
+	}
+	seed := uint64(time.Now().UnixNano())
+	for _, tc := range []struct {
+		name  string
+		flags []string
+	}{
+		{"spliced", nil},
+		{"copied", []string{"--splice=false"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := startMount(t, tinySrc, append([]string{"--cache-mb", "4", "--views", strings.Join(views, ",")}, tc.flags...)...)
+			errc := make(chan error, 6)
+			for r := range 6 {
+				go func() {
+					rng := rand.New(rand.NewPCG(seed, uint64(r)))
+					ps := paths[views[r%len(views)]]
+					first := rng.IntN(len(ps))
+					for i := range ps {
+						p := ps[(first+i)%len(ps)]
+						if err := readThrough(m.path(p), want[p], rng); err != nil {
+							errc <- fmt.Errorf("seed %d: %w", seed, err)
+							return
+						}
+					}
+					errc <- nil
+				}()
+			}
+			for range 6 {
+				if err := <-errc; err != nil {
+					t.Fatal(err)
+				}
+			}
+			var s struct {
+				Cache struct {
+					Reused int64 `json:"blocks_reused"`
+				} `json:"cache"`
+			}
+			catJSON(t, m.path(".dsfs", "stats.json"), &s)
+			if s.Cache.Reused == 0 {
+				t.Fatal("no block was computed into a reused buffer")
+			}
+			t.Logf("%d blocks computed into reused buffers", s.Cache.Reused)
+		})
+	}
+}
+
+// readThrough reads path from start to end with O_DIRECT, in reads of
+// random lengths up to 1 MiB, and checks them against want.
+func readThrough(path string, want []byte, rng *rand.Rand) error {
+	f, err := tryOpenDirect(path)
+	if err != nil {
+		return err
+	}
+	defer f.close()
+	for off := int64(0); off < int64(len(want)); {
+		n := 1 + rng.IntN(1<<20)
+		got, err := f.readAt(off, n)
+		if err != nil {
+			return fmt.Errorf("%s: read %d bytes at %d: %w", path, n, off, err)
+		}
+		if end := min(off+int64(n), int64(len(want))); !bytes.Equal(got, want[off:end]) {
+			return fmt.Errorf("%s: %d bytes at %d differ from the export's", path, n, off)
+		}
+		if len(got) == 0 {
+			return fmt.Errorf("%s: ends at %d, want %d bytes", path, off, len(want))
+		}
+		off += int64(len(got))
+	}
+	return nil
 }

@@ -152,6 +152,7 @@ func (n *Transcoder) Rewrite(t *checkpoint.Tensor) ([]tensorfile.Out, bool) {
 		n.clamped.Add(int64(clamped))
 		return nil
 	})
+	scale.Cheap = true // one table lookup per byte
 	// g is memoised per mount: the scalar needs no block of its own.
 	global := vfile.Small{ID: id2, N: 4,
 		Compute: func(ctx context.Context, dst []byte) error {

@@ -27,6 +27,13 @@
 // has read that much in one run, also the next [StreamAheadBytes] of
 // derived bytes, however far past verbatim bytes they lie.
 //
+// A read's pieces hold the cached blocks they answer from (leases) until
+// [Release]: the mount releases them once the kernel has copied its reply.
+// A [PageCacheOpener]'s Reader also tells the cache which blocks a
+// sequential run had whole, since the kernel's page cache answers what
+// comes after: their memory is the first the cache computes new blocks
+// into.
+//
 // # Documents
 //
 // A [Doc] is a generated document (JSON or Markdown) whose size is not

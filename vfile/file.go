@@ -50,6 +50,12 @@ type Blocks struct {
 	N        int64
 	BlockLen int64
 	Compute  func(ctx context.Context, i int64, dst []byte) error
+	// Cheap says a block costs less to compute again than to keep once
+	// the kernel's page cache holds its bytes: a transcode of source
+	// bytes at memory speed, not a quantisation or a forward. A
+	// PageCacheOpener's Reader lets the cache reuse its memory once it had
+	// it whole.
+	Cheap bool
 }
 
 // Len implements Segment.

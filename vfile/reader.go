@@ -16,6 +16,11 @@ type Cache interface {
 	// Get returns block k of n bytes, computing it with compute unless it
 	// is cached or being computed already.
 	Get(ctx context.Context, k blockcache.Key, n int, compute blockcache.Compute) ([]byte, error)
+	// Lease is Get for a holder that says when it is done with the bytes
+	// (blockcache.Lease.Release).
+	Lease(ctx context.Context, k blockcache.Key, n int, compute blockcache.Compute) (blockcache.Lease, error)
+	// Consumed says a reader has had block k whole.
+	Consumed(k blockcache.Key)
 	// Prefetch computes block k in the background if a worker is free,
 	// for as long as ctx (the reader's life) lasts.
 	Prefetch(ctx context.Context, k blockcache.Key, n int, compute blockcache.Compute)
@@ -47,6 +52,22 @@ func CacheOpener(cache Cache) Opener {
 	return func(ctx context.Context, f *File) *Reader { return newReader(ctx, f, cache) }
 }
 
+// PageCacheOpener is CacheOpener for a mount whose files' pages the
+// kernel keeps once read (FOPEN_KEEP_CACHE) and that reads nothing again
+// on its own: a Cheap block a Reader's sequential run has had whole is
+// told to the cache as consumed (Cache.Consumed), as the kernel answers
+// any later read of its bytes, so its memory is the first reused rather
+// than held twice. A Cheap block two files share (an Engram table of
+// engram-fp4/ and of nvfp4+engram-fp4/) is then computed again for the
+// second file unless that is read soon after the first.
+func PageCacheOpener(cache Cache) Opener {
+	return func(ctx context.Context, f *File) *Reader {
+		r := newReader(ctx, f, cache)
+		r.consumes = true
+		return r
+	}
+}
+
 // Reader reads a File through a block cache. One Reader serves one open
 // file handle: it remembers where the last read ended to spot sequential
 // readers and compute the next blocks ahead of them, for as long as the
@@ -58,6 +79,9 @@ type Reader struct {
 	lastEnd atomic.Int64
 	// runStart is where the current sequential run of reads began.
 	runStart atomic.Int64
+	// consumes says blocks a run has had whole are consumed
+	// (PageCacheOpener).
+	consumes bool
 }
 
 // NewReader returns a reader of f whose derived blocks come from cache.
@@ -80,6 +104,7 @@ func (r *Reader) ReadAt(p []byte, off int64) (int, error) {
 // blocks.
 func (r *Reader) ReadAtContext(ctx context.Context, p []byte, off int64) (int, error) {
 	pieces, n, err := r.ReadPieces(ctx, p, off)
+	defer Release(pieces)
 	pos := 0
 	for _, pc := range pieces {
 		if perr := pc.Fill(p[pos : pos+pc.N]); perr != nil {
@@ -116,6 +141,19 @@ type Piece struct {
 	// read: they need no copy into it, and whoever answers from the buffer
 	// must copy them before it is used again.
 	Buffered bool
+	// lease holds Bytes when they are a cached block's.
+	lease blockcache.Lease
+}
+
+// Release lets the cache reuse the memory of the cached blocks that
+// pieces answer from: it is called once, after their Bytes were last read
+// (for a FUSE reply, once the kernel has copied them). Until then the
+// blocks' bytes stay theirs.
+func Release(pieces []Piece) {
+	for i := range pieces {
+		pieces[i].lease.Release()
+		pieces[i].lease = blockcache.Lease{}
+	}
 }
 
 // Fill puts the piece's bytes in p (len N), the piece's place in the
@@ -153,6 +191,7 @@ const (
 )
 
 // ReadPieces answers a read of len(p) bytes at off as pieces, in order,
+// which the caller gives back with Release once it has answered with them,
 // whose lengths add up to n, the bytes read. p is the read's buffer: bytes
 // that must be copied or computed are put in it, at their place in the
 // read, and pieces of p answer them; cached blocks and literal segments
@@ -176,9 +215,10 @@ func (r *Reader) ReadPieces(ctx context.Context, p []byte, off int64) ([]Piece, 
 	}
 	a := assembler{p: p}
 	for i := r.f.segment(off); a.n < want; i++ {
-		segOff := off + a.n - r.f.start(i)
+		start := r.f.start(i)
+		segOff := off + a.n - start
 		m := min(want-a.n, r.f.segs[i].Len()-segOff)
-		if err := r.readSegment(ctx, &a, r.f.segs[i], m, segOff); err != nil {
+		if err := r.readSegment(ctx, &a, r.f.segs[i], start, m, segOff); err != nil {
 			return a.pieces, int(a.n), err
 		}
 	}
@@ -221,15 +261,16 @@ func (a *assembler) inBuf(m int64) {
 	a.n += m
 }
 
-// shared answers the next len(b) bytes with b, or with a copy in the
-// read's buffer when b is short.
-func (a *assembler) shared(b []byte) {
+// shared answers the next len(b) bytes with b, held by l (or nothing),
+// or with a copy in the read's buffer when b is short.
+func (a *assembler) shared(b []byte, l blockcache.Lease) {
 	if len(b) < minShared {
 		copy(a.buf(int64(len(b))), b)
+		l.Release()
 		a.inBuf(int64(len(b)))
 		return
 	}
-	a.pieces = append(a.pieces, Piece{Bytes: b, N: len(b)})
+	a.pieces = append(a.pieces, Piece{Bytes: b, N: len(b), lease: l})
 	a.n += int64(len(b))
 }
 
@@ -246,10 +287,12 @@ func (a *assembler) local(f *sourcefile.File, off, m int64) {
 	a.n += m
 }
 
-func (r *Reader) readSegment(ctx context.Context, a *assembler, s Segment, m, off int64) error {
+// readSegment answers the next m bytes of the read from segment s, which
+// starts at byte start of the file, from its byte off.
+func (r *Reader) readSegment(ctx context.Context, a *assembler, s Segment, start, m, off int64) error {
 	switch s := s.(type) {
 	case Bytes:
-		a.shared(s[off : off+m])
+		a.shared(s[off:off+m], blockcache.Lease{})
 	case Range:
 		if lf, ok := s.R.(LocalFile); ok && m >= minLocal {
 			if f, base := lf.LocalFile(); f != nil {
@@ -282,13 +325,18 @@ func (r *Reader) readSegment(ctx context.Context, a *assembler, s Segment, m, of
 	case *Blocks:
 		for end := off + m; off < end; {
 			bi := off / s.BlockLen
-			b, err := ReadBlock(ctx, r.cache, s, bi, nil)
+			b, l, err := r.block(ctx, s, bi)
 			if err != nil {
 				return err
 			}
 			lo := off - bi*s.BlockLen
 			hi := min(int64(len(b)), end-bi*s.BlockLen)
-			a.shared(b[lo:hi])
+			a.shared(b[lo:hi], l)
+			// Had whole: the run began at or before the block's first
+			// byte, and this read has its last.
+			if r.consumes && s.Cheap && hi == int64(len(b)) && start+bi*s.BlockLen >= r.runStart.Load() {
+				r.cache.Consumed(s.key(bi))
+			}
 			off += hi - lo
 		}
 	default:
@@ -314,6 +362,21 @@ func ReadBlock(ctx context.Context, cache Cache, b *Blocks, i int64, buf []byte)
 		return nil, fmt.Errorf("%s block %d: %w", b.ID, i, err)
 	}
 	return p, nil
+}
+
+// block returns block i of b for the read's pieces: leased from the
+// cache, or, without one, computed into memory of its own (the zero
+// Lease).
+func (r *Reader) block(ctx context.Context, b *Blocks, i int64) ([]byte, blockcache.Lease, error) {
+	if r.cache == nil {
+		p, err := ReadBlock(ctx, nil, b, i, make([]byte, b.Size(i)))
+		return p, blockcache.Lease{}, err
+	}
+	l, err := r.cache.Lease(ctx, b.key(i), int(b.Size(i)), b.compute(i))
+	if err != nil {
+		return nil, l, fmt.Errorf("%s block %d: %w", b.ID, i, err)
+	}
+	return l.Bytes(), l, nil
 }
 
 func (b *Blocks) key(i int64) blockcache.Key { return blockcache.Key{ID: b.ID, Block: i} }

@@ -345,3 +345,76 @@ func TestReadPiecesLeavesLocalBytesInTheirFile(t *testing.T) {
 		pos += pc.N
 	}
 }
+
+// TestPageCacheReadersConsume: a PageCacheOpener's reader says which
+// Cheap blocks its sequential runs had whole, and their memory is reused
+// for the blocks after them, while the pieces of a read not yet released
+// (a reply not yet sent) keep their bytes; a CacheOpener's reader, one
+// whose reads jump, and one of blocks not Cheap consume nothing, and every
+// block stays cached.
+func TestPageCacheReadersConsume(t *testing.T) {
+	const blockLen, nBlocks = 64 << 10, 40
+	for _, tt := range []struct {
+		name    string
+		open    func(Cache) Opener
+		step    int64 // read 48 KiB every step bytes
+		cheap   bool
+		reused  bool
+		allKept bool
+	}{
+		{"page cache, sequential", PageCacheOpener, 48 << 10, true, true, false},
+		{"plain, sequential", CacheOpener, 48 << 10, true, false, true},
+		{"page cache, jumping", PageCacheOpener, 96 << 10, true, false, true},
+		{"page cache, sequential, costly", PageCacheOpener, 48 << 10, false, false, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			blocks := derived("c", nBlocks*blockLen, blockLen)
+			blocks.Cheap = tt.cheap
+			f := NewFile(Bytes(bytes.Repeat([]byte("h"), 100)), blocks, Bytes("tail"))
+			want := make([]byte, f.Size())
+			if _, err := NewReader(f, nil).ReadAt(want, 0); err != nil {
+				t.Fatal(err)
+			}
+			cache := blockcache.New(1<<30, 1)
+			defer cache.Close()
+			r := tt.open(cache)(context.Background(), f)
+			var last []Piece // the previous read's, released after the next read
+			var lastOff int64
+			check := func(pieces []Piece, off int64) {
+				t.Helper()
+				pos := off
+				for _, pc := range pieces {
+					if !pc.Buffered && pc.File == nil && !bytes.Equal(pc.Bytes, want[pos:pos+int64(pc.N)]) {
+						t.Fatalf("the piece at %d changed before it was released", pos)
+					}
+					pos += int64(pc.N)
+				}
+			}
+			for off := int64(0); off < f.Size(); off += tt.step {
+				p := make([]byte, 48<<10)
+				pieces, n, err := r.ReadPieces(context.Background(), p, off)
+				if err != nil && err != io.EOF {
+					t.Fatal(err)
+				}
+				got := make([]byte, 0, n)
+				for _, pc := range pieces {
+					got = append(got, pc.Bytes...)
+				}
+				if !bytes.Equal(got, want[off:off+int64(n)]) {
+					t.Fatalf("read at %d differs", off)
+				}
+				check(last, lastOff)
+				Release(last)
+				last, lastOff = pieces, off
+			}
+			Release(last)
+			s := cache.Stats()
+			if reused := s.Reused > 0; reused != tt.reused {
+				t.Fatalf("%d blocks computed into reused buffers, want reuse %v", s.Reused, tt.reused)
+			}
+			if kept := cache.Progress([]string{"c"}).Resident == nBlocks; kept != tt.allKept {
+				t.Fatalf("%+v: every block cached %v, want %v", cache.Progress([]string{"c"}), kept, tt.allKept)
+			}
+		})
+	}
+}

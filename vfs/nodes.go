@@ -280,6 +280,7 @@ func (h *fileHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.Rea
 		res, err = h.answer(pieces, n, dest)
 	}
 	if err != nil {
+		vfile.Release(pieces)
 		if errno, ok := h.m.canceled(ctx); ok {
 			return nil, errno
 		}

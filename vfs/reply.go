@@ -103,7 +103,8 @@ func pipeSlotsFor(size int) int {
 // dest is the request's buffer: Buffered pieces lie in it, and a copied
 // reply reads file pieces into it.
 // The files whose pages a spliced reply carries are checked again once it
-// has been sent (recheck).
+// has been sent (recheck). The reply gives the pieces back (vfile.Release)
+// once sent; when answer fails, its caller does.
 func (h *fileHandle) answer(pieces []vfile.Piece, n int, dest []byte) (fuse.ReadResult, error) {
 	if slices.ContainsFunc(pieces, func(pc vfile.Piece) bool { return pc.File != nil }) {
 		if h.m.splice {
@@ -128,7 +129,44 @@ func (h *fileHandle) answer(pieces []vfile.Piece, n int, dest []byte) (fuse.Read
 		}
 		pos += pc.N
 	}
-	return fuse.ReadResultVector(vec), nil
+	return &vectorReply{vec: vec, pieces: pieces}, nil
+}
+
+// vectorReply is go-fuse's vector result (written to /dev/fuse with one
+// writev) that gives its pieces back once written.
+type vectorReply struct {
+	vec    [][]byte
+	pieces []vfile.Piece
+}
+
+var _ fuse.ReadResult = (*vectorReply)(nil)
+
+func (r *vectorReply) Size() int {
+	n := 0
+	for _, v := range r.vec {
+		n += len(v)
+	}
+	return n
+}
+
+// Slices hands go-fuse the vector to write, as its own vector result
+// does.
+func (r *vectorReply) Slices() ([][]byte, fuse.Status) { return r.vec, fuse.OK }
+
+// Bytes concatenates the vector into buf: go-fuse's way when it cannot
+// write a vector.
+func (r *vectorReply) Bytes(buf []byte) ([]byte, fuse.Status) {
+	buf = buf[:0]
+	for _, v := range r.vec {
+		buf = append(buf, v...)
+	}
+	return buf, fuse.OK
+}
+
+// Done gives the pieces back: the kernel has copied their bytes.
+func (r *vectorReply) Done() {
+	vfile.Release(r.pieces)
+	r.vec, r.pieces = nil, nil
 }
 
 // spliced builds the pipe reply. A file found changed fails the read with
@@ -152,7 +190,7 @@ func (h *fileHandle) spliced(pieces []vfile.Piece, n int) (fuse.ReadResult, erro
 	if err != nil {
 		return nil, err
 	}
-	r := &pipeReply{p: p, size: n, h: h}
+	r := &pipeReply{p: p, size: n, h: h, pieces: pieces}
 	for _, pc := range pieces {
 		switch {
 		case pc.File != nil:
@@ -166,10 +204,9 @@ func (h *fileHandle) spliced(pieces []vfile.Piece, n int) (fuse.ReadResult, erro
 			// the reply: its bytes are copied into the pipe.
 			err = writePipe(p, pc.Bytes)
 		default:
-			// A cached block or a literal segment, never modified: the
-			// pipe refers to its pages, which the reply keeps alive.
+			// A cached block or a literal segment, never modified while
+			// the reply holds it: the pipe refers to its pages.
 			err = vmsplice(p, pc.Bytes)
-			r.keep = append(r.keep, pc.Bytes)
 		}
 		if err != nil {
 			splice.Done(p)
@@ -204,7 +241,8 @@ type pipeReply struct {
 	size  int
 	h     *fileHandle
 	files []*sourcefile.File // whose pages the pipe holds
-	keep  [][]byte           // memory the pipe refers to
+	// pieces hold the memory the pipe refers to until the reply is sent.
+	pieces []vfile.Piece
 }
 
 var _ fuse.ReadResult = (*pipeReply)(nil)
@@ -234,11 +272,13 @@ func (r *pipeReply) Bytes(buf []byte) ([]byte, fuse.Status) {
 }
 
 // Done runs once the reply has been sent: it checks again the files whose
-// pages the reply carried (see recheck) and gives the pipe back.
+// pages the reply carried (see recheck), gives the pipe back and then,
+// the pipe emptied, the pieces.
 func (r *pipeReply) Done() {
 	r.h.recheck(r.files)
 	splice.Done(r.p)
-	r.p, r.keep = nil, nil
+	vfile.Release(r.pieces)
+	r.p, r.pieces = nil, nil
 }
 
 // recheck looks at files whose pages a reply carried, once the kernel has

@@ -211,8 +211,15 @@ func runMount(args []string) (err error) {
 	baseLimit.Store(int64(ms.HeapAlloc) + budget + 64<<20)
 	debug.SetMemoryLimit(baseLimit.Load() + src.set.WorkingMemory())
 	blocks := blocksOf(src.set.Root)
+	// The kernel keeps what its readers had, so their blocks' memory is
+	// reused first; not where kept files read every block again once its
+	// file was read whole.
+	open := vfile.PageCacheOpener(cache)
+	if kept != nil {
+		open = vfile.CacheOpener(cache)
+	}
 	m, err := stop.serve(func() (*vfs.Mount, error) {
-		return vfs.Serve(mp.Dir, src.set.Root, vfile.CacheOpener(cache), vfs.Options{
+		return vfs.Serve(mp.Dir, src.set.Root, open, vfs.Options{
 			AllowOther:    *allowOther,
 			Debug:         *debugFuse,
 			NoPassthrough: !*passthrough,
