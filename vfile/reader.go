@@ -191,7 +191,6 @@ const (
 )
 
 // ReadPieces answers a read of len(p) bytes at off as pieces, in order,
-// which the caller gives back with Release once it has answered with them,
 // whose lengths add up to n, the bytes read. p is the read's buffer: bytes
 // that must be copied or computed are put in it, at their place in the
 // read, and pieces of p answer them; cached blocks and literal segments
@@ -199,7 +198,9 @@ const (
 // LocalFile Range of minLocal bytes or more are left in the file. Read
 // ReadAtContext's way (every piece filled into p), the bytes are
 // ReadAtContext's. The error is ReadAtContext's: io.EOF past the end, or
-// why the piece after the last returned could not be read.
+// why the piece after the last returned could not be read. The caller
+// gives the pieces back with Release once it has answered with them,
+// error or not.
 func (r *Reader) ReadPieces(ctx context.Context, p []byte, off int64) ([]Piece, int, error) {
 	size := r.f.Size()
 	if off < 0 {
