@@ -371,14 +371,8 @@ func TestMountOptions(t *testing.T) {
 	if e := mountAt(t, m.dir); !strings.Contains(e.options, "allow_other") || !strings.Contains(e.options, "nosuid") {
 		t.Fatalf("mount options %q lack allow_other or nosuid", e.options)
 	}
-	var st struct {
-		Cache struct {
-			Budget int64 `json:"budget_bytes"`
-		} `json:"cache"`
-	}
-	catJSON(t, m.path(".dsfs", "stats.json"), &st)
-	if st.Cache.Budget != 64<<20 {
-		t.Errorf("cache_mb=64 gives a budget of %d bytes", st.Cache.Budget)
+	if budget := m.cacheStats(t).Budget; budget != 64<<20 {
+		t.Errorf("cache_mb=64 gives a budget of %d bytes", budget)
 	}
 	for _, tc := range []struct {
 		opts, want string

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dsfs/dsfs/blockcache"
 	"github.com/dsfs/dsfs/safetensors"
 	"golang.org/x/sys/unix"
 )
@@ -33,6 +34,26 @@ func (m *mount) replies(t *testing.T) replyStats {
 	var s replyStats
 	catJSON(t, m.path(".dsfs", "stats.json"), &s)
 	return s
+}
+
+// cacheStats is the block cache's part of .dsfs/stats.json.
+func (m *mount) cacheStats(t *testing.T) blockcache.Stats {
+	t.Helper()
+	var s struct {
+		Cache blockcache.Stats `json:"cache"`
+	}
+	catJSON(t, m.path(".dsfs", "stats.json"), &s)
+	return s.Cache
+}
+
+// spliceModes are the two ways a mount answers reads that carry a
+// source's bytes: spliced from the file, and copied (--splice=false).
+var spliceModes = []struct {
+	name  string
+	flags []string
+}{
+	{"spliced", nil},
+	{"copied", []string{"--splice=false"}},
 }
 
 // directFile opens path with O_DIRECT, so that every read reaches dsfs as
@@ -99,13 +120,7 @@ func TestReadsSpanningSourceAndComputedBytes(t *testing.T) {
 		t.Fatal(err)
 	}
 	seed := uint64(time.Now().UnixNano())
-	for _, tc := range []struct {
-		name  string
-		flags []string
-	}{
-		{"spliced", nil},
-		{"copied", []string{"--splice=false"}},
-	} {
+	for _, tc := range spliceModes {
 		t.Run(tc.name, func(t *testing.T) {
 			m := startMount(t, tinySrc, append([]string{"--views", "nvfp4"}, tc.flags...)...)
 			f := openDirect(t, m.path("nvfp4", goodShard))
@@ -337,13 +352,7 @@ func TestSequentialReadersReuseBlocks(t *testing.T) {
 		}
 	}
 	seed := uint64(time.Now().UnixNano())
-	for _, tc := range []struct {
-		name  string
-		flags []string
-	}{
-		{"spliced", nil},
-		{"copied", []string{"--splice=false"}},
-	} {
+	for _, tc := range spliceModes {
 		t.Run(tc.name, func(t *testing.T) {
 			m := startMount(t, tinySrc, append([]string{"--cache-mb", "4", "--views", strings.Join(views, ",")}, tc.flags...)...)
 			errc := make(chan error, 6)
@@ -367,16 +376,11 @@ func TestSequentialReadersReuseBlocks(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			var s struct {
-				Cache struct {
-					Reused int64 `json:"blocks_reused"`
-				} `json:"cache"`
-			}
-			catJSON(t, m.path(".dsfs", "stats.json"), &s)
-			if s.Cache.Reused == 0 {
+			reused := m.cacheStats(t).Reused
+			if reused == 0 {
 				t.Fatal("no block was computed into a reused buffer")
 			}
-			t.Logf("%d blocks computed into reused buffers", s.Cache.Reused)
+			t.Logf("%d blocks computed into reused buffers", reused)
 		})
 	}
 }

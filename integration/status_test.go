@@ -142,18 +142,13 @@ func TestWarmInterrupted(t *testing.T) {
 	}
 	// Nothing keeps computing for the reader that left.
 	for {
-		var st struct {
-			Cache struct {
-				InFlight int64 `json:"in_flight"`
-			} `json:"cache"`
-		}
-		catJSON(t, m.path(".dsfs", "stats.json"), &st)
-		if st.Cache.InFlight == 0 {
+		inFlight := m.cacheStats(t).InFlight
+		if inFlight == 0 {
 			break
 		}
 		select {
 		case <-ctx.Done():
-			t.Fatalf("%d computations still running after the warm was interrupted", st.Cache.InFlight)
+			t.Fatalf("%d computations still running after the warm was interrupted", inFlight)
 		case <-time.After(20 * time.Millisecond):
 		}
 	}

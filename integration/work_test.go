@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"encoding/json"
 	"io"
 	"os/exec"
 	"path/filepath"
@@ -62,15 +61,7 @@ func TestTraceWorkEndsWithItsReader(t *testing.T) {
 	if used := cpuTime(t, m.cmd.Process.Pid) - before; used > 200*time.Millisecond {
 		t.Fatalf("dsfs used %v of CPU in the second after its reader had been dead for one\n%s", used, m.log)
 	}
-	var st struct {
-		Cache struct {
-			Canceled int64 `json:"canceled"`
-		} `json:"cache"`
-	}
-	if err := json.Unmarshal([]byte(run(t, "cat", m.path(".dsfs", "stats.json"))), &st); err != nil {
-		t.Fatal(err)
-	}
-	if st.Cache.Canceled == 0 {
+	if m.cacheStats(t).Canceled == 0 {
 		t.Error("stats.json counts no canceled block")
 	}
 }
