@@ -1,6 +1,7 @@
 package inventory
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -117,4 +118,48 @@ func TestRandomTensors(t *testing.T) {
 			t.Errorf("seed %d: %s: values\n got %s\nwant %s", seed, r.Name, got, exp)
 		}
 	}
+}
+
+// TestNaNInASkippedBlock: an FP8 weight whose only NaN code lies in a
+// block that cannot widen the range seen before it (the scan skips such
+// blocks) still decodes to values exact in neither float16 nor bfloat16,
+// as the reference has it, the seed 1796564243836012837 of
+// TestRandomTensors found.
+func TestNaNInASkippedBlock(t *testing.T) {
+	// The first block holds the largest and the smallest code, so the
+	// second, of the same scale, cannot widen the range.
+	w := bytes.Repeat([]byte{0x38}, 64*32) // 1.0
+	w[5], w[6] = 0x7e, 0x01                // 448 and 2^-9, in the first block
+	w[40*32+3] = 0x7f                      // NaN, in the second
+	dir := t.TempDir()
+	if err := synth.WriteShard(filepath.Join(dir, "model.safetensors"), nil, []synth.Tensor{
+		{Name: "fp8.weight", DType: safetensors.F8E4M3, Shape: []int64{64, 32}, Data: w},
+		{Name: "fp8.scale", DType: safetensors.F8E8M0, Shape: []int64{2, 1}, Data: []byte{127, 127}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	cat, err := checkpoint.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cat.Close()
+	recs, err := New(cat, Options{}).Records(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tn := cat.Tensor("fp8.weight")
+	for _, r := range recs {
+		if r.Name != tn.Name {
+			continue
+		}
+		raw := newRawData(dir)
+		want := refValues(tn, raw.tensor(t, tn.Shard.Name, tn.Name), raw.tensor(t, tn.Scale.Shard.Name, tn.Scale.Name))
+		if d := r.Values.Pair.Decoded; d.NonFinite != 1 || d.ExactFP16 || d.ExactBF16 || !reflect.DeepEqual(r.Values, want) {
+			got, _ := json.Marshal(r.Values)
+			exp, _ := json.Marshal(want)
+			t.Fatalf("values\n got %s\nwant %s", got, exp)
+		}
+		return
+	}
+	t.Fatal("no record of fp8.weight")
 }

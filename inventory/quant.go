@@ -440,6 +440,11 @@ func (q *quantScan) checks(t *checkpoint.Tensor) *PairChecks {
 	d.zeros += zeroCodes - q.specZero
 	d.nonfinite += nanCodes - q.specNaN
 	d.merge(&q.ext)
+	if nanCodes > q.specNaN {
+		// A NaN code in a block skipped for its range is counted, never
+		// added, and NaN is exact in no type.
+		d.inexact16, d.inexactBF = true, true
+	}
 	c.Decoded = d.decoded()
 	return c
 }
