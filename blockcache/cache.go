@@ -101,6 +101,9 @@ type block struct {
 	consumed *list.Element
 }
 
+// size is the memory b holds: its buffer's capacity.
+func (b *block) size() int64 { return int64(cap(b.data)) }
+
 // reusable reports whether nothing but the cache can read b's buffer; c.mu
 // is held.
 func (b *block) reusable() bool { return b.leases == 0 && !b.given }
@@ -378,9 +381,10 @@ func (c *Cache) start(k Key, n int, compute Compute, waiters int) *flight {
 
 // add inserts a block and evicts the least recently used ones until the
 // budget holds; c.mu is held. A block larger than the whole budget is
-// served but not kept.
+// served but not kept. A block counts its buffer's capacity, which a
+// reused buffer may hold beyond the block's bytes.
 func (c *Cache) add(b *block) {
-	if int64(len(b.data)) > c.budget {
+	if b.size() > c.budget {
 		return
 	}
 	if old, ok := c.lru.Peek(b.key); ok {
@@ -388,7 +392,7 @@ func (c *Cache) add(b *block) {
 	}
 	c.lru.Add(b.key, b)
 	b.cached = true
-	c.used += int64(len(b.data))
+	c.used += b.size()
 	c.ids[b.key.ID].resident++
 	for c.used > c.budget {
 		_, old, ok := c.lru.GetOldest()
@@ -407,7 +411,7 @@ func (c *Cache) remove(b *block) {
 		c.consumed.Remove(b.consumed)
 		b.consumed = nil
 	}
-	c.used -= int64(len(b.data))
+	c.used -= b.size()
 	c.ids[b.key.ID].resident--
 }
 

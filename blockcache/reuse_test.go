@@ -111,6 +111,17 @@ func TestReuse(t *testing.T) {
 					t.Fatalf("block %d's bytes changed", b)
 				}
 			}
+			// The budget counts the memory held: a reused buffer's
+			// capacity, not only its block's bytes.
+			c.mu.Lock()
+			var held int64
+			for _, b := range c.lru.Values() {
+				held += int64(cap(b.data))
+			}
+			c.mu.Unlock()
+			if s := c.Stats(); s.Bytes != held {
+				t.Fatalf("cached_bytes %d, but the cached blocks hold %d", s.Bytes, held)
+			}
 		})
 	}
 }
