@@ -93,11 +93,16 @@ func (f *directFile) close() {
 	unix.Munmap(f.buf)
 }
 
-// readAt reads n bytes at off and returns a copy of them.
+// readAt reads n bytes at off and returns a copy of them. A read a
+// signal interrupted (the Go runtime preempts goroutines with one, and a
+// FUSE read ends with EINTR then) is made again, as cat makes it.
 func (f *directFile) readAt(off int64, n int) ([]byte, error) {
 	got := 0
 	for got < n {
 		m, err := unix.Pread(f.fd, f.buf[got:n], off+int64(got))
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
 		if err != nil {
 			return nil, err
 		}
