@@ -95,8 +95,6 @@ type block struct {
 	leases int
 	// given says Get handed the block out: its buffer is never reused.
 	given bool
-	// cached says the block is in the LRU.
-	cached bool
 	// consumed is its element of Cache.consumed, or nil.
 	consumed *list.Element
 }
@@ -234,7 +232,11 @@ func (c *Cache) Consumed(k Key) {
 func (c *Cache) acquire(ctx context.Context, k Key, n int, compute Compute, lease bool) (*block, error) {
 	c.mu.Lock()
 	if b, ok := c.lru.Get(k); ok {
-		c.hold(b, lease)
+		if lease {
+			b.leases++
+		} else {
+			b.given = true
+		}
 		c.mu.Unlock()
 		c.hits.Add(1)
 		return b, nil
@@ -264,15 +266,6 @@ func (c *Cache) acquire(ctx context.Context, k Key, n int, compute Compute, leas
 	case <-ctx.Done():
 		c.leave(k, f, lease)
 		return nil, ctx.Err()
-	}
-}
-
-// hold counts a holder of b in: a lease, or a Get; c.mu is held.
-func (c *Cache) hold(b *block, lease bool) {
-	if lease {
-		b.leases++
-	} else {
-		b.given = true
 	}
 }
 
@@ -391,7 +384,6 @@ func (c *Cache) add(b *block) {
 		c.remove(old)
 	}
 	c.lru.Add(b.key, b)
-	b.cached = true
 	c.used += b.size()
 	c.ids[b.key.ID].resident++
 	for c.used > c.budget {
@@ -406,7 +398,6 @@ func (c *Cache) add(b *block) {
 // remove takes a cached block out; c.mu is held.
 func (c *Cache) remove(b *block) {
 	c.lru.Remove(b.key)
-	b.cached = false
 	if b.consumed != nil {
 		c.consumed.Remove(b.consumed)
 		b.consumed = nil

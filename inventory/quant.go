@@ -440,9 +440,9 @@ func (q *quantScan) checks(t *checkpoint.Tensor) *PairChecks {
 	d.zeros += zeroCodes - q.specZero
 	d.nonfinite += nanCodes - q.specNaN
 	d.merge(&q.ext)
-	if nanCodes > q.specNaN {
-		// A NaN code in a block skipped for its range is counted, never
-		// added, and NaN is exact in no type.
+	if nanCodes > 0 {
+		// NaN is exact in no type. The tally counts every NaN code; those
+		// of blocks the scan skipped for their range were never added.
 		d.inexact16, d.inexactBF = true, true
 	}
 	c.Decoded = d.decoded()

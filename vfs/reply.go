@@ -129,25 +129,20 @@ func (h *fileHandle) answer(pieces []vfile.Piece, n int, dest []byte) (fuse.Read
 		}
 		pos += pc.N
 	}
-	return &vectorReply{vec: vec, pieces: pieces}, nil
+	return &vectorReply{vec: vec, size: n, pieces: pieces}, nil
 }
 
 // vectorReply is go-fuse's vector result (written to /dev/fuse with one
 // writev) that gives its pieces back once written.
 type vectorReply struct {
 	vec    [][]byte
+	size   int // the bytes of vec
 	pieces []vfile.Piece
 }
 
 var _ fuse.ReadResult = (*vectorReply)(nil)
 
-func (r *vectorReply) Size() int {
-	n := 0
-	for _, v := range r.vec {
-		n += len(v)
-	}
-	return n
-}
+func (r *vectorReply) Size() int { return r.size }
 
 // Slices hands go-fuse the vector to write, as its own vector result
 // does.
