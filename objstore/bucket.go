@@ -14,7 +14,6 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
-	"golang.org/x/sync/singleflight"
 )
 
 // Sizes: objects are cached in chunks of ChunkSize bytes, and fetched
@@ -54,9 +53,10 @@ type Bucket struct {
 	cache          *cache
 	log            *slog.Logger
 	stats          counters
-	flight         singleflight.Group
-	sem            chan struct{} // one token per prefetch GET in flight
-	maxWindow      int64         // MaxWindow, or less for a small cache
+	fetchMu        sync.Mutex
+	fetches        map[string]*fetch // chunks being fetched, by name
+	sem            chan struct{}     // one token per prefetch GET in flight
+	maxWindow      int64             // a run's window at most: MaxWindow, or less for a small cache
 
 	ctx    context.Context // ends at Close, and with it every request
 	cancel context.CancelFunc
@@ -83,10 +83,12 @@ func Open(ctx context.Context, url string, opt Options) (*Bucket, error) {
 	if opt.Logger == nil {
 		opt.Logger = slog.Default()
 	}
-	b := &Bucket{bucket: bucket, prefix: prefix, log: opt.Logger, sem: make(chan struct{}, opt.Prefetches)}
+	b := &Bucket{bucket: bucket, prefix: prefix, log: opt.Logger, sem: make(chan struct{}, opt.Prefetches),
+		fetches: make(map[string]*fetch)}
 	// Chunks fetched ahead must not push each other out of the cache
-	// before they are read: a window of a quarter of it at most.
-	b.maxWindow = max(ChunkSize, min(MaxWindow, opt.CacheBytes/4/ChunkSize*ChunkSize))
+	// before they are read: the windows of an object's maxStreams runs
+	// together are a quarter of it at most.
+	b.maxWindow = max(ChunkSize, min(MaxWindow, opt.CacheBytes/4/maxStreams/ChunkSize*ChunkSize))
 	b.client, b.transport, err = newClient(ctx, url, b.log)
 	if err != nil {
 		return nil, err
@@ -213,6 +215,9 @@ func (b *Bucket) Open(ctx context.Context, name string) (*Object, error) {
 	return &Object{
 		b: b, key: key, url: b.url(key),
 		etag: *out.ETag, size: *out.ContentLength, mtime: aws.ToTime(out.LastModified),
+		// A read at 0 continues this run: a reader from the start gets
+		// read-ahead from its first read.
+		streams: []*stream{{}},
 	}, nil
 }
 
@@ -255,6 +260,23 @@ func (b *Bucket) Close() error {
 	b.wg.Wait()
 	b.transport.CloseIdleConnections()
 	return nil
+}
+
+// startFetch registers a fetch of the chunk named name; b.fetchMu is
+// held.
+func (b *Bucket) startFetch(name string) *fetch {
+	f := &fetch{name: name, done: make(chan struct{})}
+	b.fetches[name] = f
+	return f
+}
+
+// finishFetch ends f with err and lets its waiters go.
+func (b *Bucket) finishFetch(f *fetch, err error) {
+	b.fetchMu.Lock()
+	delete(b.fetches, f.name)
+	b.fetchMu.Unlock()
+	f.err = err
+	close(f.done)
 }
 
 // goBackground runs f in a goroutine that Close waits for, unless the

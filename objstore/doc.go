@@ -24,21 +24,28 @@
 // served. The files' total size is bounded by Options.CacheBytes, the
 // least recently used being deleted first; Open scans the directory to
 // learn what an earlier run left there. Readers of a chunk that is not
-// cached share one GET, whose body goes straight to the chunk file; they
-// then read the file. A chunk that cannot be cached (a full disk) is
-// read by a GET of the reader's own, into memory.
+// cached share one fetch of it, whose body goes straight to the chunk
+// file; they then read the file. A chunk that cannot be cached (a full
+// disk) is read by a GET of the reader's own, into memory.
 //
 // # Prefetch
 //
-// Each Object watches its reads. A read that starts where the last one
-// ended, or in the chunk after it, is sequential: it sets a read-ahead
-// window of one chunk, doubled at every later sequential read that moves
-// into a new chunk, up to MaxWindow (or a quarter of CacheBytes, if less),
-// and the chunks of the window that are not cached are fetched in the
-// background, at most Options.Prefetches GETs at once per Bucket. A read
-// elsewhere resets the window. Readers never wait for a prefetch unless it
-// fetches the chunk they need; their own GETs do not queue behind
-// prefetches.
+// Each Object follows up to four sequential runs of reads at once (a view
+// file's reader and a codec reading scales farther on in the same object
+// are two). A read that starts where a run ended, in the chunk it ended
+// in, or in the next one, continues that run; any other read starts a
+// run, in place of the one read least recently. A run's second read sets
+// its read-ahead window to one chunk, doubled at every later read that
+// moves into a new chunk, up to MaxWindow (or a sixteenth of CacheBytes,
+// if less, so that four runs together ask for a quarter). The chunks of
+// the window that are not cached are fetched in the background, in runs
+// of up to RunChunks chunks, one range GET each whose body is cut into
+// the chunks' files as it arrives; once the window is that wide, a run is
+// fetched only when the window has room for a whole one, so a reader in
+// its stride costs one GET per RunChunks chunks. At most
+// Options.Prefetches such GETs run at once per Bucket. Readers never wait
+// for a prefetch unless it fetches the chunk they need, and then only
+// until that chunk is in; their own GETs do not queue behind prefetches.
 //
 // # Retries and cancellation
 //
@@ -46,7 +53,10 @@
 // retries are bounded and counted in Stats: Attempts tries, sleeping
 // 100 ms, then doubling, between them, after which the error names the
 // object and the last reason. Answers that retrying cannot change (403,
-// 404, 412 and other client errors) are not retried. Every request runs
+// 404, 412 and other client errors) are not retried. A GET whose answer,
+// or the next chunk of whose body, takes over a minute is cancelled and
+// tried again; a retried run keeps the chunks it had already cached.
+// Every request runs
 // under a context that Bucket.Close cancels, and Close waits for the
 // background fetches to end.
 package objstore

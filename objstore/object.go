@@ -20,8 +20,9 @@ import (
 	"github.com/dsfs/dsfs/sourcefile"
 )
 
-// getTimeout bounds one GET attempt of a chunk: 8 MiB in 60 s is a slow
-// link, and a stalled body must not hold a reader forever.
+// getTimeout bounds the wait for a GET's answer and for each chunk of its
+// body: 8 MiB in 60 s is a slow link, and a stalled body must not hold a
+// reader forever.
 const getTimeout = 60 * time.Second
 
 // Object is one version of an object, pinned by Bucket.Open. It is safe
@@ -34,10 +35,32 @@ type Object struct {
 	changed        atomic.Pointer[ChangedError]
 	closed         atomic.Bool
 	mu             sync.Mutex // guards the read-ahead state below
-	lastEnd        int64      // where the last read ended
-	lastChunk      int64      // the chunk holding its last byte
-	window         int64      // read-ahead bytes, 0 after a random read
-	ahead          int64      // chunks before this one have been fetched ahead
+	streams        []*stream  // the sequential runs followed, at most maxStreams
+	reads          uint64     // reads noted so far, the clock of stream.used
+}
+
+// maxStreams is how many sequential runs of reads of one Object
+// read-ahead follows at once. One object is read by several readers
+// together: a view file's reader, and the codec reading, for the blocks
+// it computes ahead of that reader, scales that lie farther on. Followed
+// as one run, each took the other's reads for random ones and reset the
+// window, which then seldom grew past a chunk.
+const maxStreams = 4
+
+// stream is one sequential run of reads of an Object.
+type stream struct {
+	end    int64  // where its last read ended
+	chunk  int64  // the chunk holding its last byte
+	window int64  // read-ahead bytes, 0 until the run's second read
+	ahead  int64  // chunks before this one have been fetched ahead
+	used   uint64 // Object.reads at its last read
+}
+
+// continues reports whether a read at off continues s: it starts where
+// s ended, in the chunk s ended in, or in the next one.
+func (s *stream) continues(off int64) bool {
+	c := s.end / ChunkSize
+	return off == s.end || off/ChunkSize == c || off/ChunkSize == c+1
 }
 
 // Size returns the pinned size.
@@ -131,7 +154,7 @@ func (o *Object) readChunk(ci, off int64, p []byte) error {
 		o.damaged(ci, err)
 	}
 	b.stats.waits.Add(1)
-	err = o.load(ci, name, false)
+	err = o.load(ci, name)
 	if err == nil {
 		// Evicted or damaged since, both rare: then a GET of its own.
 		if ok, err = b.cache.read(name, off, p); ok {
@@ -160,38 +183,107 @@ func (o *Object) damaged(ci int64, err error) {
 	o.b.log.Warn("objstore: damaged chunk file deleted, fetching it again", "object", o.url, "chunk", ci, "err", err)
 }
 
-// load puts chunk ci in the cache, unless it is there, sharing one GET
-// among its concurrent callers. The GET's body goes straight to the
-// chunk file in small pieces: buffering the whole chunk and writing it
-// at once ran at half the speed, the 8 MiB buffer being cold by the time
-// it was copied to the file. It fails with errNotCached (wrapped) when
-// the chunk was fetched but could not be cached. prefetch says the first
-// caller fetches ahead of the readers, for Stats.
-func (o *Object) load(ci int64, name string, prefetch bool) error {
+// RunChunks is the most chunks one read-ahead GET fetches. A run of
+// chunks costs the server one request instead of one per chunk: SeaweedFS
+// spent twice the CPU per byte on 8 MiB range GETs that it spent on
+// 128 MiB ones, and a cloud store charges and delays per request. The
+// body is cut into the chunks' files as it arrives, and a reader waits
+// only for the chunk it needs.
+const RunChunks = 4
+
+// fetch is a chunk on its way into the cache: readers of the chunk wait
+// for it instead of sending a GET of their own.
+type fetch struct {
+	name string
+	done chan struct{}
+	err  error // set before done is closed
+}
+
+// load puts chunk ci, named name, in the cache unless it is there, waiting
+// for a fetch of it under way instead of sending a second GET. It fails
+// with errNotCached (wrapped) when the chunk was fetched but could not be
+// cached.
+func (o *Object) load(ci int64, name string) error {
 	b := o.b
-	_, err, _ := b.flight.Do(name, func() (any, error) {
+	b.fetchMu.Lock()
+	f := b.fetches[name]
+	if f == nil {
 		// It may have been cached between the caller's miss and now.
 		if b.cache.has(name) {
-			return nil, nil
+			b.fetchMu.Unlock()
+			return nil
 		}
-		start := ci * ChunkSize
-		err := o.getBody(start, min(ChunkSize, o.size-start), func(body io.Reader, n int64) error {
-			return b.cache.writeFrom(name, body, n, prefetch)
-		})
-		if err != nil {
-			if errors.Is(err, errNotCached) {
-				b.log.Warn("objstore: cannot cache chunk", "object", o.url, "chunk", ci, "err", err)
+		f = b.startFetch(name)
+		b.fetchMu.Unlock()
+		o.fetchRun(ci, []*fetch{f}, false)
+	} else {
+		b.fetchMu.Unlock()
+	}
+	<-f.done
+	return f.err
+}
+
+// claim starts fetches of the first run of chunks in [from, to] that are
+// neither cached nor being fetched, and returns them and the chunk the run
+// begins at; no fetch when there is none.
+func (o *Object) claim(from, to int64) (first int64, run []*fetch) {
+	b := o.b
+	b.fetchMu.Lock()
+	defer b.fetchMu.Unlock()
+	first = from
+	for ci := from; ci <= to; ci++ {
+		name := o.chunkName(ci)
+		if b.fetches[name] != nil || b.cache.has(name) {
+			if len(run) > 0 {
+				break
 			}
-			return nil, err
+			first = ci + 1
+			continue
 		}
-		// Counted once cached, so that a count seen says the chunk is
-		// there to read.
-		if prefetch {
-			b.stats.prefetched.Add(min(ChunkSize, o.size-ci*ChunkSize))
+		run = append(run, b.startFetch(name))
+	}
+	return first, run
+}
+
+// fetchRun fetches the chunks of run, chunks first, first+1, ..., with one
+// range GET whose body goes straight to their files in small pieces
+// (buffering a whole chunk and writing it at once ran at half the speed,
+// the buffer being cold by the time it was copied to the file). Each
+// fetch is finished once its chunk is cached. prefetch says the run is
+// fetched ahead of the readers, for Stats.
+func (o *Object) fetchRun(first int64, run []*fetch, prefetch bool) {
+	b := o.b
+	start := first * ChunkSize
+	end := min(start+int64(len(run))*ChunkSize, o.size)
+	done := 0 // run[:done] are cached
+	err := o.getBody(start, end-start, func(body io.Reader, _ int64) error {
+		for i, f := range run {
+			n := min(ChunkSize, end-start-int64(i)*ChunkSize)
+			if i < done { // cached by an attempt that failed later on
+				if _, err := io.CopyN(io.Discard, body, n); err != nil {
+					return err
+				}
+				continue
+			}
+			if err := b.cache.writeFrom(f.name, body, n, prefetch); err != nil {
+				return err
+			}
+			// Counted once cached, so that a count seen says the
+			// chunk is there to read.
+			if prefetch {
+				b.stats.prefetched.Add(n)
+			}
+			b.finishFetch(f, nil)
+			done = i + 1
 		}
-		return nil, nil
+		return nil
 	})
-	return err
+	if errors.Is(err, errNotCached) {
+		b.log.Warn("objstore: cannot cache chunk", "object", o.url, "chunk", first+int64(done), "err", err)
+	}
+	for _, f := range run[done:] {
+		b.finishFetch(f, err)
+	}
 }
 
 // get fetches chunk ci of the pinned version with a range GET, into
@@ -229,8 +321,10 @@ func (o *Object) getBody(start, n int64, consume func(body io.Reader, n int64) e
 	what := "GET " + o.url + " " + rng
 	err := b.retry(b.ctx, what, func(ctx context.Context) error {
 		b.stats.gets.Add(1)
-		ctx, cancel := context.WithTimeout(ctx, getTimeout)
+		ctx, cancel := context.WithCancel(ctx)
 		defer cancel()
+		stall := time.AfterFunc(getTimeout, cancel)
+		defer stall.Stop()
 		out, err := b.client.GetObject(ctx, &s3.GetObjectInput{
 			Bucket: &b.bucket, Key: &o.key, Range: &rng, IfMatch: &o.etag,
 		})
@@ -248,7 +342,7 @@ func (o *Object) getBody(start, n int64, consume func(body io.Reader, n int64) e
 		if l := aws.ToInt64(out.ContentLength); l != n {
 			return fmt.Errorf("answer of %d bytes, want %d", l, n)
 		}
-		if err := consume(out.Body, n); err != nil {
+		if err := consume(&paced{r: out.Body, left: ChunkSize, stall: stall}, n); err != nil {
 			return err
 		}
 		b.stats.bytesFetched.Add(n)
@@ -258,6 +352,24 @@ func (o *Object) getBody(start, n int64, consume func(body io.Reader, n int64) e
 		return wrap(what, err)
 	}
 	return nil
+}
+
+// paced is a response body that must bring each ChunkSize bytes within
+// getTimeout of the last, or its request is cancelled: a run of chunks
+// gets as long as it needs, a stalled body does not hold its readers.
+type paced struct {
+	r     io.Reader
+	left  int64 // bytes before the next ChunkSize boundary
+	stall *time.Timer
+}
+
+func (p *paced) Read(b []byte) (int, error) {
+	n, err := p.r.Read(b)
+	if p.left -= int64(n); p.left <= 0 {
+		p.left += ChunkSize
+		p.stall.Reset(getTimeout)
+	}
+	return n, err
 }
 
 // markChanged asks what the object is now, for the error, and records
@@ -283,43 +395,78 @@ func (o *Object) setChanged(now string) error {
 	return o.changed.Load()
 }
 
-// readAhead notes a read of [off, end) and fetches ahead of a sequential
-// reader.
+// readAhead notes a read of [off, end) and fetches ahead of the
+// sequential run it continues.
 func (o *Object) readAhead(off, end int64) {
 	o.mu.Lock()
+	o.reads++
 	c := (end - 1) / ChunkSize
-	last := o.lastEnd / ChunkSize
-	if off == o.lastEnd || off/ChunkSize == last || off/ChunkSize == last+1 {
-		switch {
-		case o.window == 0:
-			o.window = ChunkSize
-		case c > o.lastChunk:
-			o.window = min(2*o.window, o.b.maxWindow)
-		}
-	} else {
-		o.window, o.ahead = 0, 0
+	s := o.stream(off)
+	switch {
+	case s == nil:
+		s = o.newStream()
+	case s.window == 0:
+		s.window = ChunkSize
+	case c > s.chunk:
+		s.window = min(2*s.window, o.b.maxWindow)
 	}
-	o.lastEnd, o.lastChunk = end, c
-	from := max(c+1, o.ahead)
-	to := min((end-1+o.window)/ChunkSize, (o.size-1)/ChunkSize)
-	if o.window == 0 || from > to {
+	s.end, s.chunk, s.used = end, c, o.reads
+	last := (o.size - 1) / ChunkSize
+	run := min(RunChunks, max(1, s.window/ChunkSize))
+	from := max(c+1, s.ahead)
+	to := min((end-1+s.window)/ChunkSize, last)
+	// Whole runs, once the window has room for one: a reader in its
+	// stride costs one GET per run, not one per chunk.
+	if s.window == 0 || from > to || to-from+1 < run && to < last {
 		o.mu.Unlock()
 		return
 	}
-	o.ahead = to + 1
+	s.ahead = to + 1
 	o.mu.Unlock()
-	for ci := from; ci <= to; ci++ {
-		o.prefetch(ci)
+	for ci := from; ci <= to; ci += run {
+		o.prefetch(ci, min(to, ci+run-1))
 	}
 }
 
-// prefetch fetches chunk ci in the background unless it is cached.
-func (o *Object) prefetch(ci int64) {
-	b := o.b
-	name := o.chunkName(ci)
-	if b.cache.has(name) {
-		return
+// stream returns the run a read at off continues: the one that ended
+// exactly at off, else the latest of those it continues, else nil. o.mu
+// is held.
+func (o *Object) stream(off int64) *stream {
+	var found *stream
+	for _, s := range o.streams {
+		switch {
+		case s.end == off:
+			return s
+		case s.continues(off) && (found == nil || s.used > found.used):
+			found = s
+		}
 	}
+	return found
+}
+
+// newStream starts a run, in place of the least recently read one when
+// maxStreams are followed already. o.mu is held.
+func (o *Object) newStream() *stream {
+	if len(o.streams) < maxStreams {
+		o.streams = append(o.streams, new(stream))
+		return o.streams[len(o.streams)-1]
+	}
+	old := o.streams[0]
+	for _, s := range o.streams[1:] {
+		if s.used < old.used {
+			old = s
+		}
+	}
+	*old = stream{}
+	return old
+}
+
+// prefetch fetches the chunks in [from, to] in the background, those
+// neither cached nor being fetched, a GET per run of them. It claims them
+// only once it may send its GET, so that a reader of one of them never
+// waits behind other prefetches but fetches it itself.
+func (o *Object) prefetch(from, to int64) {
+	b := o.b
 	b.goBackground(func() {
 		select {
 		case b.sem <- struct{}{}:
@@ -327,11 +474,13 @@ func (o *Object) prefetch(ci int64) {
 			return
 		}
 		defer func() { <-b.sem }()
-		if b.cache.has(name) || o.changed.Load() != nil {
-			return
-		}
-		if err := o.load(ci, name, true); err != nil && b.ctx.Err() == nil {
-			b.log.Debug("objstore: prefetch failed", "object", o.url, "chunk", ci, "err", err)
+		for ci := from; ci <= to && o.changed.Load() == nil; {
+			first, run := o.claim(ci, to)
+			if len(run) == 0 {
+				return
+			}
+			o.fetchRun(first, run, true)
+			ci = first + int64(len(run))
 		}
 	})
 }

@@ -151,6 +151,7 @@ func TestObjstore(t *testing.T) {
 		{"Deleted", testDeleted},
 		{"CacheBound", testCacheBound},
 		{"Prefetch", testPrefetch},
+		{"InterleavedReaders", testInterleavedReaders},
 		{"CloseLeavesNoGoroutines", testCloseLeavesNoGoroutines},
 		{"SharedGet", testSharedGet},
 		{"Uncachable", testUncachable},
@@ -376,8 +377,37 @@ func testPrefetch(t *testing.T, srv *s3test.Server) {
 	if s.Prefetched < chunks/2*ChunkSize || s.ReadWaits >= chunks || s.CacheHitBytes == 0 {
 		t.Errorf("sequential read of %d chunks: %d bytes prefetched, %d waits, %d bytes hit", chunks, s.Prefetched, s.ReadWaits, s.CacheHitBytes)
 	}
-	if s.Gets != chunks || s.BytesFetched != chunks*ChunkSize {
-		t.Errorf("%d GETs for %d bytes, want %d for %d: each chunk fetched once", s.Gets, s.BytesFetched, chunks, chunks*ChunkSize)
+	// Each chunk is fetched once, most of them in runs of several.
+	if s.BytesFetched != chunks*ChunkSize || s.Gets >= chunks {
+		t.Errorf("%d GETs for %d bytes, want fewer than %d for %d: each chunk fetched once, in runs", s.Gets, s.BytesFetched, chunks, chunks*ChunkSize)
+	}
+}
+
+// testInterleavedReaders has two sequential readers of one object, each
+// in its own part of it, taking turns read by read (a view file's reader
+// and the codec reading scales farther on): each keeps its read-ahead.
+func testInterleavedReaders(t *testing.T, srv *s3test.Server) {
+	r := rng(t)
+	e := newEnv(t, srv, Options{})
+	const chunks, each = 16, 6
+	data := randomBytes(r, chunks*ChunkSize)
+	o := e.put(t, "obj", data)
+	buf := make([]byte, 1<<20)
+	for off := int64(0); off < each*ChunkSize; off += int64(len(buf)) {
+		for _, at := range []int64{off, chunks/2*ChunkSize + off} {
+			if n, err := o.ReadAt(buf, at); err != nil || !bytes.Equal(buf[:n], data[at:at+int64(len(buf))]) {
+				t.Fatalf("read at %d: %d, %v", at, n, err)
+			}
+		}
+	}
+	e.b.Close()
+	s := e.b.Stats()
+	t.Logf("stats: %+v", s)
+	// Each reader fetches its first chunk itself; the other 2 x 5 come
+	// ahead of them (one read taken for the other's random read would
+	// have reset the window, and nothing would).
+	if s.Prefetched < 2*(each-1)*ChunkSize {
+		t.Errorf("two interleaved readers of %d chunks each: %d bytes prefetched, want at least %d", each, s.Prefetched, 2*(each-1)*ChunkSize)
 	}
 }
 
