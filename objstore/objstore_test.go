@@ -8,11 +8,14 @@ import (
 	"io/fs"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"os"
 	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -152,6 +155,7 @@ func TestObjstore(t *testing.T) {
 		{"CacheBound", testCacheBound},
 		{"Prefetch", testPrefetch},
 		{"InterleavedReaders", testInterleavedReaders},
+		{"BrokenRun", testBrokenRun},
 		{"CloseLeavesNoGoroutines", testCloseLeavesNoGoroutines},
 		{"SharedGet", testSharedGet},
 		{"Uncachable", testUncachable},
@@ -381,6 +385,85 @@ func testPrefetch(t *testing.T, srv *s3test.Server) {
 	if s.BytesFetched != chunks*ChunkSize || s.Gets >= chunks {
 		t.Errorf("%d GETs for %d bytes, want fewer than %d for %d: each chunk fetched once, in runs", s.Gets, s.BytesFetched, chunks, chunks*ChunkSize)
 	}
+}
+
+// testBrokenRun has the connection of a run's GET cut in the middle of
+// its second chunk: the run is tried again, keeps the chunk it had cached
+// instead of caching it twice, and every chunk is right.
+func testBrokenRun(t *testing.T, srv *s3test.Server) {
+	r := rng(t)
+	proxy, cuts := cutOnce(t, srv.Endpoint, ChunkSize+ChunkSize/2)
+	anonymous(t, &s3test.Server{Endpoint: proxy})
+	e := newEnv(t, srv, Options{})
+	data := randomBytes(r, RunChunks*ChunkSize)
+	o := e.put(t, "obj", data)
+	o.prefetch(0, RunChunks-1)
+	deadline := time.Now().Add(20 * time.Second)
+	for e.b.Stats().Prefetched < int64(len(data)) && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := readAll(t, o, 1<<20); !bytes.Equal(got, data) {
+		t.Fatal("read differs")
+	}
+	s := e.b.Stats()
+	t.Logf("stats: %+v", s)
+	if cuts.Load() != 1 || s.Retries != 1 || s.Gets != 2 || s.Prefetched != int64(len(data)) || s.BytesFetched != int64(len(data)) {
+		t.Errorf("a run of %d chunks cut %d times: %d retries, %d GETs, %d bytes prefetched, %d fetched; want 1, 1, 2 and %d each",
+			RunChunks, cuts.Load(), s.Retries, s.Gets, s.Prefetched, s.BytesFetched, len(data))
+	}
+}
+
+// cutOnce starts a TCP proxy to the server at endpoint (http://HOST:PORT)
+// that closes the first connection over which the server sends more than
+// after bytes, once it has passed on after of them. It returns the
+// proxy's endpoint and the count of connections it cut.
+func cutOnce(t *testing.T, endpoint string, after int64) (string, *atomic.Int64) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	upstream := strings.TrimPrefix(endpoint, "http://")
+	var cuts atomic.Int64
+	var wg sync.WaitGroup
+	t.Cleanup(func() {
+		l.Close()
+		wg.Wait()
+	})
+	wg.Go(func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			u, err := net.Dial("tcp", upstream)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			wg.Go(func() {
+				io.Copy(u, c)
+				u.Close()
+			})
+			wg.Go(func() {
+				defer c.Close()
+				defer u.Close()
+				buf := make([]byte, 64<<10)
+				for sent := int64(0); ; {
+					n, err := u.Read(buf)
+					if sent+int64(n) > after && cuts.Load() == 0 {
+						c.Write(buf[:after-sent])
+						cuts.Add(1)
+						return
+					}
+					if _, werr := c.Write(buf[:n]); werr != nil || err != nil {
+						return
+					}
+					sent += int64(n)
+				}
+			})
+		}
+	})
+	return "http://" + l.Addr().String(), &cuts
 }
 
 // testInterleavedReaders has two sequential readers of one object, each
