@@ -56,7 +56,7 @@ type Bucket struct {
 	fetchMu        sync.Mutex
 	fetches        map[string]*fetch // chunks being fetched, by name
 	sem            chan struct{}     // one token per prefetch GET in flight
-	maxWindow      int64             // a run's window at most: MaxWindow, or less for a small cache
+	maxWindow      int64             // a stream's window at most: MaxWindow, or less for a small cache
 
 	ctx    context.Context // ends at Close, and with it every request
 	cancel context.CancelFunc
@@ -86,8 +86,8 @@ func Open(ctx context.Context, url string, opt Options) (*Bucket, error) {
 	b := &Bucket{bucket: bucket, prefix: prefix, log: opt.Logger, sem: make(chan struct{}, opt.Prefetches),
 		fetches: make(map[string]*fetch)}
 	// Chunks fetched ahead must not push each other out of the cache
-	// before they are read: the windows of an object's maxStreams runs
-	// together are a quarter of it at most.
+	// before they are read: the windows of an object's maxStreams
+	// streams together are a quarter of it at most.
 	b.maxWindow = max(ChunkSize, min(MaxWindow, opt.CacheBytes/4/maxStreams/ChunkSize*ChunkSize))
 	b.client, b.transport, err = newClient(ctx, url, b.log)
 	if err != nil {
@@ -215,8 +215,8 @@ func (b *Bucket) Open(ctx context.Context, name string) (*Object, error) {
 	return &Object{
 		b: b, key: key, url: b.url(key),
 		etag: *out.ETag, size: *out.ContentLength, mtime: aws.ToTime(out.LastModified),
-		// A read at 0 continues this run: a reader from the start gets
-		// read-ahead from its first read.
+		// A read at 0 continues this stream: a reader from the start
+		// gets read-ahead from its first read.
 		streams: []*stream{{}},
 	}, nil
 }

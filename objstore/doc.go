@@ -30,19 +30,19 @@
 //
 // # Prefetch
 //
-// Each Object follows up to four sequential runs of reads at once (a view
-// file's reader and a codec reading scales farther on in the same object
-// are two). A read that starts where a run ended, in the chunk it ended
-// in, or in the next one, continues that run; any other read starts a
-// run, in place of the one read least recently. A run's second read sets
-// its read-ahead window to one chunk, doubled at every later read that
-// moves into a new chunk, up to MaxWindow (or a sixteenth of CacheBytes,
-// if less, so that four runs together ask for a quarter). The chunks of
-// the window that are not cached are fetched in the background, in runs
-// of up to RunChunks chunks, one range GET each whose body is cut into
-// the chunks' files as it arrives; once the window is that wide, a run is
-// fetched only when the window has room for a whole one, so a reader in
-// its stride costs one GET per RunChunks chunks. At most
+// Each Object follows up to four sequential readers, streams, at once (a
+// view file's reader and a codec reading scales farther on in the same
+// object are two). A read that starts where a stream ended, in the chunk
+// it ended in, or in the next one, continues that stream; any other read
+// starts one, in place of the one read least recently. A stream's second
+// read sets its read-ahead window to one chunk, doubled at every later
+// read that moves into a new chunk, up to MaxWindow (or a sixteenth of
+// CacheBytes, if less, so that four streams together ask for a quarter).
+// The chunks of the window that are not cached are fetched in the
+// background, in runs of up to RunChunks chunks, one range GET each whose
+// body is cut into the chunks' files as it arrives; once the window is
+// that wide, a run is fetched only when the window has room for a whole
+// one, so a reader in its stride costs one GET per RunChunks chunks. At most
 // Options.Prefetches such GETs run at once per Bucket. Readers never wait
 // for a prefetch unless it fetches the chunk they need, and then only
 // until that chunk is in; their own GETs do not queue behind prefetches.

@@ -35,23 +35,23 @@ type Object struct {
 	changed        atomic.Pointer[ChangedError]
 	closed         atomic.Bool
 	mu             sync.Mutex // guards the read-ahead state below
-	streams        []*stream  // the sequential runs followed, at most maxStreams
+	streams        []*stream  // the sequential readers followed, at most maxStreams
 	reads          uint64     // reads noted so far, the clock of stream.used
 }
 
-// maxStreams is how many sequential runs of reads of one Object
-// read-ahead follows at once. One object is read by several readers
-// together: a view file's reader, and the codec reading, for the blocks
-// it computes ahead of that reader, scales that lie farther on. Followed
-// as one run, each took the other's reads for random ones and reset the
-// window, which then seldom grew past a chunk.
+// maxStreams is how many sequential readers of one Object read-ahead
+// follows at once. One object is read by several readers together: a view
+// file's reader, and the codec reading, for the blocks it computes ahead
+// of that reader, scales that lie farther on. Followed as one, each took
+// the other's reads for random ones and reset the window, which then
+// seldom grew past a chunk.
 const maxStreams = 4
 
-// stream is one sequential run of reads of an Object.
+// stream is one sequential reader of an Object, as its reads show it.
 type stream struct {
 	end    int64  // where its last read ended
 	chunk  int64  // the chunk holding its last byte
-	window int64  // read-ahead bytes, 0 until the run's second read
+	window int64  // read-ahead bytes, 0 until the stream's second read
 	ahead  int64  // chunks before this one have been fetched ahead
 	used   uint64 // Object.reads at its last read
 }
@@ -395,8 +395,8 @@ func (o *Object) setChanged(now string) error {
 	return o.changed.Load()
 }
 
-// readAhead notes a read of [off, end) and fetches ahead of the
-// sequential run it continues.
+// readAhead notes a read of [off, end) and fetches ahead of the stream it
+// continues.
 func (o *Object) readAhead(off, end int64) {
 	o.mu.Lock()
 	o.reads++
@@ -428,7 +428,7 @@ func (o *Object) readAhead(off, end int64) {
 	}
 }
 
-// stream returns the run a read at off continues: the one that ended
+// stream returns the stream a read at off continues: the one that ended
 // exactly at off, else the latest of those it continues, else nil. o.mu
 // is held.
 func (o *Object) stream(off int64) *stream {
@@ -444,7 +444,7 @@ func (o *Object) stream(off int64) *stream {
 	return found
 }
 
-// newStream starts a run, in place of the least recently read one when
+// newStream starts a stream, in place of the least recently read one when
 // maxStreams are followed already. o.mu is held.
 func (o *Object) newStream() *stream {
 	if len(o.streams) < maxStreams {
