@@ -130,14 +130,16 @@ type flight struct {
 	err     error
 	waiters int // readers still interested; guarded by Cache.mu
 	cancel  context.CancelFunc
-	// leases counts the waiters that are Leases, given says a waiter is a
-	// Get, and finished says blk and err are set: the block's leases and
-	// given are settled when it is finished, under Cache.mu, so that no
-	// waiter holds a buffer the cache does not know is held.
-	leases   int
-	given    bool
-	finished bool
+	// leases counts the waiters that are Leases and given says a waiter
+	// is a Get: the block's leases and given are settled when the flight
+	// finishes, under Cache.mu, so that no waiter holds a buffer the cache
+	// does not know is held.
+	leases int
+	given  bool
 }
+
+// finished reports whether f's blk or err is set; Cache.mu is held.
+func (f *flight) finished() bool { return f.blk != nil || f.err != nil }
 
 // New returns a cache holding at most budget bytes of blocks, computing
 // read-ahead on at most workers goroutines at a time and at most 4 x workers
@@ -277,7 +279,7 @@ func (c *Cache) leave(k Key, f *flight, lease bool) {
 	defer c.mu.Unlock()
 	if lease {
 		switch {
-		case !f.finished:
+		case !f.finished():
 			f.leases--
 		case f.err == nil:
 			c.release(f.blk)
@@ -357,7 +359,7 @@ func (c *Cache) start(k Key, n int, compute Compute, waiters int) *flight {
 			c.computedOnce(k)
 			c.add(b)
 		}
-		f.blk, f.err, f.finished = b, err, true
+		f.blk, f.err = b, err
 		c.mu.Unlock()
 		switch {
 		case err == nil:

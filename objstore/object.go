@@ -50,11 +50,13 @@ const maxStreams = 4
 // stream is one sequential reader of an Object, as its reads show it.
 type stream struct {
 	end    int64  // where its last read ended
-	chunk  int64  // the chunk holding its last byte
 	window int64  // read-ahead bytes, 0 until the stream's second read
 	ahead  int64  // chunks before this one have been fetched ahead
 	used   uint64 // Object.reads at its last read
 }
+
+// lastChunk is the chunk holding the last byte s read.
+func (s *stream) lastChunk() int64 { return (s.end - 1) / ChunkSize }
 
 // continues reports whether a read at off continues s: it starts where
 // s ended, in the chunk s ended in, or in the next one.
@@ -407,10 +409,10 @@ func (o *Object) readAhead(off, end int64) {
 		s = o.newStream()
 	case s.window == 0:
 		s.window = ChunkSize
-	case c > s.chunk:
+	case c > s.lastChunk():
 		s.window = min(2*s.window, o.b.maxWindow)
 	}
-	s.end, s.chunk, s.used = end, c, o.reads
+	s.end, s.used = end, o.reads
 	last := (o.size - 1) / ChunkSize
 	run := min(RunChunks, max(1, s.window/ChunkSize))
 	from := max(c+1, s.ahead)
