@@ -121,11 +121,14 @@ func (d *Doc) render(ctx context.Context) ([]byte, int64, error) {
 	d.mu.Lock()
 	size, known := d.size, d.known
 	d.mu.Unlock()
-	var buf bytes.Buffer
+	// A buffer made at its size, not grown: Buffer.Grow appends a
+	// temporary slice, which a -race build allocates as well, so the
+	// document was allocated twice there.
+	buf := new(bytes.Buffer)
 	if known {
-		buf.Grow(int(size))
+		buf = bytes.NewBuffer(make([]byte, 0, size))
 	}
-	if err := d.write(ctx, ctxWriter{ctx, &buf}); err != nil {
+	if err := d.write(ctx, ctxWriter{ctx, buf}); err != nil {
 		return nil, 0, err
 	}
 	if known && int64(buf.Len()) != size {
