@@ -17,14 +17,16 @@ import (
 	"time"
 
 	"golang.org/x/sync/errgroup"
+
+	"github.com/dsfs/dsfs/internal/warmmem"
 )
 
 // readViews are the views whose shard the read targets measure.
 var readViews = []string{"nvfp4", "engram-fp4"}
 
-// prefaultSlack is memory touched before a first read beyond the file's
+// touchSlack is memory touched before a first read beyond the file's
 // size, for the server's own allocations.
-const prefaultSlack = 512 << 20
+const touchSlack = 512 << 20
 
 // readKey names one series of timed reads.
 type readKey struct {
@@ -40,7 +42,7 @@ type readKey struct {
 // block cache holding the file; the source shard is read whole just before
 // every read, so that it is hot, and how much of it stayed in the page
 // cache is recorded after. Before a first read the memory it will fill is
-// touched (see prefault).
+// touched (see warmmem).
 //
 // Both servers are mounted at once and each read through dsfs is paired
 // with the same read through memfs, one right after the other, memfs first
@@ -67,7 +69,7 @@ func measureReads(ctx context.Context, c config) (map[readKey][]read, error) {
 			if err != nil {
 				return err
 			}
-			if err := prefault(fi.Size() + prefaultSlack); err != nil {
+			if err := warmmem.Touch(fi.Size() + touchSlack); err != nil {
 				return err
 			}
 		}
@@ -483,9 +485,9 @@ func readStats(mnt string) (stats, int64, error) {
 	return s, int64(len(b)), nil
 }
 
-// mountPrefault is the memory touched before each mount (see prefault):
+// mountTouch is the memory touched before each mount (see warmmem):
 // more than the mount's peak.
-const mountPrefault = 1 << 30
+const mountTouch = 1 << 30
 
 // measureMount mounts v41-full-sparse pass after pass and records the time
 // to ready, the peak resident memory after mounting and after `ls -lR`, and
@@ -497,7 +499,7 @@ func measureMount(ctx context.Context, c config) ([]mountPass, error) {
 	mnt := filepath.Join(c.work, "mnt")
 	var out []mountPass
 	for i := range c.passes {
-		if err := prefault(mountPrefault); err != nil {
+		if err := warmmem.Touch(mountTouch); err != nil {
 			return nil, err
 		}
 		d, err := startDsfs(ctx, c, fmt.Sprintf("mount-%d", i+1), c.sparseSrc, mnt)

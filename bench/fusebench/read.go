@@ -99,26 +99,6 @@ func cpuTime(pid int) (time.Duration, error) {
 // userHZ is the unit of /proc/PID/stat times: USER_HZ, 100 on Linux.
 const userHZ = 100
 
-// prefault touches n bytes of fresh anonymous memory and gives them back.
-//
-// On the virtual machines these benchmarks run on, a guest page that has
-// stayed free for a while costs a host fault when next used (the VM has a
-// virtio balloon): a first read through FUSE fills a page cache page per
-// 4 KiB, and measured here it cost the server 2 s of CPU per GB when those
-// pages came cold, against 0.15 s when they came from memory freed just
-// before. Touching the memory the read is about to get makes its speed
-// depend on the server, not on when the pages were last used.
-func prefault(n int64) error {
-	m, err := unix.Mmap(-1, 0, int(n), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
-	if err != nil {
-		return fmt.Errorf("prefault: %w", err)
-	}
-	for i := 0; i < len(m); i += os.Getpagesize() {
-		m[i] = 1
-	}
-	return unix.Munmap(m)
-}
-
 // resident returns the fraction of path's pages in the page cache.
 func resident(path string) (float64, error) {
 	f, err := os.Open(path)

@@ -110,6 +110,7 @@ var floors = map[string]int{
 	"internal/tinyckpt":  harness,
 	"internal/v4tiny":    harness,
 	"internal/vecbench":  harness,
+	"internal/warmmem":   harness,
 }
 
 // pkg is what the tests read of a package: its path inside the module and
