@@ -57,6 +57,7 @@ type Bucket struct {
 	fetches        map[string]*fetch // chunks being fetched, by name
 	sem            chan struct{}     // one token per prefetch GET in flight
 	maxWindow      int64             // a stream's window at most: MaxWindow, or less for a small cache
+	getTimeout     time.Duration     // getTimeout; tests shorten it
 
 	ctx    context.Context // ends at Close, and with it every request
 	cancel context.CancelFunc
@@ -84,7 +85,7 @@ func Open(ctx context.Context, url string, opt Options) (*Bucket, error) {
 		opt.Logger = slog.Default()
 	}
 	b := &Bucket{bucket: bucket, prefix: prefix, log: opt.Logger, sem: make(chan struct{}, opt.Prefetches),
-		fetches: make(map[string]*fetch)}
+		fetches: make(map[string]*fetch), getTimeout: getTimeout}
 	// Chunks fetched ahead must not push each other out of the cache
 	// before they are read: the windows of an object's maxStreams
 	// streams together are a quarter of it at most.

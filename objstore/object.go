@@ -20,9 +20,9 @@ import (
 	"github.com/dsfs/dsfs/sourcefile"
 )
 
-// getTimeout bounds the wait for a GET's answer and for each chunk of its
-// body: 8 MiB in 60 s is a slow link, and a stalled body must not hold a
-// reader forever.
+// getTimeout is how long a Bucket waits for a GET's answer and for each
+// chunk of its body: 8 MiB in 60 s is a slow link, and a stalled body must
+// not hold a reader forever.
 const getTimeout = 60 * time.Second
 
 // Object is one version of an object, pinned by Bucket.Open. It is safe
@@ -325,7 +325,7 @@ func (o *Object) getBody(start, n int64, consume func(body io.Reader, n int64) e
 		b.stats.gets.Add(1)
 		ctx, cancel := context.WithCancel(ctx)
 		defer cancel()
-		stall := time.AfterFunc(getTimeout, cancel)
+		stall := time.AfterFunc(b.getTimeout, cancel)
 		defer stall.Stop()
 		out, err := b.client.GetObject(ctx, &s3.GetObjectInput{
 			Bucket: &b.bucket, Key: &o.key, Range: &rng, IfMatch: &o.etag,
@@ -344,7 +344,7 @@ func (o *Object) getBody(start, n int64, consume func(body io.Reader, n int64) e
 		if l := aws.ToInt64(out.ContentLength); l != n {
 			return fmt.Errorf("answer of %d bytes, want %d", l, n)
 		}
-		if err := consume(&paced{r: out.Body, left: ChunkSize, stall: stall}, n); err != nil {
+		if err := consume(&paced{r: out.Body, left: ChunkSize, stall: stall, every: b.getTimeout}, n); err != nil {
 			return err
 		}
 		b.stats.bytesFetched.Add(n)
@@ -357,19 +357,20 @@ func (o *Object) getBody(start, n int64, consume func(body io.Reader, n int64) e
 }
 
 // paced is a response body that must bring each ChunkSize bytes within
-// getTimeout of the last, or its request is cancelled: a run of chunks
-// gets as long as it needs, a stalled body does not hold its readers.
+// every of the last, or its request is cancelled: a run of chunks gets as
+// long as it needs, a stalled body does not hold its readers.
 type paced struct {
 	r     io.Reader
 	left  int64 // bytes before the next ChunkSize boundary
 	stall *time.Timer
+	every time.Duration
 }
 
 func (p *paced) Read(b []byte) (int, error) {
 	n, err := p.r.Read(b)
 	if p.left -= int64(n); p.left <= 0 {
 		p.left += ChunkSize
-		p.stall.Reset(getTimeout)
+		p.stall.Reset(p.every)
 	}
 	return n, err
 }

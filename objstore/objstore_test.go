@@ -156,6 +156,7 @@ func TestObjstore(t *testing.T) {
 		{"Prefetch", testPrefetch},
 		{"InterleavedReaders", testInterleavedReaders},
 		{"BrokenRun", testBrokenRun},
+		{"StalledRun", testStalledRun},
 		{"CloseLeavesNoGoroutines", testCloseLeavesNoGoroutines},
 		{"SharedGet", testSharedGet},
 		{"Uncachable", testUncachable},
@@ -392,7 +393,7 @@ func testPrefetch(t *testing.T, srv *s3test.Server) {
 // instead of caching it twice, and every chunk is right.
 func testBrokenRun(t *testing.T, srv *s3test.Server) {
 	r := rng(t)
-	proxy, cuts := cutOnce(t, srv.Endpoint, ChunkSize+ChunkSize/2)
+	proxy, cuts := breakOnce(t, srv.Endpoint, ChunkSize+ChunkSize/2, false)
 	anonymous(t, &s3test.Server{Endpoint: proxy})
 	e := newEnv(t, srv, Options{})
 	data := randomBytes(r, RunChunks*ChunkSize)
@@ -413,17 +414,71 @@ func testBrokenRun(t *testing.T, srv *s3test.Server) {
 	}
 }
 
-// cutOnce starts a TCP proxy to the server at endpoint (http://HOST:PORT)
-// that closes the first connection over which the server sends more than
-// after bytes, once it has passed on after of them. It returns the
-// proxy's endpoint and the count of connections it cut.
-func cutOnce(t *testing.T, endpoint string, after int64) (string, *atomic.Int64) {
+// testStalledRun has a run's body stop in the middle of its second chunk,
+// the connection held open: the GET is cancelled once that chunk has not
+// come within the bucket's timeout, tried again, and keeps the chunk it
+// had cached.
+func testStalledRun(t *testing.T, srv *s3test.Server) {
+	r := rng(t)
+	proxy, stalls := breakOnce(t, srv.Endpoint, ChunkSize+ChunkSize/2, true)
+	anonymous(t, &s3test.Server{Endpoint: proxy})
+	e := newEnv(t, srv, Options{})
+	const timeout = time.Second
+	e.b.getTimeout = timeout
+	data := randomBytes(r, RunChunks*ChunkSize)
+	o := e.put(t, "obj", data)
+	o.prefetch(0, RunChunks-1) // the first answer on the proxy's connection
+	// Read in the background, so that a read the stall holds fails the
+	// test instead of hanging it (Close, at cleanup, ends the read).
+	got := make([]byte, len(data))
+	done := make(chan error, 1)
+	start := time.Now()
+	go func() {
+		for off := 0; off < len(got); off += 1 << 20 {
+			if _, err := o.ReadAt(got[off:off+1<<20], int64(off)); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(timeout + 15*time.Second):
+		t.Fatalf("a read past a stalled body still waits after %v", time.Since(start))
+	}
+	took := time.Since(start)
+	if !bytes.Equal(got, data) {
+		t.Fatal("read differs")
+	}
+	s := e.b.Stats()
+	t.Logf("after %v, stats: %+v", took, s)
+	if stalls.Load() != 1 || s.Retries != 1 || s.Gets != 2 || s.BytesFetched != int64(len(data)) {
+		t.Errorf("a run of %d chunks stalled %d times: %d retries, %d GETs, %d bytes fetched; want 1, 1, 2 and %d",
+			RunChunks, stalls.Load(), s.Retries, s.Gets, s.BytesFetched, len(data))
+	}
+	if took < timeout || took > timeout+15*time.Second {
+		t.Errorf("read past a stalled body took %v; want the timeout, %v, and little more", took, timeout)
+	}
+}
+
+// breakOnce starts a TCP proxy to the server at endpoint (http://HOST:PORT)
+// that passes requests and answers on, except that the first connection to
+// carry more than after bytes of answers is broken there: cut (closed) or,
+// with stall, held open with nothing more sent until the client hangs up.
+// The count runs over the connection, answers and their headers, so a
+// test that wants one answer broken has it the first on its connection.
+// It returns the proxy's endpoint and the count of answers broken.
+func breakOnce(t *testing.T, endpoint string, after int64, stall bool) (string, *atomic.Int64) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	upstream := strings.TrimPrefix(endpoint, "http://")
-	var cuts atomic.Int64
+	var broken atomic.Int64
 	var wg sync.WaitGroup
 	t.Cleanup(func() {
 		l.Close()
@@ -440,8 +495,10 @@ func cutOnce(t *testing.T, endpoint string, after int64) (string, *atomic.Int64)
 				c.Close()
 				continue
 			}
+			hungUp := make(chan struct{})
 			wg.Go(func() {
 				io.Copy(u, c)
+				close(hungUp)
 				u.Close()
 			})
 			wg.Go(func() {
@@ -450,9 +507,11 @@ func cutOnce(t *testing.T, endpoint string, after int64) (string, *atomic.Int64)
 				buf := make([]byte, 64<<10)
 				for sent := int64(0); ; {
 					n, err := u.Read(buf)
-					if sent+int64(n) > after && cuts.Load() == 0 {
+					if sent+int64(n) > after && broken.CompareAndSwap(0, 1) {
 						c.Write(buf[:after-sent])
-						cuts.Add(1)
+						if stall {
+							<-hungUp
+						}
 						return
 					}
 					if _, werr := c.Write(buf[:n]); werr != nil || err != nil {
@@ -463,7 +522,7 @@ func cutOnce(t *testing.T, endpoint string, after int64) (string, *atomic.Int64)
 			})
 		}
 	})
-	return "http://" + l.Addr().String(), &cuts
+	return "http://" + l.Addr().String(), &broken
 }
 
 // testInterleavedReaders has two sequential readers of one object, each

@@ -30,7 +30,7 @@ func (b *Bucket) Get(ctx context.Context, name string, limit int64) ([]byte, err
 	var data []byte
 	err := b.retry(ctx, what, func(ctx context.Context) error {
 		b.stats.gets.Add(1)
-		ctx, cancel := context.WithTimeout(ctx, getTimeout)
+		ctx, cancel := context.WithTimeout(ctx, b.getTimeout)
 		defer cancel()
 		out, err := b.client.GetObject(ctx, &s3.GetObjectInput{Bucket: &b.bucket, Key: &key, Range: &rng})
 		if err != nil {
