@@ -58,6 +58,9 @@ func BenchmarkS3FirstRead(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	restore, note := warmmem.HoldFreePages()
+	b.Log(note)
+	defer restore()
 	touch := func() {
 		if err := warmmem.Touch(2*fi.Size() + 512<<20); err != nil {
 			b.Fatal(err)

@@ -22,6 +22,8 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+
+	"github.com/dsfs/dsfs/internal/warmmem"
 )
 
 // config is what the measurements need.
@@ -65,6 +67,13 @@ func main() {
 // the exit status.
 func run(ctx context.Context, c config, phases []string) int {
 	defer stopAll()
+	restore, note := warmmem.HoldFreePages()
+	fmt.Fprintln(os.Stderr, "fusebench:", note)
+	defer func() {
+		if err := restore(); err != nil {
+			fmt.Fprintln(os.Stderr, "fusebench: putting page_reporting.min_free_ms back:", err)
+		}
+	}()
 	var rep report
 	failed := false
 	step := func(name string, need bool, what string, f func() error) {

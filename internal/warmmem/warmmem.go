@@ -2,22 +2,33 @@
 // read, so that the read's speed is the reader's and the server's, not the
 // hypervisor's.
 //
-// On the virtual machines dsfs's benchmarks run on, a guest page that has
-// stayed free for a while costs a host fault when next used (the VM has a
-// virtio balloon, which hands free pages back to the host). A read that
-// fills fresh pages, a first read through FUSE filling the page cache or an
-// object's chunks written to the cache directory, pays those faults inside
-// the copies it makes: a first read through FUSE cost the server 2 s of CPU
+// On the virtual machines dsfs's benchmarks run on, the guest hands free
+// pages back to the host (virtio-balloon free page reporting), and a page
+// handed back costs a host fault when next used. A read that fills fresh
+// pages, a first read through FUSE filling the page cache or an object's
+// chunks written to the cache directory, pays those faults inside the
+// copies it makes: a first read through FUSE cost the server 2 s of CPU
 // per GB when its pages came cold, against 0.15 s when they came from
 // memory freed just before, and a first read of an object through a mount
 // ran at half the speed. Touch, called right before a timed read with the
 // memory that read will fill, takes that cost out of the figure, for the
 // read and for the baseline it is compared with alike.
+//
+// The kernels of those machines report a free page as soon as it is free
+// (page_reporting.min_free_ms is 0), so memory a Touch frees may be cold
+// again before the read uses it, and which pass that hits is chance: in
+// two fusebench runs of five passes, the server's CPU per GB of nvfp4/'s
+// first read ranged over 162-439 and 219-496 ms for dsfs, 204-475 ms for
+// memfs. HoldFreePages keeps freed pages for a minute while a benchmark
+// runs: 162-204 and 178-230 ms in the next run.
 package warmmem
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
+	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -34,4 +45,37 @@ func Touch(n int64) error {
 		m[i] = 1
 	}
 	return unix.Munmap(m)
+}
+
+// minFreeMs is how long the kernel keeps a free page before it reports
+// it to the host, on kernels that let it be set.
+var minFreeMs = "/sys/module/page_reporting/parameters/min_free_ms"
+
+// heldMs is what HoldFreePages sets: longer than a pass of any benchmark
+// that touches memory before its reads.
+const heldMs = "60000"
+
+// HoldFreePages has the kernel keep free pages for a minute before it
+// reports them to the host, until restore is called, and says what it did
+// in one line. Where the kernel has no such setting it does nothing; where
+// it cannot be written (no root) it says so and does nothing; the
+// benchmark runs either way.
+func HoldFreePages() (restore func() error, note string) {
+	nothing := func() error { return nil }
+	old, err := os.ReadFile(minFreeMs)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nothing, "free pages: no page_reporting.min_free_ms on this kernel"
+	}
+	if err != nil {
+		return nothing, fmt.Sprintf("free pages: %v", err)
+	}
+	was := strings.TrimSpace(string(old))
+	if was == heldMs {
+		return nothing, "free pages: held for " + heldMs + " ms already"
+	}
+	if err := os.WriteFile(minFreeMs, []byte(heldMs), 0); err != nil {
+		return nothing, fmt.Sprintf("free pages: reported to the host at once, not held: %v", err)
+	}
+	return func() error { return os.WriteFile(minFreeMs, []byte(was), 0) },
+		"free pages: held " + heldMs + " ms before reporting to the host while measuring (page_reporting.min_free_ms, " + was + " before)"
 }
