@@ -17,10 +17,11 @@
 // The kernels of those machines report a free page as soon as it is free
 // (page_reporting.min_free_ms is 0), so memory a Touch frees may be cold
 // again before the read uses it, and which pass that hits is chance: in
-// two fusebench runs of five passes, the server's CPU per GB of nvfp4/'s
-// first read ranged over 162-439 and 219-496 ms for dsfs, 204-475 ms for
-// memfs. HoldFreePages keeps freed pages for a minute while a benchmark
-// runs: 162-204 and 178-230 ms in the next run.
+// four fusebench runs of five passes, the largest CPU per GB of nvfp4/'s
+// first read through dsfs was 1.3 to 2.7 times the smallest, and through
+// memfs up to 2.3 times. HoldFreePages keeps freed pages for a minute
+// while a benchmark runs; in two runs with it those spreads were 1.3 and
+// 1.5, and 1.3 and 1.8. It narrows the noise, it does not end it.
 package warmmem
 
 import (
