@@ -58,14 +58,7 @@ func BenchmarkS3FirstRead(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	restore, note := warmmem.HoldFreePages()
-	b.Log(note)
-	defer restore()
-	touch := func() {
-		if err := warmmem.Touch(2*fi.Size() + 512<<20); err != nil {
-			b.Fatal(err)
-		}
-	}
+	touch := warmmem.Benchmark(b, 2*fi.Size()+512<<20)
 	for b.Loop() {
 		touch()
 		mountRate, perByte := s3MountRead(b, url, shard)

@@ -35,14 +35,7 @@ func BenchmarkSequentialRead(b *testing.B) {
 	var objTime, getTime time.Duration
 	prefetches, _ := strconv.Atoi(os.Getenv("DSFS_BENCH_PREFETCHES"))
 	buf := make([]byte, 1<<20)
-	restore, note := warmmem.HoldFreePages()
-	b.Log(note)
-	defer restore()
-	touch := func() {
-		if err := warmmem.Touch(size + 256<<20); err != nil {
-			b.Fatal(err)
-		}
-	}
+	touch := warmmem.Benchmark(b, size+256<<20)
 	for b.Loop() {
 		bk, err := Open(context.Background(), srv.URL("bench", ""), Options{CacheDir: b.TempDir(), Prefetches: prefetches})
 		if err != nil {

@@ -30,6 +30,7 @@ import (
 	"io/fs"
 	"os"
 	"strings"
+	"testing"
 
 	"golang.org/x/sys/unix"
 )
@@ -79,4 +80,22 @@ func HoldFreePages() (restore func() error, note string) {
 	}
 	return func() error { return os.WriteFile(minFreeMs, []byte(was), 0) },
 		"free pages: held " + heldMs + " ms before reporting to the host while measuring (page_reporting.min_free_ms, " + was + " before)"
+}
+
+// Benchmark readies b's timed reads: it holds free pages until b ends and
+// returns touch, which touches n bytes (see Touch) and is called right
+// before each timed read.
+func Benchmark(b *testing.B, n int64) (touch func()) {
+	restore, note := HoldFreePages()
+	b.Log(note)
+	b.Cleanup(func() {
+		if err := restore(); err != nil {
+			b.Errorf("putting page_reporting.min_free_ms back: %v", err)
+		}
+	})
+	return func() {
+		if err := Touch(n); err != nil {
+			b.Fatal(err)
+		}
+	}
 }
