@@ -427,12 +427,17 @@ func testStalledRun(t *testing.T, srv *s3test.Server) {
 	e.b.getTimeout = timeout
 	data := randomBytes(r, RunChunks*ChunkSize)
 	o := e.put(t, "obj", data)
+	start := time.Now()
 	o.prefetch(0, RunChunks-1) // the first answer on the proxy's connection
+	// The run claims its chunks in the background: a read sent before
+	// it has would fetch the first chunk on its own.
+	for e.b.Stats().Prefetched < ChunkSize && time.Since(start) < timeout {
+		time.Sleep(time.Millisecond)
+	}
 	// Read in the background, so that a read the stall holds fails the
 	// test instead of hanging it (Close, at cleanup, ends the read).
 	got := make([]byte, len(data))
 	done := make(chan error, 1)
-	start := time.Now()
 	go func() {
 		for off := 0; off < len(got); off += 1 << 20 {
 			if _, err := o.ReadAt(got[off:off+1<<20], int64(off)); err != nil {
