@@ -21,8 +21,8 @@ import (
 )
 
 // getTimeout is how long a Bucket waits for a GET's answer and for each
-// chunk of its body: 8 MiB in 60 s is a slow link, and a stalled body must
-// not hold a reader forever.
+// ChunkSize of its body (Bucket.paced): 8 MiB in 60 s is a slow link, and
+// a stalled body must not hold a reader forever.
 const getTimeout = 60 * time.Second
 
 // Object is one version of an object, pinned by Bucket.Open. It is safe
@@ -323,10 +323,8 @@ func (o *Object) getBody(start, n int64, consume func(body io.Reader, n int64) e
 	what := "GET " + o.url + " " + rng
 	err := b.retry(b.ctx, what, func(ctx context.Context) error {
 		b.stats.gets.Add(1)
-		ctx, cancel := context.WithCancel(ctx)
-		defer cancel()
-		stall := time.AfterFunc(b.getTimeout, cancel)
-		defer stall.Stop()
+		ctx, pace, stop := b.paced(ctx)
+		defer stop()
 		out, err := b.client.GetObject(ctx, &s3.GetObjectInput{
 			Bucket: &b.bucket, Key: &o.key, Range: &rng, IfMatch: &o.etag,
 		})
@@ -344,7 +342,7 @@ func (o *Object) getBody(start, n int64, consume func(body io.Reader, n int64) e
 		if l := aws.ToInt64(out.ContentLength); l != n {
 			return fmt.Errorf("answer of %d bytes, want %d", l, n)
 		}
-		if err := consume(&paced{r: out.Body, left: ChunkSize, stall: stall, every: b.getTimeout}, n); err != nil {
+		if err := consume(pace(out.Body), n); err != nil {
 			return err
 		}
 		b.stats.bytesFetched.Add(n)
@@ -356,17 +354,33 @@ func (o *Object) getBody(start, n int64, consume func(body io.Reader, n int64) e
 	return nil
 }
 
-// paced is a response body that must bring each ChunkSize bytes within
-// every of the last, or its request is cancelled: a run of chunks gets as
-// long as it needs, a stalled body does not hold its readers.
-type paced struct {
+// paced bounds one GET by its pace, not its length: the answer must come
+// within getTimeout, and then each ChunkSize bytes of the body that pace
+// wraps within getTimeout of the last, or ctx is cancelled. A GET of any
+// size gets as long as it needs on a slow link; a stalled one does not
+// hold its readers. stop releases the timer and the context.
+func (b *Bucket) paced(ctx context.Context) (_ context.Context, pace func(body io.Reader) io.Reader, stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	stall := time.AfterFunc(b.getTimeout, cancel)
+	pace = func(body io.Reader) io.Reader {
+		return &pacedBody{r: body, left: ChunkSize, stall: stall, every: b.getTimeout}
+	}
+	return ctx, pace, func() {
+		stall.Stop()
+		cancel()
+	}
+}
+
+// pacedBody is a response body that puts off its request's stall timer
+// each time ChunkSize more bytes have come.
+type pacedBody struct {
 	r     io.Reader
 	left  int64 // bytes before the next ChunkSize boundary
 	stall *time.Timer
 	every time.Duration
 }
 
-func (p *paced) Read(b []byte) (int, error) {
+func (p *pacedBody) Read(b []byte) (int, error) {
 	n, err := p.r.Read(b)
 	if p.left -= int64(n); p.left <= 0 {
 		p.left += ChunkSize

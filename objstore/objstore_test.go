@@ -164,6 +164,7 @@ func TestObjstore(t *testing.T) {
 		{"OpenMissing", testOpenMissing},
 		{"ReadOnce", testReadOnce},
 		{"WholeObjects", testWholeObjects},
+		{"PacedGet", testPacedGet},
 	} {
 		t.Run(tt.name, func(t *testing.T) { tt.f(t, srv) })
 	}
@@ -478,12 +479,55 @@ func testStalledRun(t *testing.T, srv *s3test.Server) {
 // test that wants one answer broken has it the first on its connection.
 // It returns the proxy's endpoint and the count of answers broken.
 func breakOnce(t *testing.T, endpoint string, after int64, stall bool) (string, *atomic.Int64) {
+	var broken atomic.Int64
+	url := proxy(t, endpoint, func(c, u net.Conn, hungUp <-chan struct{}) {
+		buf := make([]byte, 64<<10)
+		for sent := int64(0); ; {
+			n, err := u.Read(buf)
+			if sent+int64(n) > after && broken.CompareAndSwap(0, 1) {
+				c.Write(buf[:after-sent])
+				if stall {
+					<-hungUp
+				}
+				return
+			}
+			if _, werr := c.Write(buf[:n]); werr != nil || err != nil {
+				return
+			}
+			sent += int64(n)
+		}
+	})
+	return url, &broken
+}
+
+// throttle starts a TCP proxy to the server at endpoint that sends
+// answers on at rate bytes a second: a slow link.
+func throttle(t *testing.T, endpoint string, rate float64) string {
+	return proxy(t, endpoint, func(c, u net.Conn, _ <-chan struct{}) {
+		buf := make([]byte, 64<<10)
+		start := time.Now()
+		for sent := 0; ; {
+			n, err := u.Read(buf)
+			if _, werr := c.Write(buf[:n]); werr != nil || err != nil {
+				return
+			}
+			sent += n
+			time.Sleep(time.Until(start.Add(time.Duration(float64(sent) / rate * float64(time.Second)))))
+		}
+	})
+}
+
+// proxy starts a TCP proxy to the server at endpoint (http://HOST:PORT)
+// and returns its endpoint. Requests pass on as they come; answer passes
+// each connection's answers from u, the server, to c, the client, and is
+// told by hungUp when the client has stopped sending. Cleanup closes it
+// and waits for its goroutines.
+func proxy(t *testing.T, endpoint string, answer func(c, u net.Conn, hungUp <-chan struct{})) string {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	upstream := strings.TrimPrefix(endpoint, "http://")
-	var broken atomic.Int64
 	var wg sync.WaitGroup
 	t.Cleanup(func() {
 		l.Close()
@@ -509,25 +553,11 @@ func breakOnce(t *testing.T, endpoint string, after int64, stall bool) (string, 
 			wg.Go(func() {
 				defer c.Close()
 				defer u.Close()
-				buf := make([]byte, 64<<10)
-				for sent := int64(0); ; {
-					n, err := u.Read(buf)
-					if sent+int64(n) > after && broken.CompareAndSwap(0, 1) {
-						c.Write(buf[:after-sent])
-						if stall {
-							<-hungUp
-						}
-						return
-					}
-					if _, werr := c.Write(buf[:n]); werr != nil || err != nil {
-						return
-					}
-					sent += int64(n)
-				}
+				answer(c, u, hungUp)
 			})
 		}
 	})
-	return "http://" + l.Addr().String(), &broken
+	return "http://" + l.Addr().String()
 }
 
 // testInterleavedReaders has two sequential readers of one object, each
@@ -898,5 +928,54 @@ func testWholeObjects(t *testing.T, srv *s3test.Server) {
 	}
 	if st := e.b.Stats(); st.BytesPut != 70_001 {
 		t.Errorf("bytes_put %d, want 70001", st.BytesPut)
+	}
+}
+
+// testPacedGet has Get bring a large object over a slow link, for longer
+// than the bucket's timeout, and then one whose body stalls: the first
+// comes whole in one GET, as each of its chunks comes within the timeout;
+// the second is cancelled once a chunk has not, and comes whole after one
+// retry.
+func testPacedGet(t *testing.T, srv *s3test.Server) {
+	r := rng(t)
+	const timeout = time.Second
+	data := randomBytes(r, 3*ChunkSize)
+	get := func(e *env) (took time.Duration) {
+		t.Helper()
+		e.b.getTimeout = timeout
+		e.srv.Put(testBucket, e.prefix+"/doc", data)
+		start := time.Now()
+		got, err := e.b.Get(context.Background(), "doc", int64(len(data)))
+		took = time.Since(start)
+		if err != nil || !bytes.Equal(got, data) {
+			t.Fatalf("Get after %v: %d bytes, %v; want the %d put", took, len(got), err, len(data))
+		}
+		return took
+	}
+
+	// 16 MiB/s: a chunk every half second, the object in 1.5 s.
+	anonymous(t, &s3test.Server{Endpoint: throttle(t, srv.Endpoint, 2*ChunkSize)})
+	e := newEnv(t, srv, Options{})
+	took := get(e)
+	s := e.b.Stats()
+	t.Logf("slow link: after %v, stats: %+v", took, s)
+	if took < timeout {
+		t.Fatalf("the slow link brought %d bytes in %v, within the timeout: it tests nothing", len(data), took)
+	}
+	if s.Gets != 1 || s.Retries != 0 {
+		t.Errorf("a slow but steady GET: %d GETs, %d retries; want 1 and 0", s.Gets, s.Retries)
+	}
+
+	url, stalls := breakOnce(t, srv.Endpoint, ChunkSize+ChunkSize/2, true)
+	anonymous(t, &s3test.Server{Endpoint: url})
+	e = newEnv(t, srv, Options{})
+	took = get(e)
+	s = e.b.Stats()
+	t.Logf("stalled: after %v, stats: %+v", took, s)
+	if stalls.Load() != 1 || s.Gets != 2 || s.Retries != 1 {
+		t.Errorf("a GET stalled %d times: %d GETs, %d retries; want 1, 2 and 1", stalls.Load(), s.Gets, s.Retries)
+	}
+	if took < timeout || took > timeout+15*time.Second {
+		t.Errorf("a Get past a stalled body took %v; want the timeout, %v, and little more", took, timeout)
 	}
 }

@@ -30,14 +30,16 @@ func (b *Bucket) Get(ctx context.Context, name string, limit int64) ([]byte, err
 	var data []byte
 	err := b.retry(ctx, what, func(ctx context.Context) error {
 		b.stats.gets.Add(1)
-		ctx, cancel := context.WithTimeout(ctx, b.getTimeout)
-		defer cancel()
+		// A block document may be large: paced, not one timeout, so a
+		// slow link can still bring it whole.
+		ctx, pace, stop := b.paced(ctx)
+		defer stop()
 		out, err := b.client.GetObject(ctx, &s3.GetObjectInput{Bucket: &b.bucket, Key: &key, Range: &rng})
 		if err != nil {
 			return err
 		}
 		defer out.Body.Close()
-		body := io.LimitReader(out.Body, limit+1)
+		body := io.LimitReader(pace(out.Body), limit+1)
 		var buf []byte
 		if n := aws.ToInt64(out.ContentLength); n >= 0 && out.ContentLength != nil {
 			// The answer's length sizes the buffer once; ReadAll's
