@@ -501,18 +501,18 @@ func breakOnce(t *testing.T, endpoint string, after int64, stall bool) (string, 
 }
 
 // throttle starts a TCP proxy to the server at endpoint that sends
-// answers on at rate bytes a second: a slow link.
+// answers on at most rate bytes a second: a slow link. Each piece sent is
+// followed by the time it takes at that rate, so time a connection spends
+// idle is never made up in a burst.
 func throttle(t *testing.T, endpoint string, rate float64) string {
 	return proxy(t, endpoint, func(c, u net.Conn, _ <-chan struct{}) {
 		buf := make([]byte, 64<<10)
-		start := time.Now()
-		for sent := 0; ; {
+		for {
 			n, err := u.Read(buf)
 			if _, werr := c.Write(buf[:n]); werr != nil || err != nil {
 				return
 			}
-			sent += n
-			time.Sleep(time.Until(start.Add(time.Duration(float64(sent) / rate * float64(time.Second)))))
+			time.Sleep(time.Duration(float64(n) / rate * float64(time.Second)))
 		}
 	})
 }
