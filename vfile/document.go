@@ -124,10 +124,11 @@ func (d *Doc) render(ctx context.Context) ([]byte, int64, error) {
 	// A buffer made at its size, not grown: Buffer.Grow appends a
 	// temporary slice, which a -race build allocates as well, so the
 	// document was allocated twice there.
-	buf := new(bytes.Buffer)
+	var capacity int64
 	if known {
-		buf = bytes.NewBuffer(make([]byte, 0, size))
+		capacity = size
 	}
+	buf := bytes.NewBuffer(make([]byte, 0, capacity))
 	if err := d.write(ctx, ctxWriter{ctx, buf}); err != nil {
 		return nil, 0, err
 	}

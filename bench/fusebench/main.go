@@ -71,7 +71,7 @@ func run(ctx context.Context, c config, phases []string) int {
 	fmt.Fprintln(os.Stderr, "fusebench:", note)
 	defer func() {
 		if err := restore(); err != nil {
-			fmt.Fprintln(os.Stderr, "fusebench: putting page_reporting.min_free_ms back:", err)
+			fmt.Fprintln(os.Stderr, "fusebench:", err)
 		}
 	}()
 	var rep report

@@ -43,7 +43,8 @@ func Touch(n int64) error {
 	if err != nil {
 		return fmt.Errorf("touching %d bytes of memory: %w", n, err)
 	}
-	for i := 0; i < len(m); i += os.Getpagesize() {
+	page := os.Getpagesize()
+	for i := 0; i < len(m); i += page {
 		m[i] = 1
 	}
 	return unix.Munmap(m)
@@ -59,9 +60,9 @@ const heldMs = "60000"
 
 // HoldFreePages has the kernel keep free pages for a minute before it
 // reports them to the host, until restore is called, and says what it did
-// in one line. Where the kernel has no such setting it does nothing; where
-// it cannot be written (no root) it says so and does nothing; the
-// benchmark runs either way.
+// in one line; restore's error says what it could not put back. Where the
+// kernel has no such setting it does nothing; where it cannot be written
+// (no root) it says so and does nothing; the benchmark runs either way.
 func HoldFreePages() (restore func() error, note string) {
 	nothing := func() error { return nil }
 	old, err := os.ReadFile(minFreeMs)
@@ -78,8 +79,13 @@ func HoldFreePages() (restore func() error, note string) {
 	if err := os.WriteFile(minFreeMs, []byte(heldMs), 0); err != nil {
 		return nothing, fmt.Sprintf("free pages: reported to the host at once, not held: %v", err)
 	}
-	return func() error { return os.WriteFile(minFreeMs, []byte(was), 0) },
-		"free pages: held " + heldMs + " ms before reporting to the host while measuring (page_reporting.min_free_ms, " + was + " before)"
+	restore = func() error {
+		if err := os.WriteFile(minFreeMs, []byte(was), 0); err != nil {
+			return fmt.Errorf("putting page_reporting.min_free_ms back to %s: %w", was, err)
+		}
+		return nil
+	}
+	return restore, "free pages: held " + heldMs + " ms before reporting to the host while measuring (page_reporting.min_free_ms, " + was + " before)"
 }
 
 // Benchmark readies b's timed reads: it holds free pages until b ends and
@@ -90,7 +96,7 @@ func Benchmark(b *testing.B, n int64) (touch func()) {
 	b.Log(note)
 	b.Cleanup(func() {
 		if err := restore(); err != nil {
-			b.Errorf("putting page_reporting.min_free_ms back: %v", err)
+			b.Error(err)
 		}
 	})
 	return func() {
