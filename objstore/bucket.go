@@ -14,6 +14,8 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/dsfs/dsfs/sourcefile"
 )
 
 // Sizes: objects are cached in chunks of ChunkSize bytes, and fetched
@@ -122,7 +124,8 @@ func (b *Bucket) scope(ctx context.Context) (context.Context, context.CancelFunc
 }
 
 // List returns every object under the prefix, sorted by name: Name is the
-// key less the prefix, Mode 0o444, ModTime the object's LastModified.
+// key less the prefix, ModTime the object's LastModified, and Mode and Sys
+// those of sourcefile.ObjectInfo (its owner's, who runs dsfs).
 // Directory markers (keys ending in "/") and keys with a path component
 // starting with "." are left out.
 func (b *Bucket) List(ctx context.Context) ([]fs.FileInfo, error) {
@@ -150,7 +153,7 @@ func (b *Bucket) List(ctx context.Context) ([]fs.FileInfo, error) {
 			if !ok || !visible(name) {
 				continue
 			}
-			files = append(files, &fileInfo{name: name, size: aws.ToInt64(o.Size), mtime: aws.ToTime(o.LastModified)})
+			files = append(files, sourcefile.ObjectInfo(name, aws.ToInt64(o.Size), aws.ToTime(o.LastModified), false))
 		}
 		if !aws.ToBool(out.IsTruncated) || out.NextContinuationToken == nil {
 			break
@@ -295,17 +298,3 @@ func (b *Bucket) goBackground(f func()) bool {
 	}()
 	return true
 }
-
-// fileInfo describes a listed object.
-type fileInfo struct {
-	name  string
-	size  int64
-	mtime time.Time
-}
-
-func (fi *fileInfo) Name() string       { return fi.name }
-func (fi *fileInfo) Size() int64        { return fi.size }
-func (fi *fileInfo) Mode() fs.FileMode  { return 0o444 }
-func (fi *fileInfo) ModTime() time.Time { return fi.mtime }
-func (fi *fileInfo) IsDir() bool        { return false }
-func (fi *fileInfo) Sys() any           { return nil }

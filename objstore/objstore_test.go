@@ -792,7 +792,7 @@ func testList(t *testing.T, srv *s3test.Server) {
 		var got []string
 		for _, fi := range fis {
 			got = append(got, fi.Name())
-			if fi.Mode() != 0o444 || fi.IsDir() || fi.ModTime().IsZero() {
+			if fi.Mode() != 0o400 || fi.IsDir() || fi.ModTime().IsZero() {
 				t.Errorf("%s: mode %v, dir %v, mtime %v", fi.Name(), fi.Mode(), fi.IsDir(), fi.ModTime())
 			}
 		}
