@@ -6,6 +6,13 @@
 // changed, truncated, grown, or replaced by rename under the mount gives an
 // error, never bytes of two versions or of another file.
 //
+// A File is read with pread (ReadAt), handed to the kernel by splice
+// (SpliceTo), or read in place through a read-only mapping of the whole
+// file (View), for computations that pass over the same bytes twice. A
+// mapped page past the end of a file truncated under the read faults; View
+// turns the fault into its error, so no way of reading a source can crash
+// the server.
+//
 // A File may also stand for an object of a bucket (FromObject): the Object
 // pins the version it opened (an ETag) and its reads fail the same way once
 // that version is gone. Such a file has no descriptor, so what needs one
@@ -150,6 +157,8 @@ type File struct {
 	changed atomic.Pointer[ChangedError]
 	// reported is set by the first caller of FirstReport.
 	reported atomic.Bool
+
+	m mapping // View's
 }
 
 // Open opens the regular file at path and records its identity. A path
@@ -433,10 +442,12 @@ func (f *File) LocalFile() (*File, int64) {
 	return f, 0
 }
 
-// Close closes the file; later reads fail.
+// Close closes the file; later reads fail. A View still reading it keeps
+// its mapping until it returns.
 func (f *File) Close() error {
 	if f.obj != nil {
 		return f.obj.Close()
 	}
+	f.m.close()
 	return f.f.Close()
 }
