@@ -99,6 +99,27 @@ func (t *Tensor) ReadAt(p []byte, off int64) (int, error) {
 	return n, fmt.Errorf("%s: tensor %s: %w", t.Shard.Name, t.Name, err)
 }
 
+// View calls fn with bytes [off, off+n) of the tensor's data, which must
+// lie within the tensor, as they are in the kernel's page cache, without a
+// copy (sourcefile.File.View): fn must not keep them. An error of fn is
+// View's; an error of the file (a change, a fault, a short read) names the
+// shard and the tensor, and then what fn made of the bytes must be thrown
+// away.
+func (t *Tensor) View(off, n int64, fn func(b []byte) error) error {
+	if off < 0 || n < 0 || off > t.Size || n > t.Size-off {
+		return fmt.Errorf("%s: tensor %s: bytes [%d, %d) are outside its %d", t.Shard.Name, t.Name, off, off+n, t.Size)
+	}
+	var fnErr error
+	err := t.Shard.f.View(t.Offset+off, int(n), func(b []byte) error {
+		fnErr = fn(b)
+		return fnErr
+	})
+	if err != nil && err != fnErr {
+		return fmt.Errorf("%s: tensor %s: %w", t.Shard.Name, t.Name, err)
+	}
+	return err
+}
+
 // LocalFile returns the shard's file and 0: a Range of the shard may leave
 // its bytes in the file (vfile.LocalFile).
 func (s *Shard) LocalFile() (*sourcefile.File, int64) { return s.f.LocalFile() }

@@ -68,6 +68,17 @@ func isTable(t *checkpoint.Tensor) bool {
 // time.
 const chunkRows = 8192
 
+// viewRows calls fn with rows [lo, hi) of table t and of its scale, as
+// the page cache holds them (checkpoint.Tensor.View): the scale tensor
+// reads every row of the table, and the codes read them again, so a copy
+// of each would cost two.
+func viewRows(t *checkpoint.Tensor, lo, hi int64, fn func(src, sc []byte) error) error {
+	cols, nb := t.Shape[1], t.Shape[1]/codecs.MXBlock
+	return t.View(lo*cols, (hi-lo)*cols, func(src []byte) error {
+		return t.Scale.View(lo*nb, (hi-lo)*nb, func(sc []byte) error { return fn(src, sc) })
+	})
+}
+
 // Rewrite returns the FP4 tensors of a table and true, nothing and true
 // for its scale (emitted with its table), and false for any other tensor.
 func (e *Transcoder) Rewrite(t *checkpoint.Tensor) ([]tensorfile.Out, bool) {
@@ -81,40 +92,29 @@ func (e *Transcoder) Rewrite(t *checkpoint.Tensor) ([]tensorfile.Out, bool) {
 	nb := cols / codecs.MXBlock
 	b := base(t.Name)
 	// The scale block of many rows is computed a chunk of source rows at
-	// a time, so its scratch memory stays small whatever the block size.
-	read := func(lo, hi int64, src, sc []byte) error {
-		if _, err := t.ReadAt(src[:(hi-lo)*cols], lo*cols); err != nil {
-			return err
-		}
-		_, err := t.Scale.ReadAt(sc[:(hi-lo)*nb], lo*nb)
-		return err
-	}
+	// a time, so that a source that is read, not mapped, needs little
+	// scratch memory whatever the block size.
 	weight := tensorfile.RowBlocks("engram-fp4/"+b+".weight", rows, cols/2, func(ctx context.Context, lo, hi int64, dst []byte) error {
-		n := hi - lo
-		buf, scr := tensorfile.Scratch(n * (cols + 2*nb))
+		buf, unused := tensorfile.Scratch((hi - lo) * nb)
 		defer tensorfile.PutScratch(buf)
-		src, sc, unused := scr[:n*cols], scr[n*cols:n*(cols+nb)], scr[n*(cols+nb):]
-		if err := read(lo, hi, src, sc); err != nil {
-			return err
-		}
-		codecs.EngramFP4(dst, unused, src, sc)
-		return nil
+		return viewRows(t, lo, hi, func(src, sc []byte) error {
+			codecs.EngramFP4(dst, unused, src, sc)
+			return nil
+		})
 	})
 	scale := tensorfile.RowBlocks("engram-fp4/"+b+".scale", rows, nb, func(ctx context.Context, lo, hi int64, dst []byte) error {
-		chunk := min(hi-lo, chunkRows)
-		buf, scr := tensorfile.Scratch(chunk * (cols + nb))
-		defer tensorfile.PutScratch(buf)
-		src, sc := scr[:chunk*cols], scr[chunk*cols:]
-		for r := lo; r < hi; r += chunk {
+		for r := lo; r < hi; r += chunkRows {
 			if err := ctx.Err(); err != nil {
 				return err
 			}
-			end := min(hi, r+chunk)
-			if err := read(r, end, src, sc); err != nil {
+			end := min(hi, r+chunkRows)
+			err := viewRows(t, r, end, func(src, sc []byte) error {
+				codecs.EngramScales(dst[(r-lo)*nb:(end-lo)*nb], src, sc)
+				return nil
+			})
+			if err != nil {
 				return err
 			}
-			n := (end - r) * nb
-			codecs.EngramScales(dst[(r-lo)*nb:(r-lo)*nb+n], src[:(end-r)*cols], sc[:n])
 		}
 		return nil
 	})
@@ -181,19 +181,14 @@ func (e *Transcoder) report(ctx context.Context) (*report, error) {
 					return ctx.Err()
 				}
 				lo, hi := c*chunkRows, min(rows, (c+1)*chunkRows)
-				src := make([]byte, (hi-lo)*cols)
-				sc := make([]byte, (hi-lo)*nb)
-				if _, err := t.ReadAt(src, lo*cols); err != nil {
-					return err
-				}
-				if _, err := t.Scale.ReadAt(sc, lo*nb); err != nil {
-					return err
-				}
-				codes := make([]byte, len(src)/2)
-				scales := make([]byte, len(sc))
-				nan[c] = codecs.EngramFP4(codes, scales, src, sc).NaNBlocks
-				codecs.EngramCosine(cos[lo:hi], src, sc, codes, scales)
-				return nil
+				buf, scr := tensorfile.Scratch((hi - lo) * (cols/2 + nb))
+				defer tensorfile.PutScratch(buf)
+				codes, scales := scr[:(hi-lo)*cols/2], scr[(hi-lo)*cols/2:]
+				return viewRows(t, lo, hi, func(src, sc []byte) error {
+					nan[c] = codecs.EngramFP4(codes, scales, src, sc).NaNBlocks
+					codecs.EngramCosine(cos[lo:hi], src, sc, codes, scales)
+					return nil
+				})
 			})
 		}
 		if err := eg.Wait(); err != nil {

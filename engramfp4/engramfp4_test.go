@@ -2,12 +2,17 @@ package engramfp4
 
 import (
 	"context"
+	"errors"
+	"os"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/internal/tinyckpt"
 	"github.com/dsfs/dsfs/safetensors"
+	"github.com/dsfs/dsfs/sourcefile"
+	"github.com/dsfs/dsfs/synth"
 	"github.com/dsfs/dsfs/vfile"
 )
 
@@ -48,6 +53,41 @@ func TestRewriteClaims(t *testing.T) {
 			}
 		case ok:
 			t.Fatalf("%s: claimed, but it is no Engram table", src.Name)
+		}
+	}
+}
+
+// TestTableTruncatedUnderTheTranscode truncates a table's shard once the
+// transcode has mapped it: the codec's next read of the table faults, and
+// every block computed after is an error naming the shard, the tensor and
+// the change, not a crash of the process.
+func TestTableTruncatedUnderTheTranscode(t *testing.T) {
+	dir := t.TempDir()
+	if err := synth.Write("v41-tiny", dir); err != nil {
+		t.Fatal(err)
+	}
+	cat, err := checkpoint.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cat.Close()
+	table := New(cat).tables[0]
+	outs, _ := New(cat).Rewrite(table)
+	codes, scale := outs[0].Data.(*vfile.Blocks), outs[1].Data.(*vfile.Blocks)
+	compute := func(bl *vfile.Blocks) error {
+		return bl.Compute(context.Background(), 0, make([]byte, bl.Size(0)))
+	}
+	if err := compute(scale); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(table.Shard.Path, 0); err != nil {
+		t.Fatal(err)
+	}
+	for _, bl := range []*vfile.Blocks{codes, scale} {
+		err := compute(bl)
+		if !errors.Is(err, sourcefile.ErrChanged) || !strings.Contains(err.Error(), table.Shard.Name) ||
+			!strings.Contains(err.Error(), table.Name) || !strings.Contains(err.Error(), "truncated") {
+			t.Errorf("%s after the truncation: %v; want ErrChanged naming the shard, the table and the change", bl.ID, err)
 		}
 	}
 }
