@@ -160,10 +160,11 @@ func header(id, view string, outs []*Out, n int64) vfile.Small {
 // scratch holds the buffers Scratch lends.
 var scratch = sync.Pool{New: func() any { return new([]byte) }}
 
-// Scratch lends n bytes for the source rows a block is computed from, and
-// the buffer to give back with PutScratch once the block is done. A
-// compute function that allocated them for every block made a first read
-// of engram-fp4/ allocate four bytes per byte it served.
+// Scratch lends n bytes of working memory for computing a block (source
+// rows read into it, or outputs beside the block's own), and the buffer
+// to give back with PutScratch once the block is done. A compute function
+// that allocated them for every block made a first read of engram-fp4/
+// allocate four bytes per byte it served.
 func Scratch(n int64) (*[]byte, []byte) {
 	p := scratch.Get().(*[]byte)
 	if int64(cap(*p)) < n {
