@@ -104,8 +104,16 @@ func TestChangesAreCaught(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer f.Close()
+			mapped, err := Open(p) // read by View alone
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer mapped.Close()
 			buf := make([]byte, 8)
 			if _, err := f.ReadAt(buf, 0); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := view(mapped, 0, 8); err != nil {
 				t.Fatal(err)
 			}
 			tt.change(t, p)
@@ -114,6 +122,9 @@ func TestChangesAreCaught(t *testing.T) {
 				if n != 0 || !errors.Is(err, ErrChanged) || !strings.Contains(err.Error(), p) || !strings.Contains(err.Error(), tt.how) {
 					t.Fatalf("read %d after the change: %d, %v; want 0 and ErrChanged naming %s and %q", i, n, err, p, tt.how)
 				}
+			}
+			if _, err := view(mapped, 0, 8); !errors.Is(err, ErrChanged) || !strings.Contains(err.Error(), tt.how) {
+				t.Fatalf("View after the change: %v; want ErrChanged naming %q", err, tt.how)
 			}
 			if fd, err := f.Reopen(); !errors.Is(err, ErrChanged) {
 				syscall.Close(fd)
