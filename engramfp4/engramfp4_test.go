@@ -71,8 +71,9 @@ func TestTableTruncatedUnderTheTranscode(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cat.Close()
-	table := New(cat).tables[0]
-	outs, _ := New(cat).Rewrite(table)
+	e := New(cat)
+	table := e.tables[0]
+	outs, _ := e.Rewrite(table)
 	codes, scale := outs[0].Data.(*vfile.Blocks), outs[1].Data.(*vfile.Blocks)
 	compute := func(bl *vfile.Blocks) error {
 		return bl.Compute(context.Background(), 0, make([]byte, bl.Size(0)))

@@ -258,13 +258,7 @@ func TestPathChangesAreCaught(t *testing.T) {
 	open := func(t *testing.T) (*File, string) {
 		dir := filepath.Join(t.TempDir(), "snapshot")
 		os.Mkdir(dir, 0o755)
-		p := filepath.Join(dir, "shard")
-		write(t, p, content)
-		f, err := Open(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { f.Close() })
+		f, _ := writeOpen(t, dir, "shard", content)
 		return f, dir
 	}
 	const how = "replaced by another file"

@@ -21,6 +21,20 @@ func view(f *File, off int64, n int) ([]byte, error) {
 	return got, err
 }
 
+// writeOpen writes b to a file named name in dir and opens it, until the
+// test ends; it returns the File and its path.
+func writeOpen(t *testing.T, dir, name string, b []byte) (*File, string) {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	write(t, p, b)
+	f, err := Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return f, p
+}
+
 // bytesObject is an Object of fixed bytes.
 type bytesObject struct{ *bytes.Reader }
 
@@ -30,20 +44,8 @@ func (bytesObject) Close() error       { return nil }
 
 func TestView(t *testing.T) {
 	dir := t.TempDir()
-	p := filepath.Join(dir, "model.safetensors")
-	write(t, p, content)
-	mapped, err := Open(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer mapped.Close()
-	empty := filepath.Join(dir, "empty")
-	write(t, empty, nil)
-	unmappable, err := Open(empty)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unmappable.Close()
+	mapped, _ := writeOpen(t, dir, "model.safetensors", content)
+	unmappable, _ := writeOpen(t, dir, "empty", nil)
 	object := FromObject("s3://b/model.safetensors", bytesObject{bytes.NewReader(content)})
 	for _, tt := range []struct {
 		name string
@@ -83,14 +85,9 @@ func TestView(t *testing.T) {
 // and a Close during a View leaves the bytes it reads mapped until it
 // returns, and fails it and every later one.
 func TestViewNestedAndClosed(t *testing.T) {
-	p := filepath.Join(t.TempDir(), "model.safetensors")
-	write(t, p, content)
-	f, err := Open(p)
-	if err != nil {
-		t.Fatal(err)
-	}
+	f, _ := writeOpen(t, t.TempDir(), "model.safetensors", content)
 	var outer, inner []byte
-	err = f.View(0, 10, func(b []byte) error {
+	err := f.View(0, 10, func(b []byte) error {
 		if err := f.View(10, 10, func(b []byte) error {
 			inner = bytes.Clone(b)
 			return nil
@@ -116,16 +113,10 @@ func TestViewNestedAndClosed(t *testing.T) {
 // read faults, and the fault is View's error, naming the change, not the
 // end of the process.
 func TestViewOfTruncatedFile(t *testing.T) {
-	p := filepath.Join(t.TempDir(), "model.safetensors")
 	page := os.Getpagesize()
-	write(t, p, bytes.Repeat([]byte{7}, 4*page))
-	f, err := Open(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
+	f, p := writeOpen(t, t.TempDir(), "model.safetensors", bytes.Repeat([]byte{7}, 4*page))
 	var sum int
-	err = f.View(0, 4*page, func(b []byte) error {
+	err := f.View(0, 4*page, func(b []byte) error {
 		if err := os.Truncate(p, 0); err != nil {
 			t.Fatal(err)
 		}
@@ -145,21 +136,15 @@ func TestViewOfTruncatedFile(t *testing.T) {
 // TestViewFaultIsAnError checks guard alone: a fault in fn is an error
 // wrapping errFault, and any other panic goes on.
 func TestViewFaultIsAnError(t *testing.T) {
-	p := filepath.Join(t.TempDir(), "model.safetensors")
 	page := os.Getpagesize()
-	write(t, p, bytes.Repeat([]byte{7}, 2*page))
-	f, err := Open(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
+	f, p := writeOpen(t, t.TempDir(), "model.safetensors", bytes.Repeat([]byte{7}, 2*page))
 	f.m.once.Do(f.mapAll)
 	data := f.m.data
 	if err := os.Truncate(p, 0); err != nil {
 		t.Fatal(err)
 	}
 	var read byte
-	err = guard(func() error {
+	err := guard(func() error {
 		read = data[page]
 		return nil
 	})
