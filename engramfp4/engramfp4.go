@@ -32,6 +32,7 @@ import (
 
 	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/codecs"
+	"github.com/dsfs/dsfs/internal/scratch"
 	"github.com/dsfs/dsfs/safetensors"
 	"github.com/dsfs/dsfs/tensorfile"
 	"github.com/dsfs/dsfs/vfile"
@@ -95,8 +96,8 @@ func (e *Transcoder) Rewrite(t *checkpoint.Tensor) ([]tensorfile.Out, bool) {
 	// a time, so that a source that is read, not mapped, needs little
 	// scratch memory whatever the block size.
 	weight := tensorfile.RowBlocks("engram-fp4/"+b+".weight", rows, cols/2, func(ctx context.Context, lo, hi int64, dst []byte) error {
-		buf, unused := tensorfile.Scratch((hi - lo) * nb)
-		defer tensorfile.PutScratch(buf)
+		buf, unused := scratch.Get((hi - lo) * nb)
+		defer scratch.Put(buf)
 		return viewRows(t, lo, hi, func(src, sc []byte) error {
 			codecs.EngramFP4(dst, unused, src, sc)
 			return nil
@@ -181,8 +182,8 @@ func (e *Transcoder) report(ctx context.Context) (*report, error) {
 					return ctx.Err()
 				}
 				lo, hi := c*chunkRows, min(rows, (c+1)*chunkRows)
-				buf, scr := tensorfile.Scratch((hi - lo) * (cols/2 + nb))
-				defer tensorfile.PutScratch(buf)
+				buf, scr := scratch.Get((hi - lo) * (cols/2 + nb))
+				defer scratch.Put(buf)
 				codes, scales := scr[:(hi-lo)*cols/2], scr[(hi-lo)*cols/2:]
 				return viewRows(t, lo, hi, func(src, sc []byte) error {
 					nan[c] = codecs.EngramFP4(codes, scales, src, sc).NaNBlocks

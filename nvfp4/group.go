@@ -7,7 +7,7 @@ import (
 
 	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/codecs"
-	"github.com/dsfs/dsfs/tensorfile"
+	"github.com/dsfs/dsfs/internal/scratch"
 )
 
 // group is the set of matrices that share one global exponent: w1 and w3
@@ -28,12 +28,12 @@ func (g *group) g() (int, error) {
 	g.once.Do(func() {
 		var h codecs.ScaleHistogram
 		for _, sc := range g.scales {
-			buf, b := tensorfile.Scratch(sc.Size)
+			buf, b := scratch.Get(sc.Size)
 			_, err := sc.ReadAt(b, 0)
 			if err == nil {
 				h.Add(b)
 			}
-			tensorfile.PutScratch(buf)
+			scratch.Put(buf)
 			if err != nil {
 				g.err = err
 				return

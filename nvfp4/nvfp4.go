@@ -50,6 +50,7 @@ import (
 	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/codecs"
 	"github.com/dsfs/dsfs/diskcache"
+	"github.com/dsfs/dsfs/internal/scratch"
 	"github.com/dsfs/dsfs/safetensors"
 	"github.com/dsfs/dsfs/tensorfile"
 	"github.com/dsfs/dsfs/vfile"
@@ -142,8 +143,8 @@ func (n *Transcoder) Rewrite(t *checkpoint.Tensor) ([]tensorfile.Out, bool) {
 		if err != nil {
 			return err
 		}
-		buf, src := tensorfile.Scratch((hi - lo) * scaleRow)
-		defer tensorfile.PutScratch(buf)
+		buf, src := scratch.Get((hi - lo) * scaleRow)
+		defer scratch.Put(buf)
 		if _, err := t.Scale.ReadAt(src, lo*scaleRow); err != nil {
 			return err
 		}

@@ -9,6 +9,8 @@ import (
 	"sync"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/dsfs/dsfs/internal/scratch"
 )
 
 // mapping is a File's bytes mapped read-only into memory, made by the first
@@ -67,8 +69,8 @@ func (m *mapping) unmapUnused() {
 // second one no copy and no page faults while the pages stay cached. fn
 // must not keep b, which is valid only until fn returns. A file that is
 // not mapped (an object of a bucket, an empty file, a mapping the kernel
-// refuses) is read with ReadAt into a lent buffer instead: fn sees the
-// same bytes either way.
+// refuses) is read with ReadAt into a lent buffer (package scratch)
+// instead: fn sees the same bytes either way.
 //
 // A file truncated under fn makes the pages fn reads past the new end
 // fault. The fault is turned into View's error (debug.SetPanicOnFault),
@@ -105,12 +107,8 @@ func (f *File) View(off int64, n int, fn func(b []byte) error) error {
 
 // viewCopy is View for a file that is not mapped.
 func (f *File) viewCopy(off int64, n int, fn func(b []byte) error) error {
-	p := lent.Get().(*[]byte)
-	defer lent.Put(p)
-	if cap(*p) < n {
-		*p = make([]byte, n)
-	}
-	b := (*p)[:n]
+	buf, b := scratch.Get(int64(n))
+	defer scratch.Put(buf)
 	m, err := f.ReadAt(b, off)
 	switch {
 	case m == n:
@@ -121,9 +119,6 @@ func (f *File) viewCopy(off int64, n int, fn func(b []byte) error) error {
 	}
 	return fn(b)
 }
-
-// lent holds the buffers viewCopy reads into.
-var lent = sync.Pool{New: func() any { return new([]byte) }}
 
 // mapAll maps the whole file, as big as it was opened, if it can.
 func (f *File) mapAll() {

@@ -7,7 +7,6 @@ package tensorfile
 import (
 	"context"
 	"fmt"
-	"sync"
 
 	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/codecs"
@@ -156,26 +155,6 @@ func header(id, view string, outs []*Out, n int64) vfile.Small {
 		return nil
 	}}
 }
-
-// scratch holds the buffers Scratch lends.
-var scratch = sync.Pool{New: func() any { return new([]byte) }}
-
-// Scratch lends n bytes of working memory for computing a block (source
-// rows read into it, or outputs beside the block's own), and the buffer
-// to give back with PutScratch once the block is done. A compute function
-// that allocated them for every block made a first read of engram-fp4/
-// allocate four bytes per byte it served.
-func Scratch(n int64) (*[]byte, []byte) {
-	p := scratch.Get().(*[]byte)
-	if int64(cap(*p)) < n {
-		*p = make([]byte, n)
-	}
-	return p, (*p)[:n]
-}
-
-// PutScratch gives back a buffer Scratch lent; nothing of it may be used
-// afterwards.
-func PutScratch(p *[]byte) { scratch.Put(p) }
 
 // blockTarget is the size a derived block aims for: large enough that the
 // per-block overhead vanishes, small enough to cache well.

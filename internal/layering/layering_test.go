@@ -58,6 +58,7 @@ var floors = map[string]int{
 	"sourcefile":               base,
 	"tokenizer":                base,
 	"internal/build":           base,
+	"internal/scratch":         base,
 	"figures":                  base,
 	"objstore":                 base,
 
