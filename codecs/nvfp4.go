@@ -21,13 +21,87 @@ const (
 // window is the number of octaves E4M3 holds exactly: 2^-9 .. 2^8.
 const window = E4M3MaxPow2 - E4M3MinPow2 + 1
 
-// ScaleHistogram counts E8M0 scale bytes by value. It is the whole input of
-// GlobalExponent, so a group's scales can be added piece by piece (w1 and w3
-// of an expert may sit in different shards).
-type ScaleHistogram [256]int64
+// GlobalExponent returns g, the exponent of the NVFP4 global scale
+// weight_scale_2 = 2^g, of one group of E8M0 scale tensors: w1 and w3 of an
+// expert together, w2 alone. With E the exponents b-127 of every non-NaN
+// byte b, lo = min E and hi = max E:
+//
+//   - hi-lo <= 17: every ratio fits E4M3's 18 exact octaves, and
+//     g = round-half-to-even((lo+hi+1)/2), the seed's centring, except that g
+//     is capped at 127 so that 2^g stays a finite float32 (only a group whose
+//     every scale is 2^127 would reach 128; its ratios are then 2^0);
+//   - otherwise g = k+9 for the window [k, k+17] holding the most elements
+//     of E, the smallest k on ties. Windows lie inside the exponents E8M0 can
+//     hold (k in [-127, 110]), so 2^g is a normal float32 and a few outlier
+//     scales (all-zero blocks often carry byte 0) cannot push every ordinary
+//     block out of the window;
+//   - no non-NaN scale: g = 0.
+//
+// One vector pass (simd.E8M0Tally) decides it for scales that fit one
+// window but for byte-0 outliers, as a checkpoint's do; any others are
+// counted by value.
+func GlobalExponent(groups ...[]byte) int {
+	var t simd.E8M0Tally
+	for _, p := range groups {
+		t.Add(p)
+	}
+	if g, ok := tallied(t); ok {
+		return g
+	}
+	var h scaleHistogram
+	for _, p := range groups {
+		h.add(p)
+	}
+	return h.globalExponent()
+}
 
-// Add counts every byte of scales.
-func (h *ScaleHistogram) Add(scales []byte) {
+// tallied is GlobalExponent of the scales of t, and true, where their
+// counts by value cannot change it:
+//
+//   - the non-NaN bytes span less than a window: they are centred;
+//   - the bytes other than 0 and 255 (rest of them, from Lo to Hi) span less
+//     than a window that leaves out byte 0 (Lo >= window): the fullest
+//     windows are then the one at byte 0, holding the Zero bytes 0, and
+//     those holding all the rest, the lowest of which starts at Hi-window+1;
+//     the one at byte 0 wins ties.
+func tallied(t simd.E8M0Tally) (int, bool) {
+	rest := t.N - t.NaN - t.Zero
+	switch {
+	case t.Zero == 0 && rest == 0:
+		return 0, true
+	case rest == 0:
+		return centred(0, 0), true
+	case t.Zero == 0 && int(t.Hi)-int(t.Lo) < window:
+		return centred(int(t.Lo), int(t.Hi)), true
+	case int(t.Hi) < window:
+		return centred(0, int(t.Hi)), true
+	case int(t.Hi)-int(t.Lo) < window && int(t.Lo) >= window:
+		k := int(t.Hi) - window + 1
+		if t.Zero >= rest {
+			k = 0
+		}
+		return k - 127 - E4M3MinPow2, true
+	}
+	return 0, false
+}
+
+// centred is GlobalExponent of non-NaN scale bytes from lo to hi, less
+// than window apart.
+func centred(lo, hi int) int {
+	n := lo + hi + 1 - 2*127 // 2 x (lo+hi+1)/2 in exponents
+	g := n >> 1              // floor(n/2)
+	if n&1 != 0 && g&1 != 0 {
+		g++ // n/2 is a half: round to the even neighbour
+	}
+	return min(g, 127)
+}
+
+// scaleHistogram counts E8M0 scale bytes by value: what GlobalExponent
+// needs of scales its tally cannot decide.
+type scaleHistogram [256]int64
+
+// add counts every byte of scales.
+func (h *scaleHistogram) add(scales []byte) {
 	// Four sub-histograms keep runs of equal bytes (scales cluster) from
 	// serialising on one counter.
 	var c [4][256]uint32
@@ -52,21 +126,8 @@ func (h *ScaleHistogram) Add(scales []byte) {
 	}
 }
 
-// GlobalExponent returns g, the exponent of the NVFP4 global scale
-// weight_scale_2 = 2^g, for the scales counted so far. With E the exponents
-// b-127 of every non-NaN byte b, lo = min E and hi = max E:
-//
-//   - hi-lo <= 17: every ratio fits E4M3's 18 exact octaves, and
-//     g = round-half-to-even((lo+hi+1)/2), the seed's centring, except that g
-//     is capped at 127 so that 2^g stays a finite float32 (only a group whose
-//     every scale is 2^127 would reach 128; its ratios are then 2^0);
-//   - otherwise g = k+9 for the window [k, k+17] holding the most elements
-//     of E, the smallest k on ties. Windows lie inside the exponents E8M0 can
-//     hold (k in [-127, 110]), so 2^g is a normal float32 and a few outlier
-//     scales (all-zero blocks often carry byte 0) cannot push every ordinary
-//     block out of the window;
-//   - no non-NaN scale: g = 0.
-func (h *ScaleHistogram) GlobalExponent() int {
+// globalExponent is GlobalExponent of the scales counted.
+func (h *scaleHistogram) globalExponent() int {
 	lo, hi := -1, -1
 	for b := range E8M0NaN {
 		if h[b] != 0 {
@@ -80,12 +141,7 @@ func (h *ScaleHistogram) GlobalExponent() int {
 		return 0
 	}
 	if hi-lo < window {
-		n := lo + hi + 1 - 2*127 // 2 x (lo+hi+1)/2 in exponents
-		g := n >> 1              // floor(n/2)
-		if n&1 != 0 && g&1 != 0 {
-			g++ // n/2 is a half: round to the even neighbour
-		}
-		return min(g, 127)
+		return centred(lo, hi)
 	}
 	var sum int64
 	for b := range window {
@@ -99,17 +155,6 @@ func (h *ScaleHistogram) GlobalExponent() int {
 		}
 	}
 	return bestK - 127 - E4M3MinPow2
-}
-
-// GlobalExponent returns the NVFP4 global exponent g of one group of E8M0
-// scale tensors: w1 and w3 of an expert together, w2 alone. See
-// ScaleHistogram.GlobalExponent for the rule.
-func GlobalExponent(groups ...[]byte) int {
-	var h ScaleHistogram
-	for _, s := range groups {
-		h.Add(s)
-	}
-	return h.GlobalExponent()
 }
 
 // WeightScale2 returns weight_scale_2 = 2^g, the F32 global scale of an NVFP4

@@ -73,6 +73,12 @@ func TestGlobalExponent(t *testing.T) {
 		// Exponents -7..3 plus zero-block outliers at 2^-127: the windows
 		// holding the cluster start at k in [-14, -7]; the smallest wins.
 		{"outliers at byte 0", [][]byte{cat(repeat(0, 5), []byte{120, 122, 125, 127, 128, 130})}, -14 + 9},
+		// As many bytes 0 as others: the window at byte 0 wins the tie.
+		{"byte-0 outliers tie", [][]byte{{0, 0, 0, 120, 125, 130, 255}}, -127 + 9},
+		{"byte-0 outliers one fewer", [][]byte{{0, 0, 120}, {125, 130}}, 130 - 17 - 127 + 9},
+		// Bytes 0 beside scales from byte 10: the window at byte 0 holds
+		// some of both.
+		{"byte-0 outliers near the cluster", [][]byte{{0, 0, 10, 17, 30, 31, 32}}, -127 + 9},
 		{"outliers at both ends", [][]byte{cat(repeat(0, 3), repeat(254, 3), repeat(127, 4))}, -17 + 9},
 		// Two clusters of equal size 60 octaves apart: the lower one.
 		{"tie picks smallest k", [][]byte{{60, 61, 120, 121}}, 61 - 127 - 17 + 9},
@@ -91,16 +97,22 @@ func TestGlobalExponent(t *testing.T) {
 
 func TestGlobalExponentRandom(t *testing.T) {
 	rng, seed := newRand(t)
-	for range 300 {
-		// A cluster, sometimes narrow, plus a few outliers and NaNs.
+	for i := range 600 {
+		// A cluster, sometimes narrow, plus a few outliers and NaNs; every
+		// other one with byte-0 outliers alone, from none to most of the
+		// bytes, as GlobalExponent decides without counting by value.
 		n := 1 + rng.IntN(200)
 		centre, spread := rng.IntN(255), 1+rng.IntN(30)
+		outliers, zeros := 3, 5
+		if i%2 == 1 {
+			outliers, zeros = 0, rng.IntN(100)
+		}
 		s := make([]byte, n)
 		for i := range s {
 			switch r := rng.IntN(100); {
-			case r < 3:
+			case r < outliers:
 				s[i] = byte(rng.IntN(256))
-			case r < 5:
+			case r < outliers+zeros:
 				s[i] = 0
 			default:
 				s[i] = byte(min(max(centre+rng.IntN(spread)-spread/2, 0), 254))
@@ -114,9 +126,9 @@ func TestGlobalExponentRandom(t *testing.T) {
 		if g := got; g < -126 || g > 127 {
 			t.Fatalf("seed %d: g = %d leaves 2^g outside the normal float32s", seed, g)
 		}
-		var h ScaleHistogram
-		h.Add(s)
-		if h.GlobalExponent() != got {
+		var h scaleHistogram
+		h.add(s)
+		if h.globalExponent() != got {
 			t.Fatalf("seed %d: histogram disagrees", seed)
 		}
 	}
@@ -353,15 +365,32 @@ func BenchmarkNVFP4WeightScale(b *testing.B) {
 	}
 }
 
+// BenchmarkGlobalExponent times w1 and w3 of one expert: scales in one
+// window but for bytes 0 of all-zero blocks, as a checkpoint's are (one
+// vector pass), and scales spread wider, which are counted by value.
 func BenchmarkGlobalExponent(b *testing.B) {
-	rng, _ := newRand(b)
-	src := make([]byte, 2304*160*2) // w1 and w3 of one expert
-	for i := range src {
-		src[i] = byte(110 + rng.IntN(20))
-	}
-	b.SetBytes(int64(len(src)))
-	for b.Loop() {
-		GlobalExponent(src[:len(src)/2], src[len(src)/2:])
+	for _, c := range []struct {
+		name         string
+		centre, span int
+		zeros        int // per thousand
+	}{
+		{"window and byte 0", 120, 18, 2},
+		{"wider than a window", 110, 20, 0},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			rng, _ := newRand(b)
+			src := make([]byte, 2304*160*2)
+			for i := range src {
+				src[i] = byte(c.centre + rng.IntN(c.span))
+				if rng.IntN(1000) < c.zeros {
+					src[i] = 0
+				}
+			}
+			b.SetBytes(int64(len(src)))
+			for b.Loop() {
+				GlobalExponent(src[:len(src)/2], src[len(src)/2:])
+			}
+		})
 	}
 }
 

@@ -7,7 +7,6 @@ import (
 
 	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/codecs"
-	"github.com/dsfs/dsfs/internal/scratch"
 )
 
 // group is the set of matrices that share one global exponent: w1 and w3
@@ -20,28 +19,32 @@ type group struct {
 	err  error
 }
 
-// g returns the group's global exponent, reading its scales the first time.
-// They are read one at a time into scratch memory and counted: reading
-// every expert's scales for its g must not leave their bytes to the
-// collector.
+// g returns the group's global exponent, computed from its scales the
+// first time. They are looked at where they lie (checkpoint.Tensor.View):
+// reading every expert's scales for its g must not leave their bytes to
+// the collector, nor copy them.
 func (g *group) g() (int, error) {
 	g.once.Do(func() {
-		var h codecs.ScaleHistogram
-		for _, sc := range g.scales {
-			buf, b := scratch.Get(sc.Size)
-			_, err := sc.ReadAt(b, 0)
-			if err == nil {
-				h.Add(b)
-			}
-			scratch.Put(buf)
-			if err != nil {
-				g.err = err
-				return
-			}
+		g.err = viewAll(g.scales, nil, func(scales [][]byte) error {
+			g.ge = codecs.GlobalExponent(scales...)
+			return nil
+		})
+		if g.err != nil {
+			g.ge = 0
 		}
-		g.ge = h.GlobalExponent()
 	})
 	return g.ge, g.err
+}
+
+// viewAll calls fn with the bytes of seen and of every tensor of ts, each
+// seen in place (checkpoint.Tensor.View), all at once.
+func viewAll(ts []*checkpoint.Tensor, seen [][]byte, fn func([][]byte) error) error {
+	if len(ts) == 0 {
+		return fn(seen)
+	}
+	return ts[0].View(0, ts[0].Size, func(b []byte) error {
+		return viewAll(ts[1:], append(seen, b), fn)
+	})
 }
 
 // from returns the group's global exponent, computed from bufs (the

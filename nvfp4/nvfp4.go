@@ -50,7 +50,6 @@ import (
 	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/codecs"
 	"github.com/dsfs/dsfs/diskcache"
-	"github.com/dsfs/dsfs/internal/scratch"
 	"github.com/dsfs/dsfs/safetensors"
 	"github.com/dsfs/dsfs/tensorfile"
 	"github.com/dsfs/dsfs/vfile"
@@ -143,13 +142,15 @@ func (n *Transcoder) Rewrite(t *checkpoint.Tensor) ([]tensorfile.Out, bool) {
 		if err != nil {
 			return err
 		}
-		buf, src := scratch.Get((hi - lo) * scaleRow)
-		defer scratch.Put(buf)
-		if _, err := t.Scale.ReadAt(src, lo*scaleRow); err != nil {
+		var clamped int
+		err = t.Scale.View(lo*scaleRow, (hi-lo)*scaleRow, func(src []byte) error {
+			clamped = codecs.NVFP4WeightScale(dst, src, ge)
+			return nil
+		})
+		if err != nil {
 			return err
 		}
-		clamped := codecs.NVFP4WeightScale(dst, src, ge)
-		n.blocks.Add(int64(len(src)))
+		n.blocks.Add((hi - lo) * scaleRow)
 		n.clamped.Add(int64(clamped))
 		return nil
 	})

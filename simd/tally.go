@@ -43,3 +43,35 @@ func ExceedsE4M3(p []byte, bl int, scales []byte, thr *[256]int8) uint64 {
 	}
 	return exceedsGeneric(p, bl, scales, thr)
 }
+
+// E8M0Tally is what an NVFP4 group's global exponent needs from its E8M0
+// scale bytes in almost every checkpoint, without a histogram: how many
+// are 0 (2^-127, which all-zero blocks often carry) and 255 (NaN), and the
+// smallest and the largest of the others. Add it up buffer by buffer.
+type E8M0Tally struct {
+	N    int64 // bytes counted
+	Zero int64 // byte 0
+	NaN  int64 // byte 255
+	// Lo and Hi are the smallest and the largest byte in [1, 254]; both
+	// are 0 when there is none.
+	Lo, Hi byte
+}
+
+// Add counts the bytes of p.
+func (t *E8M0Tally) Add(p []byte) {
+	t.N += int64(len(p))
+	p = t.addVector(p)
+	t.addGeneric(p)
+}
+
+// span takes bytes from lo to hi, both in [1, 254], into Lo and Hi; hi 0
+// says there were none.
+func (t *E8M0Tally) span(lo, hi byte) {
+	switch {
+	case hi == 0:
+	case t.Hi == 0:
+		t.Lo, t.Hi = lo, hi
+	default:
+		t.Lo, t.Hi = min(t.Lo, lo), max(t.Hi, hi)
+	}
+}

@@ -91,3 +91,24 @@ func exceedsVector(p []byte, bl int, scales []byte, thr *[256]int8) (uint64, boo
 	}
 	return exceedsE4M3(&p[0], bl/32, &scales[0], len(scales), thr), true
 }
+
+// tallyE8M0 counts the bytes 0 and 255 of n32 blocks of 32 bytes from p
+// into out[0] and out[1], and puts the smallest and the largest of the
+// others in out[2] and out[3]: 255 and 0 when there is none.
+//
+//go:noescape
+func tallyE8M0(p *byte, n32 int, out *[4]uint64)
+
+// addVector counts the whole 32-byte blocks of p and returns the rest.
+func (t *E8M0Tally) addVector(p []byte) []byte {
+	n32 := len(p) / 32
+	if !useAVX2 || n32 == 0 {
+		return p
+	}
+	var out [4]uint64
+	tallyE8M0(&p[0], n32, &out)
+	t.Zero += int64(out[0])
+	t.NaN += int64(out[1])
+	t.span(byte(out[2]), byte(out[3]))
+	return p[n32*32:]
+}

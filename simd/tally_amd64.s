@@ -87,6 +87,95 @@ inner:
 	VZEROUPPER
 	RET
 
+// func tallyE8M0(p *byte, n32 int, out *[4]uint64)
+//
+// Byte counters (Y8, Y9) count the 0 and 255 bytes of up to 255 blocks,
+// then fold into 64-bit lanes (Y12, Y7) with VPSADBW. Y11 holds the
+// bytewise minimum of the bytes with 0 raised to 255, Y10 the maximum with
+// 255 cleared to 0.
+TEXT ·tallyE8M0(SB), NOSPLIT, $0-24
+	MOVQ     p+0(FP), SI
+	MOVQ     n32+8(FP), CX
+	MOVQ     out+16(FP), DI
+	VPXOR    Y14, Y14, Y14
+	VPCMPEQB Y15, Y15, Y15
+	VPXOR    Y12, Y12, Y12
+	VPXOR    Y7, Y7, Y7
+	VMOVDQU  Y15, Y11
+	VPXOR    Y10, Y10, Y10
+
+e8outer:
+	MOVQ CX, DX
+	CMPQ DX, $255
+	JLE  e8counted
+	MOVQ $255, DX
+
+e8counted:
+	SUBQ  DX, CX
+	VPXOR Y8, Y8, Y8
+	VPXOR Y9, Y9, Y9
+
+e8inner:
+	VMOVDQU  (SI), Y0
+	VPCMPEQB Y14, Y0, Y1
+	VPSUBB   Y1, Y8, Y8
+	VPCMPEQB Y15, Y0, Y2
+	VPSUBB   Y2, Y9, Y9
+	VPOR     Y1, Y0, Y3
+	VPMINUB  Y3, Y11, Y11
+	VPANDN   Y0, Y2, Y5
+	VPMAXUB  Y5, Y10, Y10
+	ADDQ     $32, SI
+	DECQ     DX
+	JNZ      e8inner
+
+	VPSADBW Y14, Y8, Y8
+	VPADDQ  Y8, Y12, Y12
+	VPSADBW Y14, Y9, Y9
+	VPADDQ  Y9, Y7, Y7
+	TESTQ   CX, CX
+	JNZ     e8outer
+
+	// Sum the four lanes of each count.
+	VEXTRACTI128 $1, Y12, X0
+	VPADDQ  X0, X12, X12
+	VPSHUFD $0x4e, X12, X0
+	VPADDQ  X0, X12, X12
+	MOVQ    X12, 0(DI)
+	VEXTRACTI128 $1, Y7, X0
+	VPADDQ  X0, X7, X7
+	VPSHUFD $0x4e, X7, X0
+	VPADDQ  X0, X7, X7
+	MOVQ    X7, 8(DI)
+
+	// The smallest byte of Y11 and the largest of Y10.
+	VEXTRACTI128 $1, Y11, X0
+	VPMINUB X0, X11, X11
+	VPSHUFD $0x4e, X11, X0
+	VPMINUB X0, X11, X11
+	VPSHUFD $0xb1, X11, X0
+	VPMINUB X0, X11, X11
+	VPSRLD  $16, X11, X0
+	VPMINUB X0, X11, X11
+	VPSRLW  $8, X11, X0
+	VPMINUB X0, X11, X11
+	VPEXTRB $0, X11, AX
+	MOVQ    AX, 16(DI)
+	VEXTRACTI128 $1, Y10, X0
+	VPMAXUB X0, X10, X10
+	VPSHUFD $0x4e, X10, X0
+	VPMAXUB X0, X10, X10
+	VPSHUFD $0xb1, X10, X0
+	VPMAXUB X0, X10, X10
+	VPSRLD  $16, X10, X0
+	VPMAXUB X0, X10, X10
+	VPSRLW  $8, X10, X0
+	VPMAXUB X0, X10, X10
+	VPEXTRB $0, X10, AX
+	MOVQ    AX, 24(DI)
+	VZEROUPPER
+	RET
+
 // DATA codes<>: 16 rows of 64 bytes, row k all k: the codes the nibbles
 // are compared with.
 DATA codes<>+0(SB)/8, $0x0000000000000000

@@ -66,3 +66,17 @@ func exceedsGeneric(p []byte, bl int, scales []byte, thr *[256]int8) uint64 {
 	}
 	return m
 }
+
+// addGeneric counts the bytes of p one by one.
+func (t *E8M0Tally) addGeneric(p []byte) {
+	for _, b := range p {
+		switch b {
+		case 0:
+			t.Zero++
+		case 255:
+			t.NaN++
+		default:
+			t.span(b, b)
+		}
+	}
+}

@@ -12,3 +12,6 @@ func (h *NibbleHist) addVector(p []byte) []byte { return p }
 func exceedsVector(p []byte, bl int, scales []byte, thr *[256]int8) (uint64, bool) {
 	return 0, false
 }
+
+// addVector counts nothing: this architecture has no vector kernel.
+func (t *E8M0Tally) addVector(p []byte) []byte { return p }

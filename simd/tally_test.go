@@ -197,3 +197,82 @@ func TestExceedsE4M3(t *testing.T) {
 		}
 	})
 }
+
+// TestE8M0Tally compares Add, with the vector kernel where there is one,
+// with counting byte by byte, on random bytes drawn from a few alphabets
+// (scales about one centre, with 0 and NaN among them or alone) and on one
+// byte set apart from a run of another at every position of a block.
+func TestE8M0Tally(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	rng := rand.New(rand.NewPCG(seed, 5))
+	alphabets := [][]byte{
+		{0, 110, 111, 112, 127, 255},
+		{0, 255},
+		{1, 254},
+		{255},
+		{0},
+		nil, // every byte
+	}
+	var cases [][]byte
+	for _, n := range []int{0, 1, 31, 32, 33, 255 * 32, 255*32 + 1, 256 * 32, 20000} {
+		for _, a := range alphabets {
+			p := make([]byte, n)
+			for i := range p {
+				if a == nil {
+					p[i] = byte(rng.Uint32())
+				} else {
+					p[i] = a[rng.IntN(len(a))]
+				}
+			}
+			cases = append(cases, p)
+		}
+	}
+	for i := range 64 {
+		for _, pair := range [][2]byte{{255, 7}, {0, 7}, {128, 1}, {128, 254}, {3, 0}, {3, 255}} {
+			p := bytes.Repeat([]byte{pair[0]}, 96)
+			p[i] = pair[1]
+			cases = append(cases, p)
+		}
+	}
+	for _, b := range []byte{0, 255} {
+		cases = append(cases, bytes.Repeat([]byte{b}, 1<<20+7))
+	}
+	eachCounter(t, func(t *testing.T) {
+		for _, p := range cases {
+			var got, want E8M0Tally
+			cut := rng.IntN(len(p) + 1)
+			got.Add(p[:cut])
+			got.Add(p[cut:])
+			want.N = int64(len(p))
+			for _, b := range p {
+				switch {
+				case b == 0:
+					want.Zero++
+				case b == 255:
+					want.NaN++
+				case want.Hi == 0:
+					want.Lo, want.Hi = b, b
+				default:
+					want.Lo, want.Hi = min(want.Lo, b), max(want.Hi, b)
+				}
+			}
+			if got != want {
+				t.Fatalf("seed %d: %d bytes cut at %d, first % x: got %+v, want %+v",
+					seed, len(p), cut, p[:min(len(p), 8)], got, want)
+			}
+		}
+	})
+}
+
+func BenchmarkE8M0Tally(b *testing.B) {
+	p := make([]byte, 128<<10)
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := range p {
+		p[i] = byte(rng.Uint32())
+	}
+	b.SetBytes(int64(len(p)))
+	var t E8M0Tally
+	for b.Loop() {
+		t.Add(p)
+	}
+}
