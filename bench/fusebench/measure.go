@@ -210,13 +210,15 @@ func measureReads(ctx context.Context, c config) (map[readKey][]read, error) {
 // kept files) and empties the page cache, so that a pass neither waits
 // behind that writeback nor reclaims the pages an earlier pass left: the
 // first pass after the read measurement ran at half the others' speed.
-// Each measurement then warms what it reads.
+// It then touches the free memory (warmmem.TouchFree), so that what the
+// pass allocates comes backed by the host however the kernel orders its
+// free pages. Each measurement then warms what it reads.
 func settle() error {
 	syscall.Sync()
 	if err := os.WriteFile("/proc/sys/vm/drop_caches", []byte("1"), 0); err != nil {
 		return fmt.Errorf("emptying the page cache between passes: %w", err)
 	}
-	return nil
+	return warmmem.TouchFree()
 }
 
 // waitKept waits until the dsfs mount at mnt has kept n files

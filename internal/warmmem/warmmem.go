@@ -19,9 +19,18 @@
 // again before the read uses it, and which pass that hits is chance: in
 // four fusebench runs of five passes, the largest CPU per GB of nvfp4/'s
 // first read through dsfs was 1.3 to 2.7 times the smallest, and through
-// memfs up to 2.3 times. HoldFreePages keeps freed pages for a minute
-// while a benchmark runs; in two runs with it those spreads were 1.3 and
-// 1.5, and 1.3 and 1.8. It narrows the noise, it does not end it.
+// memfs up to 2.3 times. HoldFreePages keeps freed pages while a benchmark
+// runs; in two runs with it (a minute) those spreads were 1.3 and 1.5, and
+// 1.3 and 1.8. It narrows the noise, it does not end it.
+//
+// A Touch warms the pages one read takes, but a pass takes more than its
+// reads: the servers' own memory, the pages of a mount read by 8 readers at
+// once. TouchFree warms all the free memory, at the start of each of
+// fusebench's passes (a few seconds each once held, half a minute for the
+// first on a cold machine): the one reader of the 8-reader measurement went
+// from 1572-2856 MB/s in two runs without it to 3024-3830 in two with it.
+// The first reads' spreads stayed as they were (dsfs 1.2-1.4, memfs 1.2-1.5
+// without; 1.4-1.6 and 1.2 with).
 package warmmem
 
 import (
@@ -50,15 +59,44 @@ func Touch(n int64) error {
 	return unix.Munmap(m)
 }
 
+// freeMargin is the free memory TouchFree leaves untouched, so that it
+// makes the kernel reclaim nothing.
+const freeMargin = 512 << 20
+
+// TouchFree touches, as Touch does, all the memory the kernel has free but
+// freeMargin: with free pages held (HoldFreePages), whatever a pass of a
+// benchmark then allocates, in whichever order the kernel hands it out,
+// comes backed.
+func TouchFree() error {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return err
+	}
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(line, "MemFree:"); ok {
+			var kb int64
+			if _, err := fmt.Sscanf(v, "%d kB", &kb); err != nil {
+				return fmt.Errorf("/proc/meminfo: %q: %w", line, err)
+			}
+			if n := kb<<10 - freeMargin; n > 0 {
+				return Touch(n)
+			}
+			return nil
+		}
+	}
+	return errors.New("/proc/meminfo: no MemFree")
+}
+
 // minFreeMs is how long the kernel keeps a free page before it reports
 // it to the host, on kernels that let it be set.
 var minFreeMs = "/sys/module/page_reporting/parameters/min_free_ms"
 
-// heldMs is what HoldFreePages sets: longer than a pass of any benchmark
-// that touches memory before its reads.
-const heldMs = "60000"
+// heldMs is what HoldFreePages sets: five minutes, the most the kernels
+// of those machines accept, longer than a pass of any benchmark that
+// touches memory before its reads.
+const heldMs = "300000"
 
-// HoldFreePages has the kernel keep free pages for a minute before it
+// HoldFreePages has the kernel keep free pages for five minutes before it
 // reports them to the host, until restore is called, and says what it did
 // in one line; restore's error says what it could not put back. Where the
 // kernel has no such setting it does nothing; where it cannot be written
