@@ -44,16 +44,16 @@
 //
 // What an amd64 kernel must match in its generic twin: for the codec and
 // counting kernels (MaxLow7s, PackSteps, RescaleE8M0, Pow2ScalesE4M3,
-// DecodeE2M1, Axpy, E4M3Tally, E8M0Tally, NibbleHist, ExceedsE4M3), every output bit
-// on every input, so the assembly rounds where the Go rounds and uses no
-// fused multiply-add the Go does not have; the view's bytes are then the
-// same on every machine. For the matrix kernels (MatMulT, MatMulTBF16, Dot,
-// WidenBF16), the same values up to float32 reassociation: the eight-lane
-// sums of dotGeneric, within 1e-7·(k+2)·Σ|x·w| of the exact product. The
-// tests of each kernel run random inputs, with their seed printed on
-// failure, through both paths by clearing the switch, over lengths that
-// leave the kernel a tail, and compare as above; a new kernel comes with
-// such a test.
+// DecodeE2M1, Axpy, E4M3Tally, E8M0Tally, NibbleHist, ExceedsE4M3), every
+// output bit on every input, so the assembly rounds where the Go rounds and
+// uses no fused multiply-add the Go does not have; the view's bytes are
+// then the same on every machine. For the matrix kernels (MatMulT,
+// MatMulTBF16, Dot, WidenBF16), the same values up to float32
+// reassociation: the eight-lane sums of dotGeneric, within
+// 1e-7·(k+2)·Σ|x·w| of the exact product. The tests of each kernel run
+// random inputs, with their seed printed on failure, through both paths by
+// clearing the switch, over lengths that leave the kernel a tail, and
+// compare as above; a new kernel comes with such a test.
 package simd
 
 import "encoding/binary"
