@@ -7,6 +7,37 @@ import (
 	"time"
 )
 
+// fromAlphabets returns, for each length and each alphabet, that many
+// random bytes of the alphabet (nil: of every byte).
+func fromAlphabets(rng *rand.Rand, lengths []int, alphabets [][]byte) [][]byte {
+	var cases [][]byte
+	for _, n := range lengths {
+		for _, a := range alphabets {
+			p := make([]byte, n)
+			for i := range p {
+				if a == nil {
+					p[i] = byte(rng.Uint32())
+				} else {
+					p[i] = a[rng.IntN(len(a))]
+				}
+			}
+			cases = append(cases, p)
+		}
+	}
+	return cases
+}
+
+// benchBytes is what the counting benchmarks count: 128 KiB of random
+// bytes, the same in every run.
+func benchBytes() []byte {
+	p := make([]byte, 128<<10)
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := range p {
+		p[i] = byte(rng.Uint32())
+	}
+	return p
+}
+
 // TestE4M3Tally compares Add, with the vector kernel where there is one,
 // with counting byte by byte, on random codes drawn from a few alphabets
 // so that every counted code is frequent, and on long runs of one code
@@ -20,20 +51,7 @@ func TestE4M3Tally(t *testing.T) {
 		{0x7f, 0xff, 0x7e},
 		nil, // every byte
 	}
-	var cases [][]byte
-	for _, n := range []int{0, 1, 31, 32, 33, 255 * 32, 255*32 + 1, 256 * 32, 20000} {
-		for _, a := range alphabets {
-			p := make([]byte, n)
-			for i := range p {
-				if a == nil {
-					p[i] = byte(rng.Uint32())
-				} else {
-					p[i] = a[rng.IntN(len(a))]
-				}
-			}
-			cases = append(cases, p)
-		}
-	}
+	cases := fromAlphabets(rng, []int{0, 1, 31, 32, 33, 255 * 32, 255*32 + 1, 256 * 32, 20000}, alphabets)
 	for _, b := range []byte{0x00, 0x80, 0x7f, 0xff, 0x7e} {
 		cases = append(cases, bytes.Repeat([]byte{b}, 1<<20+7))
 	}
@@ -73,11 +91,7 @@ func checkE4M3Tally(t *testing.T, rng *rand.Rand, seed uint64, p []byte) {
 }
 
 func BenchmarkE4M3Tally(b *testing.B) {
-	p := make([]byte, 128<<10)
-	rng := rand.New(rand.NewPCG(1, 2))
-	for i := range p {
-		p[i] = byte(rng.Uint32())
-	}
+	p := benchBytes()
 	b.SetBytes(int64(len(p)))
 	var t E4M3Tally
 	for b.Loop() {
@@ -96,20 +110,7 @@ func TestNibbleHist(t *testing.T) {
 		{0x12, 0x34},
 		nil, // every byte
 	}
-	var cases [][]byte
-	for _, n := range []int{0, 1, 31, 32, 33, 255, 256, 127 * 32, 127*32 + 1, 128 * 32, 20000} {
-		for _, a := range alphabets {
-			p := make([]byte, n)
-			for i := range p {
-				if a == nil {
-					p[i] = byte(rng.Uint32())
-				} else {
-					p[i] = a[rng.IntN(len(a))]
-				}
-			}
-			cases = append(cases, p)
-		}
-	}
+	cases := fromAlphabets(rng, []int{0, 1, 31, 32, 33, 255, 256, 127 * 32, 127*32 + 1, 128 * 32, 20000}, alphabets)
 	for _, b := range []byte{0x00, 0xff, 0x7f, 0x97} {
 		cases = append(cases, bytes.Repeat([]byte{b}, 1<<20+7))
 	}
@@ -139,11 +140,7 @@ func checkNibbleHist(t *testing.T, rng *rand.Rand, seed uint64, p []byte) {
 }
 
 func BenchmarkNibbleHist(b *testing.B) {
-	p := make([]byte, 128<<10)
-	rng := rand.New(rand.NewPCG(1, 2))
-	for i := range p {
-		p[i] = byte(rng.Uint32())
-	}
+	p := benchBytes()
 	b.SetBytes(int64(len(p)))
 	var h NibbleHist
 	for b.Loop() {
@@ -213,20 +210,7 @@ func TestE8M0Tally(t *testing.T) {
 		{0},
 		nil, // every byte
 	}
-	var cases [][]byte
-	for _, n := range []int{0, 1, 31, 32, 33, 255 * 32, 255*32 + 1, 256 * 32, 20000} {
-		for _, a := range alphabets {
-			p := make([]byte, n)
-			for i := range p {
-				if a == nil {
-					p[i] = byte(rng.Uint32())
-				} else {
-					p[i] = a[rng.IntN(len(a))]
-				}
-			}
-			cases = append(cases, p)
-		}
-	}
+	cases := fromAlphabets(rng, []int{0, 1, 31, 32, 33, 255 * 32, 255*32 + 1, 256 * 32, 20000}, alphabets)
 	for i := range 64 {
 		for _, pair := range [][2]byte{{255, 7}, {0, 7}, {128, 1}, {128, 254}, {3, 0}, {3, 255}} {
 			p := bytes.Repeat([]byte{pair[0]}, 96)
@@ -265,11 +249,7 @@ func TestE8M0Tally(t *testing.T) {
 }
 
 func BenchmarkE8M0Tally(b *testing.B) {
-	p := make([]byte, 128<<10)
-	rng := rand.New(rand.NewPCG(1, 2))
-	for i := range p {
-		p[i] = byte(rng.Uint32())
-	}
+	p := benchBytes()
 	b.SetBytes(int64(len(p)))
 	var t E8M0Tally
 	for b.Loop() {
