@@ -47,26 +47,6 @@ func viewAll(ts []*checkpoint.Tensor, seen [][]byte, fn func([][]byte) error) er
 	})
 }
 
-// from returns the group's global exponent, computed from bufs (the
-// bytes of its scales, which the caller has read) when it is not known yet,
-// or the error of the read that g made first.
-func (g *group) from(bufs [][]byte) (int, error) {
-	g.once.Do(func() { g.ge = codecs.GlobalExponent(bufs...) })
-	return g.ge, g.err
-}
-
-// read returns the bytes of the group's scales.
-func (g *group) read() ([][]byte, error) {
-	bufs := make([][]byte, len(g.scales))
-	for i, sc := range g.scales {
-		bufs[i] = make([]byte, sc.Size)
-		if _, err := sc.ReadAt(bufs[i], 0); err != nil {
-			return nil, err
-		}
-	}
-	return bufs, nil
-}
-
 // groupName names the global-exponent group of an expert weight.
 func groupName(t *checkpoint.Tensor) string {
 	b := base(t.Name)

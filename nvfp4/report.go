@@ -40,11 +40,12 @@ func counts(t *checkpoint.Tensor, sc []byte, g int) (codecs.NVFP4Counts, error) 
 	// A tensor with many clamped blocks is read whole; otherwise only the
 	// clamped blocks' codes, block by block.
 	if len(clamped) > len(sc)/64 {
-		w := make([]byte, t.Size)
-		if _, err := t.ReadAt(w, 0); err != nil {
-			return codecs.NVFP4Counts{}, err
-		}
-		return codecs.CountNVFP4(w, sc, g), nil
+		var c codecs.NVFP4Counts
+		err := t.View(0, t.Size, func(w []byte) error {
+			c = codecs.CountNVFP4(w, sc, g)
+			return nil
+		})
+		return c, err
 	}
 	c := codecs.NVFP4Counts{Blocks: int64(len(sc) - len(clamped))}
 	for _, b := range sc {
@@ -63,9 +64,9 @@ func counts(t *checkpoint.Tensor, sc []byte, g int) (codecs.NVFP4Counts, error) 
 }
 
 // report counts clamped and lossy blocks of every expert in parallel, a
-// global-exponent group at a time: each scale is read once, for the
-// group's exponent (kept for the weight_scale blocks) and its counts, and
-// the codes of clamped blocks.
+// global-exponent group at a time: the group's exponent (group.g, kept for
+// the weight_scale blocks), then each scale's counts, both looked at in
+// place (checkpoint.Tensor.View), and the codes of clamped blocks.
 func (n *Transcoder) report(ctx context.Context) (*report, error) {
 	rows := make([]expertReport, len(n.experts))
 	byGroup := make(map[*group][]int) // expert indices
@@ -84,24 +85,22 @@ func (n *Transcoder) report(ctx context.Context) (*report, error) {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			bufs, err := grp.read()
+			ge, err := grp.g()
 			if err != nil {
 				return err
 			}
-			ge, err := grp.from(bufs)
-			if err != nil {
-				return err
-			}
-			for _, i := range byGroup[grp] {
-				t := n.experts[i]
-				k := slices.Index(grp.scales, t.Scale)
-				c, err := counts(t, bufs[k], ge)
-				if err != nil {
-					return err
+			return viewAll(grp.scales, nil, func(bufs [][]byte) error {
+				for _, i := range byGroup[grp] {
+					t := n.experts[i]
+					k := slices.Index(grp.scales, t.Scale)
+					c, err := counts(t, bufs[k], ge)
+					if err != nil {
+						return err
+					}
+					rows[i] = expertReport{Tensor: base(t.Name), Shard: t.Shard.Name, G: ge, NVFP4Counts: c}
 				}
-				rows[i] = expertReport{Tensor: base(t.Name), Shard: t.Shard.Name, G: ge, NVFP4Counts: c}
-			}
-			return nil
+				return nil
+			})
 		})
 	}
 	if err := eg.Wait(); err != nil {
@@ -140,16 +139,11 @@ func (n *Transcoder) Describe(ctx context.Context, experts []*checkpoint.Tensor)
 			if err != nil {
 				return err
 			}
-			sc := make([]byte, t.Scale.Size)
-			if _, err := t.Scale.ReadAt(sc, 0); err != nil {
+			return t.Scale.View(0, t.Scale.Size, func(sc []byte) error {
+				c, err := counts(t, sc, g)
+				facts[i] = ScaleFacts{GlobalExponent: g, Blocks: c}
 				return err
-			}
-			c, err := counts(t, sc, g)
-			if err != nil {
-				return err
-			}
-			facts[i] = ScaleFacts{GlobalExponent: g, Blocks: c}
-			return nil
+			})
 		})
 	}
 	if err := eg.Wait(); err != nil {
