@@ -1,12 +1,18 @@
 package nvfp4
 
 import (
+	"context"
+	"errors"
+	"os"
 	"strings"
 	"testing"
 
 	"github.com/dsfs/dsfs/checkpoint"
 	"github.com/dsfs/dsfs/codecs"
 	"github.com/dsfs/dsfs/internal/tinyckpt"
+	"github.com/dsfs/dsfs/sourcefile"
+	"github.com/dsfs/dsfs/synth"
+	"github.com/dsfs/dsfs/vfile"
 )
 
 // tinyDir holds a v41-tiny checkpoint written once for the package's tests.
@@ -96,5 +102,57 @@ func TestCountsReadOnlyWhatTheyNeed(t *testing.T) {
 	t.Logf("%d experts read block by block, %d whole", sparse, whole)
 	if sparse == 0 {
 		t.Fatal("no expert exercised reading clamped blocks one by one")
+	}
+}
+
+// TestScalesTruncatedUnderTheTranscode truncates an expert's shard once a
+// weight_scale block has been computed from a mapping of it: the block
+// computed again, and the block of a group whose exponent was not yet
+// known, are errors naming the shard, the scale tensor and the change,
+// not a crash of the process.
+func TestScalesTruncatedUnderTheTranscode(t *testing.T) {
+	dir := t.TempDir()
+	if err := synth.Write("v41-tiny", dir); err != nil {
+		t.Fatal(err)
+	}
+	cat, err := checkpoint.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cat.Close()
+	n := New(cat, Options{})
+	first := n.experts[0]
+	var other *checkpoint.Tensor
+	for _, e := range n.experts[1:] {
+		if e.Shard == first.Shard && n.group(e) != n.group(first) {
+			other = e
+			break
+		}
+	}
+	if other == nil {
+		t.Fatal("v41-tiny has no second expert group in the first expert's shard")
+	}
+	scaleOf := func(e *checkpoint.Tensor) *vfile.Blocks {
+		outs, ok := n.Rewrite(e)
+		if !ok || len(outs) < 2 {
+			t.Fatalf("%s: not rewritten", e.Name)
+		}
+		return outs[1].Data.(*vfile.Blocks)
+	}
+	compute := func(bl *vfile.Blocks) error {
+		return bl.Compute(context.Background(), 0, make([]byte, bl.Size(0)))
+	}
+	if err := compute(scaleOf(first)); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(first.Shard.Path, 0); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range []*checkpoint.Tensor{first, other} {
+		err := compute(scaleOf(e))
+		if !errors.Is(err, sourcefile.ErrChanged) || !strings.Contains(err.Error(), first.Shard.Name) ||
+			!strings.Contains(err.Error(), e.Scale.Name) || !strings.Contains(err.Error(), "truncated") {
+			t.Errorf("%s after the truncation: %v; want ErrChanged naming the shard, the scale and the change", e.Name, err)
+		}
 	}
 }
