@@ -12,7 +12,6 @@ import (
 	"github.com/dsfs/dsfs/internal/tinyckpt"
 	"github.com/dsfs/dsfs/safetensors"
 	"github.com/dsfs/dsfs/sourcefile"
-	"github.com/dsfs/dsfs/synth"
 	"github.com/dsfs/dsfs/vfile"
 )
 
@@ -62,11 +61,7 @@ func TestRewriteClaims(t *testing.T) {
 // every block computed after is an error naming the shard, the tensor and
 // the change, not a crash of the process.
 func TestTableTruncatedUnderTheTranscode(t *testing.T) {
-	dir := t.TempDir()
-	if err := synth.Write("v41-tiny", dir); err != nil {
-		t.Fatal(err)
-	}
-	cat, err := checkpoint.Open(dir)
+	cat, err := checkpoint.Open(tinyckpt.Fresh(t, "v41-tiny"))
 	if err != nil {
 		t.Fatal(err)
 	}

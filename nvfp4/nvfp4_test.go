@@ -11,7 +11,6 @@ import (
 	"github.com/dsfs/dsfs/codecs"
 	"github.com/dsfs/dsfs/internal/tinyckpt"
 	"github.com/dsfs/dsfs/sourcefile"
-	"github.com/dsfs/dsfs/synth"
 	"github.com/dsfs/dsfs/vfile"
 )
 
@@ -111,11 +110,7 @@ func TestCountsReadOnlyWhatTheyNeed(t *testing.T) {
 // known, are errors naming the shard, the scale tensor and the change,
 // not a crash of the process.
 func TestScalesTruncatedUnderTheTranscode(t *testing.T) {
-	dir := t.TempDir()
-	if err := synth.Write("v41-tiny", dir); err != nil {
-		t.Fatal(err)
-	}
-	cat, err := checkpoint.Open(dir)
+	cat, err := checkpoint.Open(tinyckpt.Fresh(t, "v41-tiny"))
 	if err != nil {
 		t.Fatal(err)
 	}

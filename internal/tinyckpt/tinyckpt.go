@@ -34,6 +34,18 @@ func Main(m *testing.M, preset string, dir *string) {
 	os.Exit(code)
 }
 
+// Fresh writes the synth preset into a directory of the test's own,
+// removed after it, and returns its path: for a test that damages the
+// checkpoint it reads, which the shared one of Main must not be.
+func Fresh(tb testing.TB, preset string) string {
+	tb.Helper()
+	dir := tb.TempDir()
+	if err := synth.Write(preset, dir); err != nil {
+		tb.Fatalf("writing %s: %v", preset, err)
+	}
+	return dir
+}
+
 // MainWithDsfs is Main for tests that run the dsfs command: it also builds
 // the command from pkg (a package as `go build` takes it, relative to the
 // test's directory) and stores the binary's path in *bin. The binary and
